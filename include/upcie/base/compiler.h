@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Compiler attributes and portability macros used by every upcie header.
+ *
+ * Needs: a C11 or C++11 (or newer) compiler, gcc or clang. Works in host code and, through
+ * UPCIE_HD, in CUDA/HIP device code. Provides nothing at run time.
+ */
+#ifndef UPCIE_BASE_COMPILER_H
+#define UPCIE_BASE_COMPILER_H
+
+#include <upcie/base/feature.h>
+
+#define UPCIE_LIKELY(x)			__builtin_expect(!!(x), 1)
+#define UPCIE_UNLIKELY(x)		__builtin_expect(!!(x), 0)
+#define UPCIE_UNUSED			__attribute__((unused))
+#define UPCIE_PACKED			__attribute__((packed))
+#define UPCIE_ALIGNED(n)		__attribute__((aligned(n)))
+#define UPCIE_PRINTF(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
+/* A single definition shared by every translation unit that includes the header. */
+#define UPCIE_WEAK __attribute__((weak))
+
+#ifdef __cplusplus
+#define UPCIE_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#define UPCIE_EXTERN_C_BEGIN	       extern "C" {
+#define UPCIE_EXTERN_C_END	       }
+#else
+#define UPCIE_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define UPCIE_EXTERN_C_BEGIN
+#define UPCIE_EXTERN_C_END
+#endif
+
+/* Host/device qualifier for code shared with CUDA and HIP device code. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define UPCIE_HD __host__ __device__
+#else
+#define UPCIE_HD
+#endif
+
+#define UPCIE_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif /* UPCIE_BASE_COMPILER_H */

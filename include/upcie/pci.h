@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The whole pci/ layer: addresses, sysfs information, config space, drivers, BAR mapping. */
+#ifndef UPCIE_PCI_H
+#define UPCIE_PCI_H
+
+#include <upcie/base/feature.h>
+
+#include <upcie/pci/bdf.h>
+#include <upcie/pci/func.h>
+#include <upcie/pci/config.h>
+#include <upcie/pci/driver.h>
+#include <upcie/pci/bar.h>
+
+#endif /* UPCIE_PCI_H */
