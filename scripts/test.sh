@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The test command: installs what it needs from Debian's archive, then runs every tier that this
+# machine can run and ends with one line "N passed, N failed, N skipped".
+#
+#   scripts/test.sh            everything: hygiene, format, unit (gcc, clang, ASan+UBSan),
+#                              installed-headers consumer, device-code compile checks, guest tests
+#   scripts/test.sh --no-guest everything but the QEMU guest tier
+#
+# Environment: UPCIE_NO_APT=1 skips the package step; UPCIE_TESTBED_CACHE, UPCIE_TESTBED_WORK
+# are passed to the guest test bed (tests/guest/README.md).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+guest=1
+for a in "$@"; do
+	case $a in
+	--no-guest) guest=0 ;;
+	-h | --help)
+		sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "test.sh: unknown argument $a" >&2
+		exit 2
+		;;
+	esac
+done
+
+logdir=$root/build-logs
+mkdir -p "$logdir"
+pass=0
+fail=0
+skip=0
+t_start=$(date +%s)
+
+note() { printf '\n=== %s\n' "$*"; }
+
+# Run a TAP-producing command; count its lines. A non-zero exit without a "not ok" line, or no
+# TAP line at all, counts as one failure (a crash must never pass silently).
+tap() {
+	local label=$1
+	shift
+	local log="$logdir/$(echo "$label" | tr ' /' '__').log" rc p f s
+	"$@" >"$log" 2>&1
+	rc=$?
+	local summary
+	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -1)
+	if [ -n "$summary" ]; then
+		# A runner that aggregates its own TAP (the guest test bed) reports its totals.
+		p=$(echo "$summary" | sed -E 's/^([0-9]+) passed.*/\1/')
+		f=$(echo "$summary" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+		s=$(echo "$summary" | sed -nE 's/.*, ([0-9]+) skipped$/\1/p')
+		s=${s:-0}
+	else
+		p=$(grep -Ec '^ok [0-9]+' "$log" | tr -d ' ')
+		s=$(grep -Ec '^ok [0-9]+.*# (SKIP|skip)' "$log" | tr -d ' ')
+		f=$(grep -Ec '^not ok [0-9]+' "$log" | tr -d ' ')
+		p=$((p - s))
+	fi
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1
+		echo "not ok - $label exited with status $rc without a failing check" >>"$log"
+	fi
+	if [ $((p + f + s)) -eq 0 ]; then
+		f=1
+		echo "not ok - $label produced no test result" >>"$log"
+	fi
+	pass=$((pass + p))
+	fail=$((fail + f))
+	skip=$((skip + s))
+	printf '%-46s %5d passed %3d failed %3d skipped\n' "$label" "$p" "$f" "$s"
+	if [ "$f" -ne 0 ]; then
+		grep -E '^not ok|^#' "$log" | head -40 | sed 's/^/    /'
+		tail -5 "$log" | sed 's/^/    | /'
+	fi
+}
+
+# A single check as one TAP line.
+one() {
+	local desc=$1
+	shift
+	if "$@"; then echo "ok 1 - $desc"; else echo "not ok 1 - $desc"; fi
+}
+
+if [ "${UPCIE_NO_APT:-0}" != 1 ]; then
+	note "packages"
+	scripts/deps.sh || {
+		echo "test.sh: installing packages failed"
+		echo "0 passed, 1 failed"
+		exit 1
+	}
+fi
+
+note "hygiene"
+tap "headers compile alone (C11/C++17)" scripts/check-headers.sh
+tap "clang-format" scripts/check-format.sh
+tap "public names prefixed" scripts/check-names.sh
+
+note "unit tests"
+build_unit() { # dir, compiler, extra meson args...
+	local dir=$1 c=$2
+	shift 2
+	local cxx=g++
+	[ "$c" = clang ] && cxx=clang++
+	rm -rf "$dir"
+	CC=$c CXX=$cxx meson setup "$dir" "$@" >"$logdir/setup-$(basename "$dir").log" 2>&1 &&
+		ninja -C "$dir" >"$logdir/build-$(basename "$dir").log" 2>&1
+}
+run_units() { # dir label
+	local dir=$1 label=$2 t
+	for t in "$dir"/tests/unit/test_*; do
+		[ -x "$t" ] && [ -f "$t" ] || continue
+		tap "$label $(basename "$t")" "$t"
+	done
+}
+for cfg in "gcc build-gcc" "clang build-clang" "gcc build-asan -Db_sanitize=address,undefined -Db_lundef=false"; do
+	set -- $cfg
+	c=$1 dir=$root/$2
+	shift 2
+	if build_unit "$dir" "$c" "$@"; then
+		echo "ok 1 - build $(basename "$dir")" >"$logdir/ok-$(basename "$dir")"
+		tap "build $(basename "$dir")" cat "$logdir/ok-$(basename "$dir")"
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+			run_units "$dir" "$(basename "$dir")"
+	else
+		tap "build $(basename "$dir")" sh -c "tail -30 '$logdir/setup-$(basename "$dir").log' '$logdir/build-$(basename "$dir").log'; exit 1"
+	fi
+done
+
+note "installed headers"
+tap "consumer via pkg-config" scripts/check-consumer.sh "$root/build-gcc"
+
+if [ "$guest" = 1 ]; then
+	note "guest tests (QEMU, TCG)"
+	tap "guest" tests/guest/testbed.sh all
+fi
+
+t_end=$(date +%s)
+printf '\nlogs: %s   time: %ss\n' "$logdir" $((t_end - t_start))
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
