@@ -73,6 +73,14 @@ static inline int upcie_file_read_str(const char *path, char *buf, size_t len)
 	return (int)n;
 }
 
+/* Base for a sysfs number: hex with a 0x prefix, decimal otherwise (never octal). */
+static inline int upcie_num_base_(const char *s)
+{
+	if (*s == '-')
+		s++;
+	return (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) ? 16 : 10;
+}
+
 /* Read an unsigned integer (decimal, or hex with 0x) from `path`. */
 static inline int upcie_file_read_u64(const char *path, uint64_t *val)
 {
@@ -84,7 +92,7 @@ static inline int upcie_file_read_u64(const char *path, uint64_t *val)
 	if (n == 0 || buf[0] == '-' || buf[0] == '+' || buf[0] == ' ')
 		return -EINVAL;
 	errno = 0;
-	*val = strtoull(buf, &end, 0);
+	*val = strtoull(buf, &end, upcie_num_base_(buf));
 	if (errno || *end)
 		return -EINVAL;
 	return 0;
@@ -101,20 +109,23 @@ static inline int upcie_file_read_s64(const char *path, int64_t *val)
 	if (n == 0)
 		return -EINVAL;
 	errno = 0;
-	*val = strtoll(buf, &end, 0);
+	*val = strtoll(buf, &end, upcie_num_base_(buf));
 	if (errno || *end)
 		return -EINVAL;
 	return 0;
 }
 
-/* Write `str` to `path` in one write(2), as sysfs attributes expect. */
+/*
+ * Write `str` to `path` in one write(2), as sysfs attributes expect. O_TRUNC is a no-op on sysfs
+ * and keeps a regular file (a fake tree in tests) holding exactly the value written.
+ */
 static inline int upcie_file_write_str(const char *path, const char *str)
 {
 	size_t len = strlen(str);
 	ssize_t n;
 	int fd, err = 0;
 
-	fd = open(path, O_WRONLY | O_CLOEXEC);
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	n = write(fd, str, len);

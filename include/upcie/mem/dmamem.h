@@ -10,7 +10,9 @@
  * headers; they fill this object and set `release` so upcie_dmamem_destroy() undoes them.
  *
  * A dmamem is immutable after construction and may be translated from any thread; creating and
- * destroying it are the owner's business. The CPU view may be NULL (device memory the CPU cannot
+ * destroying it are the owner's business. It may be moved by value (upcie_dmamem_move()) until
+ * something holds it by address (a heap does): `release` works from `priv` and `fd` only, never
+ * from the struct's own address. upcie_dmamem_destroy() leaves `fd` to `release`, which owns it. The CPU view may be NULL (device memory the CPU cannot
  * touch); everything here works on offsets and never dereferences the memory.
  */
 #ifndef UPCIE_MEM_DMAMEM_H
@@ -120,6 +122,14 @@ static inline void upcie_dmamem_destroy(struct upcie_dmamem *mem)
 		free(mem->lut);
 	memset(mem, 0, sizeof(*mem));
 	mem->fd = -1;
+}
+
+/* Move *src into *dst (which must not hold a live dmamem) and leave *src zeroed. */
+static inline void upcie_dmamem_move(struct upcie_dmamem *dst, struct upcie_dmamem *src)
+{
+	*dst = *src;
+	memset(src, 0, sizeof(*src));
+	src->fd = -1;
 }
 
 /* Device address of `off`, no bounds check: the hot path. */
