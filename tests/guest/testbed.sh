@@ -642,7 +642,8 @@ build_progs() { # -> $WORK/build/bin
 	[ -n "$uapi" ] || warn "no 7.x kernel fetched: programs see only the host's uapi headers"
 	gcc -static -O2 -std=c11 -Wall -Wextra -Werror -o "$bin/tbpat" "$TB_DIR/tools/tbpat.c" ||
 		die "cannot build tools/tbpat.c"
-	for src in "$TB_DIR"/progs/*.c; do
+	# test programs, examples and tools (the README main command runs them in a guest)
+	for src in "$TB_DIR"/progs/*.c "$REPO"/examples/*.c "$REPO"/tools/*.c; do
 		name=$(basename "$src" .c)
 		# optional per-program link flags: a line "// testbed-ldflags: -lpthread"
 		flags=$(sed -n 's|^// *testbed-ldflags: *||p' "$src" | tr '\n' ' ')
