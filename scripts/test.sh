@@ -96,6 +96,8 @@ note "hygiene"
 tap "headers compile alone (C11/C++17)" scripts/check-headers.sh
 tap "clang-format" scripts/check-format.sh
 tap "public names prefixed" scripts/check-names.sh
+tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
+tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
 
 note "unit tests"
 build_unit() { # dir, compiler, extra meson args...
