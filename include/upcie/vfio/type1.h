@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * vfio with the type1 IOMMU backend (VFIO_TYPE1v2_IOMMU): container, groups, devices, regions,
- * DMA mappings. Works on every kernel upcie supports (6.1+).
+ * vfio with the type1 IOMMU backend (VFIO_TYPE1v2_IOMMU): container, groups, devices through a
+ * group, the container's IOVA ranges, DMA mappings. Works on every kernel upcie supports (6.1+).
  *
  * Needs: the function bound to vfio-pci, its IOMMU group viable (every function in the group
  * bound to vfio-pci or unbound), read/write access to /dev/vfio/vfio and /dev/vfio/<group>, and
  * RLIMIT_MEMLOCK covering the memory that gets mapped. Several groups (an NVMe controller and a
  * peer device whose BAR receives its DMA) share one container and so one IOVA space.
- * Does not: choose IOVAs (mem/ does, inside the ranges the IOMMU reports), or handle IRQs.
+ * The container carries an IOVA allocator (vfio/iova.h) over the ranges VFIO_IOMMU_GET_INFO
+ * reports, refreshed whenever a group joins; mem/dmamem_type1.h maps memory through it. Region,
+ * reset and IRQ code works on the device fd and lives in vfio/device.h and vfio/irq.h.
+ * Does not: handle the iommufd/cdev path (vfio/cdev.h, vfio/iommufd.h).
+ *
+ * File descriptors: see vfio/device.h (fd <= 0 in a zeroed struct means "not open").
  */
 #ifndef UPCIE_VFIO_TYPE1_H
 #define UPCIE_VFIO_TYPE1_H
@@ -16,8 +21,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <linux/vfio.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +35,15 @@
 
 #include <upcie/base/log.h>
 #include <upcie/pci/func.h>
+#include <upcie/vfio/device.h>
+#include <upcie/vfio/iova.h>
 
 struct upcie_vfio_container {
 	int fd;	       /* /dev/vfio/vfio, or -1 */
 	int iommu_set; /* VFIO_SET_IOMMU done (after the first group joined) */
+	int ngroups;   /* groups attached; the kernel drops the IOMMU with the last one */
+	/* IOVAs for mappings into this container; ready once the first group joined */
+	struct upcie_vfio_iova_space iovas;
 };
 
 struct upcie_vfio_group {
@@ -40,21 +52,12 @@ struct upcie_vfio_group {
 	struct upcie_vfio_container *container;
 };
 
-struct upcie_vfio_device {
-	int fd; /* device fd, or -1 */
-	struct upcie_pci_bdf bdf;
-	char name[UPCIE_PCI_BDF_STRLEN];
-	uint32_t flags;
-	uint32_t num_regions;
-	uint32_t num_irqs;
-};
-
-struct upcie_vfio_region {
-	void *addr; /* NULL when not mapped */
-	size_t size;
-	uint64_t offset; /* offset of the region in the device fd */
-	uint32_t flags;	 /* VFIO_REGION_INFO_FLAG_* */
-	uint32_t index;
+/* What VFIO_IOMMU_GET_INFO says about a type1 container. */
+struct upcie_vfio_type1_info {
+	uint64_t pgsizes;   /* bitmap of IOMMU page sizes */
+	uint32_t dma_avail; /* mappings the container may still create; UINT32_MAX: not reported */
+	bool have_ranges;   /* the IOVA-range capability was present */
+	struct upcie_vfio_iova_ranges ranges;
 };
 
 /* Open the container and check the API version and type1v2 support. */
@@ -62,11 +65,13 @@ static inline int upcie_vfio_container_open(struct upcie_vfio_container *c)
 {
 	int fd, ver;
 
+	if (!c)
+		return UPCIE_FAIL(-EINVAL, "vfio: NULL container");
+	memset(c, 0, sizeof(*c));
 	c->fd = -1;
-	c->iommu_set = 0;
-	fd = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
+	fd = upcie_vfio_fd_not_zero_(open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC));
 	if (fd < 0) {
-		int err = -errno;
+		int err = upcie_neg_errno();
 
 		return UPCIE_FAIL(err, "vfio: open /dev/vfio/vfio: %s (modprobe vfio-pci)",
 				  strerror(-err));
@@ -85,21 +90,195 @@ static inline int upcie_vfio_container_open(struct upcie_vfio_container *c)
 	return 0;
 }
 
+/* Close the container (the kernel drops its mappings). Zeroed or closed: no-op. */
 static inline void upcie_vfio_container_close(struct upcie_vfio_container *c)
 {
-	if (c && c->fd > 0)
+	if (!c)
+		return;
+	if (c->fd > 0)
 		close(c->fd);
-	if (c) {
-		c->fd = -1;
-		c->iommu_set = 0;
+	upcie_vfio_iova_space_fini(&c->iovas);
+	c->fd = -1;
+	c->iommu_set = 0;
+	c->ngroups = 0;
+}
+
+static inline int upcie_vfio_container_check_(const struct upcie_vfio_container *c,
+					      const char *what)
+{
+	if (!c || c->fd <= 0)
+		return UPCIE_FAIL(-EINVAL, "vfio: %s: container not open", what);
+	if (!c->iommu_set)
+		return UPCIE_FAIL(-EINVAL, "vfio: %s: no group attached to the container yet",
+				  what);
+	return 0;
+}
+
+/*
+ * Parse a VFIO_IOMMU_GET_INFO answer of `len` bytes: page sizes, the IOVA-range capability and
+ * the DMA-mapping budget. A capability chain must lie inside the buffer with strictly increasing
+ * offsets (the kernel appends capabilities, so a chain that goes back is a loop); anything else
+ * is -EPROTO. More ranges than UPCIE_VFIO_IOVA_RANGES_MAX is -E2BIG.
+ */
+static inline int upcie_vfio_type1_info_parse(const void *buf, size_t len,
+					      struct upcie_vfio_type1_info *out)
+{
+	struct vfio_iommu_type1_info info;
+	const unsigned char *p = (const unsigned char *)buf;
+	bool seen_avail = false;
+	uint32_t off;
+
+	if (!buf || !out)
+		return UPCIE_FAIL(-EINVAL, "vfio: type1 info: NULL argument");
+	memset(out, 0, sizeof(*out));
+	out->dma_avail = UINT32_MAX;
+	if (len < sizeof(info))
+		return UPCIE_FAIL(-EPROTO, "vfio: type1 info: %zu bytes, want at least %zu", len,
+				  sizeof(info));
+	memcpy(&info, p, sizeof(info));
+	if (info.flags & VFIO_IOMMU_INFO_PGSIZES)
+		out->pgsizes = info.iova_pgsizes;
+	if (out->pgsizes)
+		out->ranges.align = out->pgsizes & (~out->pgsizes + 1); /* lowest set bit */
+	if (!(info.flags & VFIO_IOMMU_INFO_CAPS) || !info.cap_offset)
+		return 0;
+	for (off = info.cap_offset; off;) {
+		struct vfio_info_cap_header hdr;
+
+		if (off < sizeof(info) || off > len || len - off < sizeof(hdr))
+			return UPCIE_FAIL(-EPROTO,
+					  "vfio: type1 info: capability at offset %u outside the "
+					  "%zu-byte answer",
+					  off, len);
+		memcpy(&hdr, p + off, sizeof(hdr));
+		if (hdr.next && hdr.next <= off)
+			return UPCIE_FAIL(-EPROTO,
+					  "vfio: type1 info: capability chain goes back from %u to "
+					  "%u (a loop)",
+					  off, hdr.next);
+		if (hdr.id == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE) {
+			struct vfio_iommu_type1_info_cap_iova_range cap;
+			size_t end = hdr.next ? hdr.next : len, need;
+
+			if (end > len)
+				end = len;
+			if (out->have_ranges)
+				return UPCIE_FAIL(-EPROTO,
+						  "vfio: type1 info: two IOVA-range capabilities");
+			if (end - off < sizeof(cap))
+				return UPCIE_FAIL(
+				    -EPROTO, "vfio: type1 info: truncated IOVA-range capability");
+			memcpy(&cap, p + off, sizeof(cap));
+			need = sizeof(cap) + (size_t)cap.nr_iovas * sizeof(struct vfio_iova_range);
+			if (cap.nr_iovas > (end - off) / sizeof(struct vfio_iova_range) ||
+			    need > end - off)
+				return UPCIE_FAIL(
+				    -EPROTO,
+				    "vfio: type1 info: %u IOVA ranges do not fit in the "
+				    "capability at offset %u",
+				    cap.nr_iovas, off);
+			if (cap.nr_iovas > UPCIE_VFIO_IOVA_RANGES_MAX)
+				return UPCIE_FAIL(-E2BIG,
+						  "vfio: type1 info: %u IOVA ranges, at most %d "
+						  "supported",
+						  cap.nr_iovas, UPCIE_VFIO_IOVA_RANGES_MAX);
+			for (uint32_t i = 0; i < cap.nr_iovas; i++) {
+				struct vfio_iova_range r;
+
+				memcpy(&r, p + off + sizeof(cap) + i * sizeof(r), sizeof(r));
+				out->ranges.r[i].start = r.start;
+				out->ranges.r[i].last = r.end;
+			}
+			out->ranges.n = cap.nr_iovas;
+			if (upcie_vfio_iova_ranges_check(&out->ranges))
+				return UPCIE_FAIL(-EPROTO,
+						  "vfio: type1 info: malformed IOVA ranges");
+			out->have_ranges = true;
+		} else if (hdr.id == VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL) {
+			struct vfio_iommu_type1_info_dma_avail cap;
+
+			if (seen_avail || len - off < sizeof(cap) ||
+			    (hdr.next && hdr.next - off < sizeof(cap)))
+				return UPCIE_FAIL(-EPROTO,
+						  "vfio: type1 info: bad DMA-available capability");
+			memcpy(&cap, p + off, sizeof(cap));
+			out->dma_avail = cap.avail;
+			seen_avail = true;
+		}
+		off = hdr.next;
 	}
+	return 0;
+}
+
+/*
+ * VFIO_IOMMU_GET_INFO of the container (a group must have joined): page sizes, IOVA ranges, DMA
+ * mapping budget. Returns 0, -EINVAL, -ENOMEM, -EPROTO for a malformed answer, or the ioctl's
+ * error.
+ */
+static inline int upcie_vfio_container_info(const struct upcie_vfio_container *c,
+					    struct upcie_vfio_type1_info *out)
+{
+	struct vfio_iommu_type1_info head;
+	unsigned char *buf;
+	size_t len;
+	int err;
+
+	if (!out)
+		return UPCIE_FAIL(-EINVAL, "vfio: container info: NULL output");
+	err = upcie_vfio_container_check_(c, "container info");
+	if (err)
+		return err;
+	memset(&head, 0, sizeof(head));
+	head.argsz = sizeof(head);
+	if (ioctl(c->fd, VFIO_IOMMU_GET_INFO, &head)) {
+		err = upcie_neg_errno();
+		return UPCIE_FAIL(err, "vfio: VFIO_IOMMU_GET_INFO: %s", strerror(-err));
+	}
+	len = head.argsz > sizeof(head) ? head.argsz : sizeof(head);
+	/* The capability chain only comes back when argsz covers it: ask again with room. */
+	buf = (unsigned char *)calloc(1, len);
+	if (!buf)
+		return UPCIE_FAIL(-ENOMEM, "vfio: out of memory for %zu bytes of IOMMU info", len);
+	((struct vfio_iommu_type1_info *)(void *)buf)->argsz = (uint32_t)len;
+	if (len > sizeof(head) && ioctl(c->fd, VFIO_IOMMU_GET_INFO, buf)) {
+		err = upcie_neg_errno();
+		free(buf);
+		return UPCIE_FAIL(err, "vfio: VFIO_IOMMU_GET_INFO (%zu bytes): %s", len,
+				  strerror(-err));
+	}
+	if (len == sizeof(head))
+		memcpy(buf, &head, sizeof(head));
+	err = upcie_vfio_type1_info_parse(buf, len, out);
+	free(buf);
+	return err;
+}
+
+/* Ranges to allocate from: the reported ones, or 4 KiB pages up to 39 bits when none were. */
+static inline int upcie_vfio_container_iova_refresh_(struct upcie_vfio_container *c)
+{
+	struct upcie_vfio_type1_info info;
+	int err = upcie_vfio_container_info(c, &info);
+
+	if (err)
+		return err;
+	if (!info.have_ranges) {
+		UPCIE_WARN("vfio: the kernel reports no IOVA ranges; assuming [0x%" PRIx64
+			   ", 0x%" PRIx64 "]",
+			   UPCIE_VFIO_IOVA_LOW_LIMIT, UPCIE_VFIO_IOVA_DEFAULT_LAST);
+		info.ranges.n = 0;
+		upcie_vfio_iova_ranges_add(&info.ranges, 0, UPCIE_VFIO_IOVA_DEFAULT_LAST);
+	}
+	if (c->iovas.ready)
+		return upcie_vfio_iova_space_update(&c->iovas, &info.ranges);
+	return upcie_vfio_iova_space_init(&c->iovas, &info.ranges);
 }
 
 /*
  * Open IOMMU group `id`, check that it is viable and attach it to the container; the first group
- * attached also selects the type1v2 backend. -ENOENT: no such group; -EBUSY: not viable (some
- * function of the group is still under a kernel driver); -EPERM from VFIO_SET_IOMMU usually means
- * interrupt remapping is missing (QEMU: intel-iommu,intremap=on).
+ * attached also selects the type1v2 backend. The container's IOVA allocator then follows the
+ * ranges the kernel reports for all its groups. -ENOENT: no such group; -EBUSY: not viable (some
+ * function of the group is still under a kernel driver); -EPERM from VFIO_SET_IOMMU usually
+ * means interrupt remapping is missing (QEMU: intel-iommu,intremap=on).
  */
 static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie_vfio_container *c,
 					int id)
@@ -108,15 +287,17 @@ static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie
 	char path[64];
 	int fd, err;
 
+	if (!g)
+		return UPCIE_FAIL(-EINVAL, "vfio: NULL group");
 	g->fd = -1;
 	g->id = id;
 	g->container = NULL;
-	if (!c || c->fd < 0 || id < 0)
+	if (!c || c->fd <= 0 || id < 0)
 		return UPCIE_FAIL(-EINVAL, "vfio: group %d: invalid container or group id", id);
 	snprintf(path, sizeof(path), "/dev/vfio/%d", id);
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	fd = upcie_vfio_fd_not_zero_(open(path, O_RDWR | O_CLOEXEC));
 	if (fd < 0) {
-		err = -errno;
+		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "vfio: open %s: %s%s", path, strerror(-err),
 				  err == -ENOENT ? " (is the function bound to vfio-pci?)" : "");
 	}
@@ -146,24 +327,45 @@ static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie
 				  err == -EPERM
 				      ? " (no interrupt remapping? allow_unsafe_interrupts)"
 				      : "");
-			ioctl(fd, VFIO_GROUP_UNSET_CONTAINER);
-			goto fail;
+			goto fail_unset;
 		}
 		c->iommu_set = 1;
 	}
+	err = upcie_vfio_container_iova_refresh_(c);
+	if (err) {
+		UPCIE_ERR("vfio: group %d: cannot take the container's IOVA ranges", id);
+		goto fail_unset;
+	}
 	g->fd = fd;
 	g->container = c;
+	c->ngroups++;
 	return 0;
+fail_unset:
+	ioctl(fd, VFIO_GROUP_UNSET_CONTAINER);
+	if (!c->ngroups) {
+		/* that was the only group: the kernel released the container's IOMMU */
+		c->iommu_set = 0;
+		upcie_vfio_iova_space_fini(&c->iovas);
+	}
 fail:
 	close(fd);
 	return err;
 }
 
+/*
+ * Detach the group from its container and close it. When the last group leaves, the kernel
+ * releases the container's IOMMU and with it every mapping; the container's IOVA allocator is
+ * reset too, and the next group to join selects the IOMMU again. Zeroed or closed: no-op.
+ */
 static inline void upcie_vfio_group_close(struct upcie_vfio_group *g)
 {
 	if (g && g->fd > 0) {
 		ioctl(g->fd, VFIO_GROUP_UNSET_CONTAINER);
 		close(g->fd);
+		if (g->container && g->container->ngroups > 0 && --g->container->ngroups == 0) {
+			g->container->iommu_set = 0;
+			upcie_vfio_iova_space_fini(&g->container->iovas);
+		}
 	}
 	if (g) {
 		g->fd = -1;
@@ -175,8 +377,11 @@ static inline void upcie_vfio_group_close(struct upcie_vfio_group *g)
 static inline int upcie_vfio_group_id(const struct upcie_pci_bdf *bdf)
 {
 	struct upcie_pci_func fn;
-	int err = upcie_pci_func_read(bdf, &fn);
+	int err;
 
+	if (!bdf)
+		return UPCIE_FAIL(-EINVAL, "vfio: group id: NULL address");
+	err = upcie_pci_func_read(bdf, &fn);
 	if (err)
 		return err;
 	if (fn.iommu_group < 0)
@@ -188,130 +393,28 @@ static inline int upcie_vfio_group_id(const struct upcie_pci_bdf *bdf)
 static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct upcie_vfio_group *g,
 					 const struct upcie_pci_bdf *bdf)
 {
-	struct vfio_device_info info;
 	int fd, err;
 
+	if (!dev || !bdf)
+		return UPCIE_FAIL(-EINVAL, "vfio: device open: NULL argument");
 	memset(dev, 0, sizeof(*dev));
 	dev->fd = -1;
 	dev->bdf = *bdf;
 	upcie_pci_bdf_format(bdf, dev->name, sizeof(dev->name));
-	if (!g || g->fd < 0)
+	if (!g || g->fd <= 0)
 		return UPCIE_FAIL(-EINVAL, "vfio: %s: group not open", dev->name);
-	fd = ioctl(g->fd, VFIO_GROUP_GET_DEVICE_FD, dev->name);
+	fd = upcie_vfio_fd_not_zero_(ioctl(g->fd, VFIO_GROUP_GET_DEVICE_FD, dev->name));
 	if (fd < 0) {
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "vfio: %s: GET_DEVICE_FD: %s", dev->name, strerror(-err));
 	}
-	memset(&info, 0, sizeof(info));
-	info.argsz = sizeof(info);
-	if (ioctl(fd, VFIO_DEVICE_GET_INFO, &info)) {
-		err = upcie_neg_errno();
-		close(fd);
-		return UPCIE_FAIL(err, "vfio: %s: GET_INFO: %s", dev->name, strerror(-err));
-	}
-	if (!(info.flags & VFIO_DEVICE_FLAGS_PCI)) {
-		close(fd);
-		return UPCIE_FAIL(-ENODEV, "vfio: %s is not a PCI device", dev->name);
-	}
 	dev->fd = fd;
-	dev->flags = info.flags;
-	dev->num_regions = info.num_regions;
-	dev->num_irqs = info.num_irqs;
-	return 0;
-}
-
-static inline void upcie_vfio_device_close(struct upcie_vfio_device *dev)
-{
-	if (dev && dev->fd > 0)
-		close(dev->fd);
-	if (dev)
+	err = upcie_vfio_device_info_(dev);
+	if (err) {
+		close(fd);
 		dev->fd = -1;
-}
-
-/* Region info of region `index` (VFIO_PCI_BAR0_REGION_INDEX.., VFIO_PCI_CONFIG_REGION_INDEX). */
-static inline int upcie_vfio_region_info(const struct upcie_vfio_device *dev, uint32_t index,
-					 struct vfio_region_info *info)
-{
-	memset(info, 0, sizeof(*info));
-	info->argsz = sizeof(*info);
-	info->index = index;
-	if (index >= dev->num_regions)
-		return UPCIE_FAIL(-EINVAL, "vfio: %s: region %u out of range (%u regions)",
-				  dev->name, index, dev->num_regions);
-	if (ioctl(dev->fd, VFIO_DEVICE_GET_REGION_INFO, info)) {
-		int err = upcie_neg_errno();
-
-		return UPCIE_FAIL(err, "vfio: %s: region %u info: %s", dev->name, index,
-				  strerror(-err));
 	}
-	return 0;
-}
-
-/*
- * mmap region `index` (a BAR) whole. -ENOENT: region not implemented (size 0); -EOPNOTSUPP: the
- * region cannot be mmapped (access it with pread/pwrite on the device fd instead).
- */
-static inline int upcie_vfio_region_map(const struct upcie_vfio_device *dev, uint32_t index,
-					struct upcie_vfio_region *r)
-{
-	struct vfio_region_info info;
-	void *addr;
-	int err;
-
-	memset(r, 0, sizeof(*r));
-	err = upcie_vfio_region_info(dev, index, &info);
-	if (err)
-		return err;
-	if (!info.size)
-		return UPCIE_FAIL(-ENOENT, "vfio: %s: region %u is not implemented", dev->name,
-				  index);
-	if (!(info.flags & VFIO_REGION_INFO_FLAG_MMAP))
-		return UPCIE_FAIL(-EOPNOTSUPP, "vfio: %s: region %u cannot be mmapped", dev->name,
-				  index);
-	addr = mmap(NULL, info.size,
-		    ((info.flags & VFIO_REGION_INFO_FLAG_READ) ? PROT_READ : 0) |
-			((info.flags & VFIO_REGION_INFO_FLAG_WRITE) ? PROT_WRITE : 0),
-		    MAP_SHARED, dev->fd, (off_t)info.offset);
-	if (addr == MAP_FAILED) {
-		err = -errno;
-		return UPCIE_FAIL(err, "vfio: %s: mmap region %u: %s", dev->name, index,
-				  strerror(-err));
-	}
-	r->addr = addr;
-	r->size = info.size;
-	r->offset = info.offset;
-	r->flags = info.flags;
-	r->index = index;
-	return 0;
-}
-
-static inline void upcie_vfio_region_unmap(struct upcie_vfio_region *r)
-{
-	if (r && r->addr)
-		munmap(r->addr, r->size);
-	if (r)
-		memset(r, 0, sizeof(*r));
-}
-
-/* pread/pwrite a region (works for regions that cannot be mmapped, e.g. config space). */
-static inline int upcie_vfio_region_rw(const struct upcie_vfio_device *dev, uint32_t index,
-				       uint64_t off, void *buf, size_t len, int write)
-{
-	struct vfio_region_info info;
-	ssize_t n;
-	int err = upcie_vfio_region_info(dev, index, &info);
-
-	if (err)
-		return err;
-	if (off > info.size || len > info.size - off)
-		return UPCIE_FAIL(-EINVAL, "vfio: %s: region %u access [0x%llx, +%zu) out of range",
-				  dev->name, index, (unsigned long long)off, len);
-	n = write ? pwrite(dev->fd, buf, len, (off_t)(info.offset + off))
-		  : pread(dev->fd, buf, len, (off_t)(info.offset + off));
-	if (n < 0)
-		return UPCIE_FAIL(-errno, "vfio: %s: region %u %s: %s", dev->name, index,
-				  write ? "write" : "read", strerror(errno));
-	return (size_t)n == len ? 0 : -EIO;
+	return err;
 }
 
 /* Map [vaddr, vaddr+size) at iova in the container's IOMMU domain, readable and writable. */
@@ -319,7 +422,12 @@ static inline int upcie_vfio_dma_map(struct upcie_vfio_container *c, void *vaddr
 				     uint64_t iova)
 {
 	struct vfio_iommu_type1_dma_map map;
+	int err = upcie_vfio_container_check_(c, "MAP_DMA");
 
+	if (err)
+		return err;
+	if (!vaddr || !size)
+		return UPCIE_FAIL(-EINVAL, "vfio: MAP_DMA of an empty range");
 	memset(&map, 0, sizeof(map));
 	map.argsz = sizeof(map);
 	map.flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE;
@@ -327,8 +435,7 @@ static inline int upcie_vfio_dma_map(struct upcie_vfio_container *c, void *vaddr
 	map.size = size;
 	map.iova = iova;
 	if (ioctl(c->fd, VFIO_IOMMU_MAP_DMA, &map)) {
-		int err = upcie_neg_errno();
-
+		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "vfio: MAP_DMA iova=0x%llx size=0x%llx: %s%s",
 				  (unsigned long long)iova, (unsigned long long)size,
 				  strerror(-err),
@@ -340,14 +447,18 @@ static inline int upcie_vfio_dma_map(struct upcie_vfio_container *c, void *vaddr
 static inline int upcie_vfio_dma_unmap(struct upcie_vfio_container *c, uint64_t size, uint64_t iova)
 {
 	struct vfio_iommu_type1_dma_unmap unmap;
+	int err = upcie_vfio_container_check_(c, "UNMAP_DMA");
 
+	if (err)
+		return err;
+	if (!size)
+		return UPCIE_FAIL(-EINVAL, "vfio: UNMAP_DMA of an empty range");
 	memset(&unmap, 0, sizeof(unmap));
 	unmap.argsz = sizeof(unmap);
 	unmap.size = size;
 	unmap.iova = iova;
 	if (ioctl(c->fd, VFIO_IOMMU_UNMAP_DMA, &unmap)) {
-		int err = upcie_neg_errno();
-
+		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "vfio: UNMAP_DMA iova=0x%llx: %s", (unsigned long long)iova,
 				  strerror(-err));
 	}

@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * IOVA ranges and an IOVA allocator for IOMMU domains where user space picks the addresses
+ * (vfio type1; iommufd with fixed IOVAs).
+ *
+ * The kernel reports which IOVAs a domain may use (type1: the IOVA-range capability of
+ * VFIO_IOMMU_GET_INFO; iommufd: IOMMU_IOAS_IOVA_RANGES); the holes are reserved regions such as
+ * the x86 MSI window at 0xfee00000 and firmware (RMRR) ranges. The allocator hands out IOVAs
+ * inside those ranges only, preferring addresses at or above 4 GiB and falling back to lower
+ * ones, never the MSI window (also where the kernel forgot to report it) and never the first
+ * MiB: a DMA to a zero or tiny address is what an uninitialised descriptor does, and it should
+ * fault rather than land in a buffer. IOVAs are never derived from physical addresses.
+ *
+ * Thread safety: allocation and free take the space's mutex, so dmamem release callbacks may run
+ * on any thread; init/update/fini are the owner's. Needs nothing from the kernel itself.
+ */
+#ifndef UPCIE_VFIO_IOVA_H
+#define UPCIE_VFIO_IOVA_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <upcie/base/bits.h>
+#include <upcie/base/log.h>
+
+#define UPCIE_VFIO_IOVA_RANGES_MAX 64
+/* x86 interrupt address window: DMA writes here are MSIs, never memory. */
+#define UPCIE_VFIO_IOVA_MSI_START UINT64_C(0xfee00000)
+#define UPCIE_VFIO_IOVA_MSI_LAST  UINT64_C(0xfeefffff)
+/* Nothing below this is handed out (see above). */
+#define UPCIE_VFIO_IOVA_LOW_LIMIT (UINT64_C(1) << 20)
+/* Allocations start here when the domain allows it. */
+#define UPCIE_VFIO_IOVA_HIGH_START (UINT64_C(1) << 32)
+/* Range assumed when the kernel reports none: 39 bits, which every VT-d and AMD-Vi table maps. */
+#define UPCIE_VFIO_IOVA_DEFAULT_LAST ((UINT64_C(1) << 39) - 1)
+/* Largest natural alignment chosen for align 0 (a 1 GiB IOMMU page). */
+#define UPCIE_VFIO_IOVA_MAX_NATURAL_ALIGN (UINT64_C(1) << 30)
+
+/* Inclusive: `last` is the last usable byte, as the kernel reports it. */
+struct upcie_vfio_iova_range {
+	uint64_t start;
+	uint64_t last;
+};
+
+struct upcie_vfio_iova_ranges {
+	uint32_t n;
+	uint64_t align; /* smallest IOMMU page size in bytes; 0: unknown (4 KiB assumed) */
+	struct upcie_vfio_iova_range r[UPCIE_VFIO_IOVA_RANGES_MAX];
+};
+
+struct upcie_vfio_iova_space {
+	struct upcie_vfio_iova_ranges avail; /* allowed ranges minus the MSI window and low MiB */
+	struct upcie_vfio_iova_range *used;  /* allocations, sorted by start */
+	size_t nused, cap;
+	uint64_t pgsize; /* every allocation is aligned to and a multiple of this */
+	pthread_mutex_t lock;
+	bool ready;
+};
+
+/*
+ * Check a range list: start <= last, sorted, not overlapping, align 0 or a power of two.
+ * Returns 0 or -EINVAL (with a message naming the bad entry).
+ */
+static inline int upcie_vfio_iova_ranges_check(const struct upcie_vfio_iova_ranges *rs)
+{
+	if (!rs)
+		return UPCIE_FAIL(-EINVAL, "iova: NULL range list");
+	if (rs->n > UPCIE_VFIO_IOVA_RANGES_MAX)
+		return UPCIE_FAIL(-EINVAL, "iova: %u ranges, at most %d", rs->n,
+				  UPCIE_VFIO_IOVA_RANGES_MAX);
+	if (rs->align && !upcie_is_pow2(rs->align))
+		return UPCIE_FAIL(-EINVAL, "iova: alignment 0x%" PRIx64 " is not a power of two",
+				  rs->align);
+	for (uint32_t i = 0; i < rs->n; i++) {
+		if (rs->r[i].start > rs->r[i].last)
+			return UPCIE_FAIL(
+			    -EINVAL, "iova: range %u [0x%" PRIx64 ", 0x%" PRIx64 "] is reversed", i,
+			    rs->r[i].start, rs->r[i].last);
+		if (i && rs->r[i].start <= rs->r[i - 1].last)
+			return UPCIE_FAIL(-EINVAL,
+					  "iova: range %u starts at 0x%" PRIx64
+					  ", not after range %u (last 0x%" PRIx64 ")",
+					  i, rs->r[i].start, i - 1, rs->r[i - 1].last);
+	}
+	return 0;
+}
+
+/* Append [start, last] (must follow the current last range). -E2BIG when the list is full. */
+static inline int upcie_vfio_iova_ranges_add(struct upcie_vfio_iova_ranges *rs, uint64_t start,
+					     uint64_t last)
+{
+	if (!rs || start > last || (rs->n && start <= rs->r[rs->n - 1].last))
+		return UPCIE_FAIL(-EINVAL, "iova: cannot append [0x%" PRIx64 ", 0x%" PRIx64 "]",
+				  start, last);
+	if (rs->n >= UPCIE_VFIO_IOVA_RANGES_MAX)
+		return UPCIE_FAIL(-E2BIG, "iova: more than %d IOVA ranges",
+				  UPCIE_VFIO_IOVA_RANGES_MAX);
+	rs->r[rs->n].start = start;
+	rs->r[rs->n].last = last;
+	rs->n++;
+	return 0;
+}
+
+/* Remove [start, last] from the list, splitting a range where needed. -E2BIG when full. */
+static inline int upcie_vfio_iova_ranges_exclude(struct upcie_vfio_iova_ranges *rs, uint64_t start,
+						 uint64_t last)
+{
+	struct upcie_vfio_iova_ranges out;
+
+	if (!rs || start > last || rs->n > UPCIE_VFIO_IOVA_RANGES_MAX)
+		return UPCIE_FAIL(-EINVAL, "iova: bad exclusion [0x%" PRIx64 ", 0x%" PRIx64 "]",
+				  start, last);
+	memset(&out, 0, sizeof(out));
+	out.align = rs->align;
+	for (uint32_t i = 0; i < rs->n; i++) {
+		const struct upcie_vfio_iova_range *r = &rs->r[i];
+		int err = 0;
+
+		if (r->last < start || r->start > last) {
+			err = upcie_vfio_iova_ranges_add(&out, r->start, r->last);
+		} else {
+			if (r->start < start)
+				err = upcie_vfio_iova_ranges_add(&out, r->start, start - 1);
+			if (!err && r->last > last)
+				err = upcie_vfio_iova_ranges_add(&out, last + 1, r->last);
+		}
+		if (err)
+			return err;
+	}
+	*rs = out;
+	return 0;
+}
+
+/* Copy of `in` with the MSI window and the low MiB removed, validated. */
+static inline int upcie_vfio_iova_space_prepare_(const struct upcie_vfio_iova_ranges *in,
+						 struct upcie_vfio_iova_ranges *out)
+{
+	int err = upcie_vfio_iova_ranges_check(in);
+
+	if (err)
+		return err;
+	*out = *in;
+	err = upcie_vfio_iova_ranges_exclude(out, 0, UPCIE_VFIO_IOVA_LOW_LIMIT - 1);
+	if (!err)
+		err = upcie_vfio_iova_ranges_exclude(out, UPCIE_VFIO_IOVA_MSI_START,
+						     UPCIE_VFIO_IOVA_MSI_LAST);
+	return err;
+}
+
+/*
+ * Set up an allocator over `ranges` (copied). The page size is ranges->align (4 KiB when 0).
+ * Returns 0, -EINVAL for a malformed list, -E2BIG when carving out the reserved windows needs
+ * more than UPCIE_VFIO_IOVA_RANGES_MAX ranges.
+ */
+static inline int upcie_vfio_iova_space_init(struct upcie_vfio_iova_space *s,
+					     const struct upcie_vfio_iova_ranges *ranges)
+{
+	int err;
+
+	if (!s)
+		return UPCIE_FAIL(-EINVAL, "iova: NULL space");
+	memset(s, 0, sizeof(*s));
+	err = upcie_vfio_iova_space_prepare_(ranges, &s->avail);
+	if (err) {
+		memset(s, 0, sizeof(*s));
+		return err;
+	}
+	s->pgsize = ranges->align ? ranges->align : 4096;
+	if (s->pgsize < 4096)
+		s->pgsize = 4096;
+	pthread_mutex_init(&s->lock, NULL);
+	s->ready = true;
+	return 0;
+}
+
+/* Free the allocator's bookkeeping (not the IOMMU mappings). Zeroed: no-op. */
+static inline void upcie_vfio_iova_space_fini(struct upcie_vfio_iova_space *s)
+{
+	if (!s || !s->ready)
+		return;
+	free(s->used);
+	pthread_mutex_destroy(&s->lock);
+	memset(s, 0, sizeof(*s));
+}
+
+static inline bool upcie_vfio_iova_inside_(const struct upcie_vfio_iova_ranges *rs, uint64_t start,
+					   uint64_t last)
+{
+	for (uint32_t i = 0; i < rs->n; i++)
+		if (start >= rs->r[i].start && last <= rs->r[i].last)
+			return true;
+	return false;
+}
+
+/*
+ * Replace the allowed ranges (the domain changed, e.g. another group joined the container and
+ * brought reserved regions of its own). Current allocations stay; -EBUSY when one of them is
+ * outside the new ranges (nothing changes then).
+ */
+static inline int upcie_vfio_iova_space_update(struct upcie_vfio_iova_space *s,
+					       const struct upcie_vfio_iova_ranges *ranges)
+{
+	struct upcie_vfio_iova_ranges nr;
+	int err;
+
+	if (!s || !s->ready)
+		return UPCIE_FAIL(-EINVAL, "iova: space not initialised");
+	err = upcie_vfio_iova_space_prepare_(ranges, &nr);
+	if (err)
+		return err;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nused; i++) {
+		if (!upcie_vfio_iova_inside_(&nr, s->used[i].start, s->used[i].last)) {
+			pthread_mutex_unlock(&s->lock);
+			return UPCIE_FAIL(-EBUSY,
+					  "iova: allocation [0x%" PRIx64 ", 0x%" PRIx64
+					  "] is outside the domain's new IOVA ranges",
+					  s->used[i].start, s->used[i].last);
+		}
+	}
+	s->avail = nr;
+	if (ranges->align > s->pgsize)
+		s->pgsize = ranges->align;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* First aligned fit of `size` bytes in [lo, hi] that avoids every allocation; false if none. */
+static inline bool upcie_vfio_iova_fit_(const struct upcie_vfio_iova_space *s, uint64_t lo,
+					uint64_t hi, uint64_t size, uint64_t align, uint64_t *out)
+{
+	uint64_t cand, last;
+	size_t i = 0;
+
+	if (lo > UINT64_MAX - (align - 1))
+		return false;
+	cand = upcie_align_up(lo, align);
+	while (true) {
+		if (cand < lo || upcie_add_overflow(cand, size - 1, &last) || last > hi)
+			return false;
+		/* allocations are sorted and disjoint: skip those entirely below cand */
+		while (i < s->nused && s->used[i].last < cand)
+			i++;
+		if (i == s->nused || s->used[i].start > last) {
+			*out = cand;
+			return true;
+		}
+		if (s->used[i].last > UINT64_MAX - align)
+			return false;
+		cand = upcie_align_up(s->used[i].last + 1, align);
+	}
+}
+
+static inline int upcie_vfio_iova_insert_(struct upcie_vfio_iova_space *s, uint64_t start,
+					  uint64_t last)
+{
+	size_t pos = 0;
+
+	if (s->nused == s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 16;
+		struct upcie_vfio_iova_range *nu =
+		    (struct upcie_vfio_iova_range *)realloc(s->used, ncap * sizeof(*nu));
+
+		if (!nu)
+			return -ENOMEM;
+		s->used = nu;
+		s->cap = ncap;
+	}
+	while (pos < s->nused && s->used[pos].start < start)
+		pos++;
+	memmove(&s->used[pos + 1], &s->used[pos], (s->nused - pos) * sizeof(*s->used));
+	s->used[pos].start = start;
+	s->used[pos].last = last;
+	s->nused++;
+	return 0;
+}
+
+/*
+ * Reserve `size` bytes of IOVA (rounded up to the page size) aligned to `align` (a power of two;
+ * 0: the size's natural alignment up to 1 GiB, so the IOMMU can use large pages; never below the
+ * page size). Returns 0 with *iova set; -EINVAL for bad arguments; -ENOSPC when no allowed range
+ * has room; -ENOMEM.
+ */
+static inline int upcie_vfio_iova_alloc(struct upcie_vfio_iova_space *s, uint64_t size,
+					uint64_t align, uint64_t *iova)
+{
+	uint64_t sz, a, found = 0;
+	bool ok = false;
+	int err;
+
+	if (!s || !s->ready || !iova)
+		return UPCIE_FAIL(-EINVAL, "iova: alloc from an uninitialised space");
+	if (!size || size > UINT64_MAX - s->pgsize)
+		return UPCIE_FAIL(-EINVAL, "iova: bad size 0x%" PRIx64, size);
+	if (align && !upcie_is_pow2(align))
+		return UPCIE_FAIL(-EINVAL, "iova: alignment 0x%" PRIx64 " is not a power of two",
+				  align);
+	sz = upcie_align_up(size, s->pgsize);
+	a = align;
+	if (!a) {
+		a = UINT64_C(1) << upcie_log2(sz);
+		if (a > UPCIE_VFIO_IOVA_MAX_NATURAL_ALIGN)
+			a = UPCIE_VFIO_IOVA_MAX_NATURAL_ALIGN;
+	}
+	if (a < s->pgsize)
+		a = s->pgsize;
+
+	pthread_mutex_lock(&s->lock);
+	/* pass 0: at or above 4 GiB; pass 1: anywhere allowed */
+	for (int pass = 0; pass < 2 && !ok; pass++) {
+		for (uint32_t i = 0; i < s->avail.n && !ok; i++) {
+			uint64_t lo = s->avail.r[i].start, hi = s->avail.r[i].last;
+
+			if (pass == 0) {
+				if (hi < UPCIE_VFIO_IOVA_HIGH_START)
+					continue;
+				if (lo < UPCIE_VFIO_IOVA_HIGH_START)
+					lo = UPCIE_VFIO_IOVA_HIGH_START;
+			}
+			ok = upcie_vfio_iova_fit_(s, lo, hi, sz, a, &found);
+		}
+	}
+	if (!ok) {
+		pthread_mutex_unlock(&s->lock);
+		return UPCIE_FAIL(-ENOSPC,
+				  "iova: no room for 0x%" PRIx64 " bytes aligned to 0x%" PRIx64
+				  " in the domain's IOVA ranges (%zu allocations)",
+				  sz, a, s->nused);
+	}
+	err = upcie_vfio_iova_insert_(s, found, found + sz - 1);
+	pthread_mutex_unlock(&s->lock);
+	if (err)
+		return UPCIE_FAIL(err, "iova: out of memory for allocator bookkeeping");
+	*iova = found;
+	return 0;
+}
+
+/*
+ * Return an allocation made by upcie_vfio_iova_alloc() with the same size. -ENOENT when
+ * [iova, +size) is not exactly one allocation.
+ */
+static inline int upcie_vfio_iova_free(struct upcie_vfio_iova_space *s, uint64_t iova,
+				       uint64_t size)
+{
+	uint64_t last;
+
+	if (!s || !s->ready || !size || size > UINT64_MAX - s->pgsize)
+		return UPCIE_FAIL(-EINVAL, "iova: bad free of 0x%" PRIx64, iova);
+	if (upcie_add_overflow(iova, upcie_align_up(size, s->pgsize) - 1, &last))
+		return UPCIE_FAIL(-EINVAL, "iova: free range at 0x%" PRIx64 " wraps", iova);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nused; i++) {
+		if (s->used[i].start == iova && s->used[i].last == last) {
+			memmove(&s->used[i], &s->used[i + 1],
+				(s->nused - i - 1) * sizeof(*s->used));
+			s->nused--;
+			pthread_mutex_unlock(&s->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return UPCIE_FAIL(
+	    -ENOENT, "iova: [0x%" PRIx64 ", +0x%" PRIx64 ") is not an allocation of this space",
+	    iova, size);
+}
+
+#endif /* UPCIE_VFIO_IOVA_H */
