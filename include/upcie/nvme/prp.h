@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * PRP builder: fills PRP1/PRP2 of a command from a buffer or from a list of segments, with PRP
+ * lists in caller-provided list pages, chained so a command can move any number of pages (MDTS
+ * is the only limit).
+ *
+ * Rules (NVMe base spec, "Physical Region Page Entry and List"): PRP1 may start anywhere dword
+ * aligned; every later entry is a whole page. For segment lists that means: the first segment
+ * may start unaligned, every other segment starts on a page boundary, every segment but the last
+ * ends on one. "Page" is the controller memory page (CC.MPS) in device address space. Every page
+ * is translated through its dmamem once (one lookup per page, never a stride across a LUT
+ * granule); LUT memory needs granules of at least one page, so no page straddles two.
+ * A list page holds page/8 entries; when more entries follow a full page its last slot points to
+ * the next list page.
+ *
+ * Errors leave the command untouched (list pages may have been written). Host code only.
+ */
+#ifndef UPCIE_NVME_PRP_H
+#define UPCIE_NVME_PRP_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <stdint.h>
+
+#include <upcie/base/bits.h>
+#include <upcie/base/compiler.h>
+#include <upcie/base/log.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/nvme/dptr.h>
+#include <upcie/nvme/spec.h>
+
+/* Check one PRP segment (i of n); on success its first device address and page count. */
+static inline int upcie_nvme_prp_seg_check_(const struct upcie_nvme_dseg *seg, unsigned i,
+					    unsigned n, unsigned page_shift, uint64_t *first,
+					    uint64_t *pages)
+{
+	uint64_t pmask = (UINT64_C(1) << page_shift) - 1;
+	uint64_t a;
+	int err = upcie_nvme_dseg_check_(seg, i);
+
+	if (err)
+		return err;
+	if (seg->mem->lut && seg->mem->granule_shift < page_shift)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: PRP: segment %u memory granule 2^%u below page 2^%u", i,
+				  seg->mem->granule_shift, page_shift);
+	a = upcie_dmamem_iova_fast(seg->mem, seg->off);
+	if (i == 0 && (a & 3))
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: data starts at 0x%llx, not dword aligned",
+				  (unsigned long long)a);
+	if (i > 0 && (a & pmask))
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: PRP: segment %u starts at 0x%llx, not page aligned", i,
+				  (unsigned long long)a);
+	/* For LUT memory a ≡ off (mod page) because granules are page multiples, so a + len is
+	 * the device end modulo the page even when the segment spans granules. */
+	if (i + 1 < n && ((a + seg->len) & pmask))
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: segment %u does not end on a page boundary",
+				  i);
+	*first = a;
+	*pages = ((a & pmask) + seg->len + pmask) >> page_shift;
+	return 0;
+}
+
+/*
+ * Fill the data pointer of `sqe` (PRP1, PRP2, PSDT = PRP) for a transfer made of `nsegs`
+ * segments. `lists` provides list pages when more than two pages are involved (may be NULL
+ * otherwise). Returns the number of list pages used (0..lists->npages), or:
+ *   -EINVAL  bad config, segment (empty, out of bounds, misaligned per the rules above,
+ *            granule below page size), total above cfg->max_bytes, or unusable list pages;
+ *   -ENOSPC  the transfer needs more list pages than `lists` has.
+ */
+static inline int upcie_nvme_prp_build(struct upcie_nvme_sqe *sqe,
+				       const struct upcie_nvme_dseg *segs, unsigned nsegs,
+				       const struct upcie_nvme_dptr_cfg *cfg,
+				       const struct upcie_nvme_lists *lists)
+{
+	uint64_t total = 0, nprp = 0, first = 0, prp2 = 0;
+	unsigned shift;
+	uint64_t page, pmask;
+	uint32_t per, need, left, lp = 0;
+	uint64_t remaining, *slot = NULL;
+	int err;
+
+	err = upcie_nvme_dptr_cfg_check_(cfg);
+	if (err)
+		return err;
+	if (!sqe || !segs || !nsegs)
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: no command or no segments");
+	shift = cfg->page_shift;
+	page = UINT64_C(1) << shift;
+	pmask = page - 1;
+	for (unsigned i = 0; i < nsegs; i++) {
+		uint64_t a, pages;
+
+		err = upcie_nvme_prp_seg_check_(&segs[i], i, nsegs, shift, &a, &pages);
+		if (err)
+			return err;
+		if (i == 0)
+			first = a;
+		if (upcie_add_overflow(total, segs[i].len, &total))
+			return UPCIE_FAIL(-EINVAL, "nvme: PRP: transfer length overflows");
+		nprp += pages;
+	}
+	if (total > cfg->max_bytes)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: PRP: %llu bytes above the %llu-byte transfer limit",
+				  (unsigned long long)total, (unsigned long long)cfg->max_bytes);
+
+	/* Entries after PRP1 go to PRP2 directly (one) or to list pages (more). */
+	remaining = nprp - 1;
+	per = (uint32_t)(page / 8);
+	need = remaining > 1 ? upcie_nvme_lists_needed_(remaining, per) : 0;
+	if (need) {
+		err = upcie_nvme_lists_check_(lists, shift, need);
+		if (err)
+			return err;
+		slot = (uint64_t *)upcie_nvme_lists_page_(lists, shift, 0);
+		prp2 = upcie_nvme_lists_iova_(lists, shift, 0);
+	}
+	left = per;
+	for (unsigned i = 0; i < nsegs && remaining; i++) {
+		const struct upcie_nvme_dseg *s = &segs[i];
+		uint64_t o = s->off, end = s->off + s->len;
+
+		if (i == 0) /* PRP1 covers up to the first page boundary */
+			o += page - (first & pmask);
+		for (; o < end && remaining; o += page) {
+			uint64_t e = upcie_dmamem_iova_fast(s->mem, o);
+
+			if (!need) {
+				prp2 = e;
+				remaining--;
+				continue;
+			}
+			if (left == 1 && remaining > 1) {
+				/* Last slot of a full page: link to the next list page. */
+				lp++;
+				*slot = upcie_nvme_lists_iova_(lists, shift, lp);
+				slot = (uint64_t *)upcie_nvme_lists_page_(lists, shift, lp);
+				left = per;
+			}
+			*slot++ = e;
+			left--;
+			remaining--;
+		}
+	}
+	sqe->prp1 = first;
+	sqe->prp2 = prp2;
+	upcie_nvme_sqe_set_psdt(sqe, UPCIE_NVME_PSDT_PRP);
+	return (int)need;
+}
+
+/*
+ * As upcie_nvme_prp_build() for one contiguous buffer: `len` bytes at `off` in `mem`.
+ * Transfers of one or two pages touch only the command (the hot path: one translation per page,
+ * no list, no division).
+ */
+static inline int upcie_nvme_prp_build_buf(struct upcie_nvme_sqe *sqe,
+					   const struct upcie_dmamem *mem, uint64_t off,
+					   uint64_t len, const struct upcie_nvme_dptr_cfg *cfg,
+					   const struct upcie_nvme_lists *lists)
+{
+	struct upcie_nvme_dseg seg;
+
+	/* len - 1 < max_bytes: 1 <= len <= max_bytes in one compare. */
+	if (UPCIE_LIKELY(cfg && mem && len - 1 < cfg->max_bytes && off < mem->size &&
+			 len <= mem->size - off &&
+			 cfg->page_shift - UPCIE_NVME_PAGE_SHIFT_MIN <=
+			     UPCIE_NVME_PAGE_SHIFT_MAX - UPCIE_NVME_PAGE_SHIFT_MIN &&
+			 !(mem->lut && mem->granule_shift < cfg->page_shift))) {
+		uint64_t page = UINT64_C(1) << cfg->page_shift;
+		uint64_t a = upcie_dmamem_iova_fast(mem, off);
+		uint64_t first = page - (a & (page - 1));
+
+		if (UPCIE_LIKELY(!(a & 3) && len <= first + page)) {
+			sqe->prp1 = a;
+			sqe->prp2 = len > first ? upcie_dmamem_iova_fast(mem, off + first) : 0;
+			sqe->flags &= 0x3f; /* PSDT = PRP */
+			return 0;
+		}
+	}
+	/* Longer transfers, and every error with its message, take the general path. */
+	seg.mem = mem;
+	seg.off = off;
+	seg.len = len;
+	return upcie_nvme_prp_build(sqe, &seg, 1, cfg, lists);
+}
+
+/* List pages a transfer of `nprp` PRP entries needs with pages of 2^page_shift bytes. */
+static inline uint32_t upcie_nvme_prp_lists_needed(uint64_t nprp, unsigned page_shift)
+{
+	return nprp > 2
+		   ? upcie_nvme_lists_needed_(nprp - 1, (uint32_t)(UINT64_C(1) << page_shift) / 8)
+		   : 0;
+}
+
+#endif /* UPCIE_NVME_PRP_H */

@@ -1,0 +1,1120 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * NVMe definitions from the NVM Express Base Specification 1.4 / 2.0 and the NVM Command Set
+ * Specification: controller registers and their fields, doorbell offsets, the submission and
+ * completion queue entry layouts, opcodes, status codes, and the Identify data structures.
+ *
+ * Needs nothing at run time; every accessor is pure arithmetic, usable in CUDA/HIP device code
+ * (UPCIE_HD). Field accessors take the raw register or dword value and return the field as the
+ * spec defines it: a "0's based" field is returned as stored (MQES = 2047 means 2048 entries);
+ * helpers that convert to natural units say so in their name (_bytes, _ms, _entries).
+ * Little-endian hosts only (x86-64, aarch64): structures are the wire layout, used in place.
+ * Does not access hardware: reading and writing the registers is the controller layer's job.
+ */
+#ifndef UPCIE_NVME_SPEC_H
+#define UPCIE_NVME_SPEC_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <upcie/base/compiler.h>
+
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "upcie: NVMe structures are used in place and assume a little-endian host"
+#endif
+#endif
+
+/*
+ * Controller registers (byte offsets into BAR0).
+ */
+#define UPCIE_NVME_REG_CAP     0x0000 /* 64 bit: controller capabilities */
+#define UPCIE_NVME_REG_VS      0x0008 /* version */
+#define UPCIE_NVME_REG_INTMS   0x000c /* interrupt mask set */
+#define UPCIE_NVME_REG_INTMC   0x0010 /* interrupt mask clear */
+#define UPCIE_NVME_REG_CC      0x0014 /* controller configuration */
+#define UPCIE_NVME_REG_CSTS    0x001c /* controller status */
+#define UPCIE_NVME_REG_NSSR    0x0020 /* NVM subsystem reset */
+#define UPCIE_NVME_REG_AQA     0x0024 /* admin queue attributes */
+#define UPCIE_NVME_REG_ASQ     0x0028 /* 64 bit: admin SQ base */
+#define UPCIE_NVME_REG_ACQ     0x0030 /* 64 bit: admin CQ base */
+#define UPCIE_NVME_REG_CMBLOC  0x0038 /* controller memory buffer location */
+#define UPCIE_NVME_REG_CMBSZ   0x003c /* controller memory buffer size */
+#define UPCIE_NVME_REG_BPINFO  0x0040 /* boot partition information */
+#define UPCIE_NVME_REG_BPRSEL  0x0044 /* boot partition read select */
+#define UPCIE_NVME_REG_BPMBL   0x0048 /* 64 bit: boot partition memory buffer location */
+#define UPCIE_NVME_REG_CMBMSC  0x0050 /* 64 bit: CMB memory space control */
+#define UPCIE_NVME_REG_CMBSTS  0x0058 /* CMB status */
+#define UPCIE_NVME_REG_CRTO    0x0068 /* controller ready timeouts (2.0) */
+#define UPCIE_NVME_REG_PMRCAP  0x0e00 /* persistent memory region capabilities */
+#define UPCIE_NVME_REG_PMRCTL  0x0e04 /* PMR control */
+#define UPCIE_NVME_REG_PMRSTS  0x0e08 /* PMR status */
+#define UPCIE_NVME_REG_PMREBS  0x0e0c /* PMR elasticity buffer size */
+#define UPCIE_NVME_REG_PMRSWTP 0x0e10 /* PMR sustained write throughput */
+#define UPCIE_NVME_REG_PMRMSCL 0x0e14 /* PMR memory space control, lower */
+#define UPCIE_NVME_REG_PMRMSCU 0x0e18 /* PMR memory space control, upper */
+#define UPCIE_NVME_REG_DBS     0x1000 /* first doorbell */
+
+/*
+ * Field accessors. UPCIE_NVME_FIELD_(reg, name, type, shift, width) defines
+ * upcie_nvme_<reg>_<name>(value): the field of `width` bits at bit `shift`.
+ */
+#define UPCIE_NVME_FIELD_(reg, name, type, shift, width)                                           \
+	UPCIE_HD static inline uint32_t upcie_nvme_##reg##_##name(type v)                          \
+	{                                                                                          \
+		return (uint32_t)((v >> (shift)) & ((UINT64_C(1) << (width)) - 1));                \
+	}
+
+/* CAP (64 bit) */
+UPCIE_NVME_FIELD_(cap, mqes, uint64_t, 0, 16)	/* max queue entries, 0's based */
+UPCIE_NVME_FIELD_(cap, cqr, uint64_t, 16, 1)	/* contiguous queues required */
+UPCIE_NVME_FIELD_(cap, ams, uint64_t, 17, 2)	/* arbitration: bit0 WRR+urgent, bit1 vendor */
+UPCIE_NVME_FIELD_(cap, to, uint64_t, 24, 8)	/* ready timeout, 500 ms units */
+UPCIE_NVME_FIELD_(cap, dstrd, uint64_t, 32, 4)	/* doorbell stride: 4 << DSTRD bytes */
+UPCIE_NVME_FIELD_(cap, nssrs, uint64_t, 36, 1)	/* NVM subsystem reset supported */
+UPCIE_NVME_FIELD_(cap, css, uint64_t, 37, 8)	/* command sets supported (UPCIE_NVME_CAP_CSS_*) */
+UPCIE_NVME_FIELD_(cap, bps, uint64_t, 45, 1)	/* boot partition support */
+UPCIE_NVME_FIELD_(cap, cps, uint64_t, 46, 2)	/* controller power scope (2.0) */
+UPCIE_NVME_FIELD_(cap, mpsmin, uint64_t, 48, 4) /* min memory page size: 4 KiB << MPSMIN */
+UPCIE_NVME_FIELD_(cap, mpsmax, uint64_t, 52, 4) /* max memory page size: 4 KiB << MPSMAX */
+UPCIE_NVME_FIELD_(cap, pmrs, uint64_t, 56, 1)	/* persistent memory region supported */
+UPCIE_NVME_FIELD_(cap, cmbs, uint64_t, 57, 1)	/* controller memory buffer supported */
+UPCIE_NVME_FIELD_(cap, nsss, uint64_t, 58, 1)	/* NVM subsystem shutdown supported (2.0) */
+UPCIE_NVME_FIELD_(cap, crms, uint64_t, 59, 2)	/* controller ready modes: bit0 CRWMS, bit1 CRIMS */
+
+#define UPCIE_NVME_CAP_CSS_NVM	  0x01 /* NVM command set */
+#define UPCIE_NVME_CAP_CSS_IOCS	  0x40 /* one or more I/O command sets (CC.CSS = 6) */
+#define UPCIE_NVME_CAP_CSS_NOIO	  0x80 /* admin command set only (CC.CSS = 7) */
+#define UPCIE_NVME_CAP_CRMS_CRWMS 0x1  /* controller ready with media */
+#define UPCIE_NVME_CAP_CRMS_CRIMS 0x2  /* controller ready independent of media */
+
+/* Queue entries the controller allows per I/O queue (MQES is 0's based). */
+UPCIE_HD static inline uint32_t upcie_nvme_cap_mqes_entries(uint64_t cap)
+{
+	return upcie_nvme_cap_mqes(cap) + 1;
+}
+
+/* CAP.TO in milliseconds: the worst case for CSTS.RDY to follow CC.EN. */
+UPCIE_HD static inline uint32_t upcie_nvme_cap_to_ms(uint64_t cap)
+{
+	return upcie_nvme_cap_to(cap) * 500u;
+}
+
+UPCIE_HD static inline uint32_t upcie_nvme_cap_dstrd_bytes(uint64_t cap)
+{
+	return 4u << upcie_nvme_cap_dstrd(cap);
+}
+
+/* log2 of the minimum / maximum memory page size (12 = 4 KiB). */
+UPCIE_HD static inline unsigned upcie_nvme_cap_mpsmin_shift(uint64_t cap)
+{
+	return 12u + upcie_nvme_cap_mpsmin(cap);
+}
+
+UPCIE_HD static inline unsigned upcie_nvme_cap_mpsmax_shift(uint64_t cap)
+{
+	return 12u + upcie_nvme_cap_mpsmax(cap);
+}
+
+/* VS */
+UPCIE_NVME_FIELD_(vs, ter, uint32_t, 0, 8)
+UPCIE_NVME_FIELD_(vs, mnr, uint32_t, 8, 8)
+UPCIE_NVME_FIELD_(vs, mjr, uint32_t, 16, 16)
+#define UPCIE_NVME_VS(mjr, mnr, ter) (((uint32_t)(mjr) << 16) | ((uint32_t)(mnr) << 8) | (ter))
+
+/* CC */
+UPCIE_NVME_FIELD_(cc, en, uint32_t, 0, 1)
+UPCIE_NVME_FIELD_(cc, css, uint32_t, 4, 3)
+UPCIE_NVME_FIELD_(cc, mps, uint32_t, 7, 4)
+UPCIE_NVME_FIELD_(cc, ams, uint32_t, 11, 3)
+UPCIE_NVME_FIELD_(cc, shn, uint32_t, 14, 2)
+UPCIE_NVME_FIELD_(cc, iosqes, uint32_t, 16, 4)
+UPCIE_NVME_FIELD_(cc, iocqes, uint32_t, 20, 4)
+UPCIE_NVME_FIELD_(cc, crime, uint32_t, 24, 1)
+
+#define UPCIE_NVME_CC_CSS_NVM	 0 /* NVM command set */
+#define UPCIE_NVME_CC_CSS_IOCS	 6 /* all supported I/O command sets (CAP.CSS bit 6) */
+#define UPCIE_NVME_CC_CSS_ADMIN	 7 /* admin only (CAP.CSS bit 7) */
+#define UPCIE_NVME_CC_AMS_RR	 0
+#define UPCIE_NVME_CC_AMS_WRRU	 1
+#define UPCIE_NVME_CC_AMS_VS	 7
+#define UPCIE_NVME_CC_SHN_NONE	 0
+#define UPCIE_NVME_CC_SHN_NORMAL 1
+#define UPCIE_NVME_CC_SHN_ABRUPT 2
+
+/* Fields of CC for upcie_nvme_cc_build(); each must fit its field. */
+struct upcie_nvme_cc_fields {
+	uint8_t en;	/* 1: enable */
+	uint8_t css;	/* UPCIE_NVME_CC_CSS_* */
+	uint8_t mps;	/* memory page size = 4 KiB << mps */
+	uint8_t ams;	/* UPCIE_NVME_CC_AMS_* */
+	uint8_t shn;	/* UPCIE_NVME_CC_SHN_* */
+	uint8_t iosqes; /* log2 of the I/O SQ entry size: 6 (64 B) */
+	uint8_t iocqes; /* log2 of the I/O CQ entry size: 4 (16 B) */
+	uint8_t crime;	/* controller ready independent of media enable (2.0) */
+};
+
+/* Shift `v` into a `width`-bit field at `shift`; false when v does not fit. */
+UPCIE_HD static inline bool upcie_nvme_field_put_(uint32_t *reg, uint32_t v, unsigned shift,
+						  unsigned width)
+{
+	if (v >> width)
+		return false;
+	*reg |= v << shift;
+	return true;
+}
+
+/* Compose a CC value. Returns 0, or -EINVAL when a field does not fit its width. */
+UPCIE_HD static inline int upcie_nvme_cc_build(const struct upcie_nvme_cc_fields *f, uint32_t *cc)
+{
+	uint32_t v = 0;
+	bool ok =
+	    upcie_nvme_field_put_(&v, f->en, 0, 1) && upcie_nvme_field_put_(&v, f->css, 4, 3) &&
+	    upcie_nvme_field_put_(&v, f->mps, 7, 4) && upcie_nvme_field_put_(&v, f->ams, 11, 3) &&
+	    upcie_nvme_field_put_(&v, f->shn, 14, 2) &&
+	    upcie_nvme_field_put_(&v, f->iosqes, 16, 4) &&
+	    upcie_nvme_field_put_(&v, f->iocqes, 20, 4) &&
+	    upcie_nvme_field_put_(&v, f->crime, 24, 1);
+
+	if (!ok)
+		return -EINVAL;
+	*cc = v;
+	return 0;
+}
+
+/* CC with EN replaced (read-modify-write of enable / disable). */
+UPCIE_HD static inline uint32_t upcie_nvme_cc_set_en(uint32_t cc, bool en)
+{
+	return (cc & ~UINT32_C(1)) | (en ? 1u : 0u);
+}
+
+/* CC with SHN replaced (shutdown notification). */
+UPCIE_HD static inline uint32_t upcie_nvme_cc_set_shn(uint32_t cc, uint32_t shn)
+{
+	return (cc & ~(UINT32_C(3) << 14)) | ((shn & 3u) << 14);
+}
+
+/* CSTS */
+UPCIE_NVME_FIELD_(csts, rdy, uint32_t, 0, 1)
+UPCIE_NVME_FIELD_(csts, cfs, uint32_t, 1, 1)
+UPCIE_NVME_FIELD_(csts, shst, uint32_t, 2, 2)
+UPCIE_NVME_FIELD_(csts, nssro, uint32_t, 4, 1)
+UPCIE_NVME_FIELD_(csts, pp, uint32_t, 5, 1)
+UPCIE_NVME_FIELD_(csts, st, uint32_t, 6, 1)
+#define UPCIE_NVME_CSTS_SHST_NORMAL   0
+#define UPCIE_NVME_CSTS_SHST_OCCURING 1
+#define UPCIE_NVME_CSTS_SHST_COMPLETE 2
+/* A register read of all ones means the device is gone (surprise removal, failed link). */
+#define UPCIE_NVME_REG_GONE UINT32_C(0xffffffff)
+
+/* AQA: admin queue sizes, 0's based, 12 bits each. */
+UPCIE_NVME_FIELD_(aqa, asqs, uint32_t, 0, 12)
+UPCIE_NVME_FIELD_(aqa, acqs, uint32_t, 16, 12)
+
+/* Compose AQA from entry counts (2..4096 each). Returns 0 or -EINVAL. */
+UPCIE_HD static inline int upcie_nvme_aqa_build(uint32_t sq_entries, uint32_t cq_entries,
+						uint32_t *aqa)
+{
+	if (sq_entries < 2 || sq_entries > 4096 || cq_entries < 2 || cq_entries > 4096)
+		return -EINVAL;
+	*aqa = (sq_entries - 1) | ((cq_entries - 1) << 16);
+	return 0;
+}
+
+/* CMBLOC */
+UPCIE_NVME_FIELD_(cmbloc, bir, uint32_t, 0, 3)
+UPCIE_NVME_FIELD_(cmbloc, cqmms, uint32_t, 3, 1)
+UPCIE_NVME_FIELD_(cmbloc, cqpds, uint32_t, 4, 1)
+UPCIE_NVME_FIELD_(cmbloc, cdpmls, uint32_t, 5, 1)
+UPCIE_NVME_FIELD_(cmbloc, cdpcils, uint32_t, 6, 1)
+UPCIE_NVME_FIELD_(cmbloc, cdmmms, uint32_t, 7, 1)
+UPCIE_NVME_FIELD_(cmbloc, cqda, uint32_t, 8, 1)
+UPCIE_NVME_FIELD_(cmbloc, ofst, uint32_t, 12, 20) /* in CMBSZ.SZU units */
+
+/* CMBSZ */
+UPCIE_NVME_FIELD_(cmbsz, sqs, uint32_t, 0, 1)
+UPCIE_NVME_FIELD_(cmbsz, cqs, uint32_t, 1, 1)
+UPCIE_NVME_FIELD_(cmbsz, lists, uint32_t, 2, 1)
+UPCIE_NVME_FIELD_(cmbsz, rds, uint32_t, 3, 1)
+UPCIE_NVME_FIELD_(cmbsz, wds, uint32_t, 4, 1)
+UPCIE_NVME_FIELD_(cmbsz, szu, uint32_t, 8, 4) /* size unit: 4 KiB << (4 * SZU) */
+UPCIE_NVME_FIELD_(cmbsz, sz, uint32_t, 12, 20)
+
+/* CMB size unit in bytes (0 for a reserved SZU). */
+UPCIE_HD static inline uint64_t upcie_nvme_cmbsz_unit_bytes(uint32_t cmbsz)
+{
+	uint32_t szu = upcie_nvme_cmbsz_szu(cmbsz);
+
+	return szu > 6 ? 0 : UINT64_C(4096) << (4 * szu);
+}
+
+UPCIE_HD static inline uint64_t upcie_nvme_cmbsz_bytes(uint32_t cmbsz)
+{
+	return upcie_nvme_cmbsz_unit_bytes(cmbsz) * upcie_nvme_cmbsz_sz(cmbsz);
+}
+
+/* BPINFO */
+UPCIE_NVME_FIELD_(bpinfo, bpsz, uint32_t, 0, 15) /* 128 KiB units */
+UPCIE_NVME_FIELD_(bpinfo, brs, uint32_t, 24, 2)
+UPCIE_NVME_FIELD_(bpinfo, abpid, uint32_t, 31, 1)
+
+/* CMBMSC (64 bit) */
+UPCIE_NVME_FIELD_(cmbmsc, cre, uint64_t, 0, 1)
+UPCIE_NVME_FIELD_(cmbmsc, cmse, uint64_t, 1, 1)
+/* Controller base address of the CMB (bits 63:12, returned in place). */
+UPCIE_HD static inline uint64_t upcie_nvme_cmbmsc_cba(uint64_t v)
+{
+	return v & ~UINT64_C(0xfff);
+}
+
+/* CMBSTS */
+UPCIE_NVME_FIELD_(cmbsts, cbai, uint32_t, 0, 1)
+
+/* CRTO (2.0): ready timeouts in 500 ms units, with and independent of media. */
+UPCIE_NVME_FIELD_(crto, crwmt, uint32_t, 0, 16)
+UPCIE_NVME_FIELD_(crto, crimt, uint32_t, 16, 16)
+
+/* PMRCAP */
+UPCIE_NVME_FIELD_(pmrcap, rds, uint32_t, 3, 1)
+UPCIE_NVME_FIELD_(pmrcap, wds, uint32_t, 4, 1)
+UPCIE_NVME_FIELD_(pmrcap, bir, uint32_t, 5, 3)
+UPCIE_NVME_FIELD_(pmrcap, pmrtu, uint32_t, 8, 2) /* 0: 500 ms, 1: minutes */
+UPCIE_NVME_FIELD_(pmrcap, pmrwbm, uint32_t, 10, 4)
+UPCIE_NVME_FIELD_(pmrcap, pmrto, uint32_t, 16, 8)
+UPCIE_NVME_FIELD_(pmrcap, cmss, uint32_t, 24, 1)
+
+/* PMRCTL */
+UPCIE_NVME_FIELD_(pmrctl, en, uint32_t, 0, 1)
+
+/* PMRSTS */
+UPCIE_NVME_FIELD_(pmrsts, err, uint32_t, 0, 8)
+UPCIE_NVME_FIELD_(pmrsts, nrdy, uint32_t, 8, 1)
+UPCIE_NVME_FIELD_(pmrsts, hsts, uint32_t, 9, 3)
+UPCIE_NVME_FIELD_(pmrsts, cbai, uint32_t, 12, 1)
+
+/* PMREBS */
+UPCIE_NVME_FIELD_(pmrebs, pmrszu, uint32_t, 0, 4) /* 0 B, 1 KiB, 2 MiB, 3 GiB */
+UPCIE_NVME_FIELD_(pmrebs, rbb, uint32_t, 4, 1)
+UPCIE_NVME_FIELD_(pmrebs, pmrwbz, uint32_t, 8, 24)
+
+/* PMRSWTP */
+UPCIE_NVME_FIELD_(pmrswtp, pmrswtu, uint32_t, 0, 4) /* 0 B/s, 1 KiB/s, 2 MiB/s, 3 GiB/s */
+UPCIE_NVME_FIELD_(pmrswtp, pmrswtv, uint32_t, 8, 24)
+
+/* PMRMSCL / PMRMSCU */
+UPCIE_NVME_FIELD_(pmrmscl, cmse, uint32_t, 1, 1)
+/* Controller base address of the PMR from PMRMSCU:PMRMSCL. */
+UPCIE_HD static inline uint64_t upcie_nvme_pmrmsc_cba(uint32_t pmrmscl, uint32_t pmrmscu)
+{
+	return ((uint64_t)pmrmscu << 32) | (pmrmscl & ~UINT32_C(0xfff));
+}
+
+/*
+ * Doorbells: SQ y tail at 0x1000 + (2y) * stride, CQ y head at 0x1000 + (2y + 1) * stride,
+ * stride = 4 << CAP.DSTRD.
+ */
+UPCIE_HD static inline size_t upcie_nvme_sq_tdbl_off(uint16_t qid, uint32_t dstrd)
+{
+	return UPCIE_NVME_REG_DBS + ((size_t)(2u * qid) << (2 + dstrd));
+}
+
+UPCIE_HD static inline size_t upcie_nvme_cq_hdbl_off(uint16_t qid, uint32_t dstrd)
+{
+	return UPCIE_NVME_REG_DBS + ((size_t)(2u * qid + 1u) << (2 + dstrd));
+}
+
+/*
+ * Identify MDTS (a power of two in units of the minimum memory page size) in bytes.
+ * MDTS 0 means no limit: UINT64_MAX.
+ */
+UPCIE_HD static inline uint64_t upcie_nvme_mdts_bytes(uint8_t mdts, uint64_t cap)
+{
+	unsigned shift = upcie_nvme_cap_mpsmin_shift(cap) + mdts;
+
+	if (!mdts || shift >= 64)
+		return UINT64_MAX;
+	return UINT64_C(1) << shift;
+}
+
+/*
+ * Submission queue entry: 64 bytes. Command dword 0 is split into opc, flags (FUSE in bits 1:0,
+ * PSDT in bits 7:6) and cid, so the queue code can place a CID with one 16-bit store.
+ * The data pointer holds PRP1/PRP2, or the 16-byte SGL descriptor SGL1 (address in prp1,
+ * length | identifier << 56 in prp2).
+ */
+struct upcie_nvme_sqe {
+	uint8_t opc;
+	uint8_t flags;
+	uint16_t cid;
+	uint32_t nsid;
+	uint32_t cdw2;
+	uint32_t cdw3;
+	uint64_t mptr;
+	uint64_t prp1;
+	uint64_t prp2;
+	uint32_t cdw10;
+	uint32_t cdw11;
+	uint32_t cdw12;
+	uint32_t cdw13;
+	uint32_t cdw14;
+	uint32_t cdw15;
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_sqe) == 64, "SQE is 64 bytes");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, cid) == 2, "CID at byte 2");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, nsid) == 4, "NSID at byte 4");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, mptr) == 16, "MPTR at byte 16");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, prp1) == 24, "DPTR at byte 24");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, cdw10) == 40, "CDW10 at byte 40");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, cdw15) == 60, "CDW15 at byte 60");
+
+#define UPCIE_NVME_FUSE_NONE   0
+#define UPCIE_NVME_FUSE_FIRST  1
+#define UPCIE_NVME_FUSE_SECOND 2
+#define UPCIE_NVME_PSDT_PRP    0 /* PRPs */
+#define UPCIE_NVME_PSDT_SGL    1 /* SGL, MPTR is the address of a contiguous metadata buffer */
+#define UPCIE_NVME_PSDT_SGL_MS 2 /* SGL, MPTR is the address of an SGL segment for metadata */
+
+UPCIE_HD static inline uint32_t upcie_nvme_sqe_cdw0(const struct upcie_nvme_sqe *sqe)
+{
+	return sqe->opc | ((uint32_t)sqe->flags << 8) | ((uint32_t)sqe->cid << 16);
+}
+
+UPCIE_HD static inline uint32_t upcie_nvme_sqe_fuse(const struct upcie_nvme_sqe *sqe)
+{
+	return sqe->flags & 3u;
+}
+
+UPCIE_HD static inline uint32_t upcie_nvme_sqe_psdt(const struct upcie_nvme_sqe *sqe)
+{
+	return (uint32_t)(sqe->flags >> 6) & 3u;
+}
+
+UPCIE_HD static inline void upcie_nvme_sqe_set_fuse(struct upcie_nvme_sqe *sqe, uint32_t fuse)
+{
+	sqe->flags = (uint8_t)((sqe->flags & ~3u) | (fuse & 3u));
+}
+
+UPCIE_HD static inline void upcie_nvme_sqe_set_psdt(struct upcie_nvme_sqe *sqe, uint32_t psdt)
+{
+	sqe->flags = (uint8_t)((sqe->flags & 0x3fu) | ((psdt & 3u) << 6));
+}
+
+/*
+ * SGL descriptors (16 bytes): address, length, and an identifier byte with the type in bits 7:4
+ * and the subtype in bits 3:0.
+ */
+struct upcie_nvme_sgl_desc {
+	uint64_t addr;
+	uint32_t len;
+	uint8_t rsvd[3];
+	uint8_t id;
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_sgl_desc) == 16, "SGL descriptor is 16 bytes");
+
+#define UPCIE_NVME_SGL_DATA_BLOCK    0x0
+#define UPCIE_NVME_SGL_BIT_BUCKET    0x1
+#define UPCIE_NVME_SGL_SEGMENT	     0x2
+#define UPCIE_NVME_SGL_LAST_SEGMENT  0x3
+#define UPCIE_NVME_SGL_KEYED	     0x4
+#define UPCIE_NVME_SGL_SUB_ADDRESS   0x0
+#define UPCIE_NVME_SGL_SUB_OFFSET    0x1
+#define UPCIE_NVME_SGL_ID(type, sub) ((uint8_t)(((type) << 4) | (sub)))
+
+/* Place an SGL descriptor in the SQE's data pointer (SGL1); sets PSDT to SGL. */
+UPCIE_HD static inline void upcie_nvme_sqe_set_sgl1(struct upcie_nvme_sqe *sqe, uint64_t addr,
+						    uint32_t len, uint8_t id)
+{
+	sqe->prp1 = addr;
+	sqe->prp2 = (uint64_t)len | ((uint64_t)id << 56);
+	upcie_nvme_sqe_set_psdt(sqe, UPCIE_NVME_PSDT_SGL);
+}
+
+UPCIE_HD static inline uint64_t upcie_nvme_sqe_sgl1_addr(const struct upcie_nvme_sqe *sqe)
+{
+	return sqe->prp1;
+}
+
+UPCIE_HD static inline uint32_t upcie_nvme_sqe_sgl1_len(const struct upcie_nvme_sqe *sqe)
+{
+	return (uint32_t)sqe->prp2;
+}
+
+UPCIE_HD static inline uint8_t upcie_nvme_sqe_sgl1_id(const struct upcie_nvme_sqe *sqe)
+{
+	return (uint8_t)(sqe->prp2 >> 56);
+}
+
+/*
+ * Completion queue entry: 16 bytes. dw2 holds SQHD (15:0) and SQID (31:16); dw3 holds CID (15:0),
+ * the phase tag (16) and the status field (31:17). dw3 is read as one 32-bit load so the phase
+ * and the CID come from the same access.
+ */
+struct upcie_nvme_cqe {
+	uint32_t dw0;
+	uint32_t dw1;
+	uint32_t dw2;
+	uint32_t dw3;
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_cqe) == 16, "CQE is 16 bytes");
+
+UPCIE_HD static inline uint16_t upcie_nvme_cqe_sqhd(const struct upcie_nvme_cqe *cqe)
+{
+	return (uint16_t)cqe->dw2;
+}
+
+UPCIE_HD static inline uint16_t upcie_nvme_cqe_sqid(const struct upcie_nvme_cqe *cqe)
+{
+	return (uint16_t)(cqe->dw2 >> 16);
+}
+
+UPCIE_HD static inline uint16_t upcie_nvme_cqe_cid(const struct upcie_nvme_cqe *cqe)
+{
+	return (uint16_t)cqe->dw3;
+}
+
+UPCIE_HD static inline uint32_t upcie_nvme_cqe_phase(const struct upcie_nvme_cqe *cqe)
+{
+	return (cqe->dw3 >> 16) & 1u;
+}
+
+/*
+ * Status. The 15-bit status field (dw3 bits 31:17) is SC (7:0), SCT (10:8), CRD (12:11),
+ * More (13) and DNR (14). upcie names a status by its code, (SCT << 8) | SC, one value per
+ * meaning, so a switch over upcie_nvme_cqe_code() reads like the spec's tables.
+ */
+#define UPCIE_NVME_SCT_GENERIC 0x0
+#define UPCIE_NVME_SCT_CMD     0x1 /* command specific */
+#define UPCIE_NVME_SCT_MEDIA   0x2 /* media and data integrity errors */
+#define UPCIE_NVME_SCT_PATH    0x3 /* path related */
+#define UPCIE_NVME_SCT_VENDOR  0x7
+
+#define UPCIE_NVME_CODE(sct, sc) ((uint16_t)(((sct) << 8) | (sc)))
+
+enum upcie_nvme_code {
+	/* generic */
+	UPCIE_NVME_SC_SUCCESS = 0x000,
+	UPCIE_NVME_SC_INVALID_OPCODE = 0x001,
+	UPCIE_NVME_SC_INVALID_FIELD = 0x002,
+	UPCIE_NVME_SC_CID_CONFLICT = 0x003,
+	UPCIE_NVME_SC_DATA_XFER_ERROR = 0x004,
+	UPCIE_NVME_SC_POWER_LOSS = 0x005,
+	UPCIE_NVME_SC_INTERNAL = 0x006,
+	UPCIE_NVME_SC_ABORT_REQ = 0x007,
+	UPCIE_NVME_SC_ABORT_SQ_DELETED = 0x008,
+	UPCIE_NVME_SC_ABORT_FUSE_FAIL = 0x009,
+	UPCIE_NVME_SC_ABORT_FUSE_MISSING = 0x00a,
+	UPCIE_NVME_SC_INVALID_NS = 0x00b,
+	UPCIE_NVME_SC_CMD_SEQ_ERROR = 0x00c,
+	UPCIE_NVME_SC_SGL_INVALID_LAST = 0x00d,
+	UPCIE_NVME_SC_SGL_INVALID_COUNT = 0x00e,
+	UPCIE_NVME_SC_SGL_INVALID_DATA_LEN = 0x00f,
+	UPCIE_NVME_SC_SGL_INVALID_MD_LEN = 0x010,
+	UPCIE_NVME_SC_SGL_INVALID_TYPE = 0x011,
+	UPCIE_NVME_SC_CMB_INVALID_USE = 0x012,
+	UPCIE_NVME_SC_PRP_INVALID_OFFSET = 0x013,
+	UPCIE_NVME_SC_ATOMIC_WU_EXCEEDED = 0x014,
+	UPCIE_NVME_SC_OP_DENIED = 0x015,
+	UPCIE_NVME_SC_SGL_INVALID_OFFSET = 0x016,
+	UPCIE_NVME_SC_HOSTID_INCONSISTENT = 0x018,
+	UPCIE_NVME_SC_KA_EXPIRED = 0x019,
+	UPCIE_NVME_SC_KA_INVALID = 0x01a,
+	UPCIE_NVME_SC_ABORT_PREEMPT = 0x01b,
+	UPCIE_NVME_SC_SANITIZE_FAILED = 0x01c,
+	UPCIE_NVME_SC_SANITIZE_IN_PROGRESS = 0x01d,
+	UPCIE_NVME_SC_SGL_INVALID_GRANULARITY = 0x01e,
+	UPCIE_NVME_SC_CMD_NOT_SUP_CMB_QUEUE = 0x01f,
+	UPCIE_NVME_SC_NS_WRITE_PROTECTED = 0x020,
+	UPCIE_NVME_SC_CMD_INTERRUPTED = 0x021,
+	UPCIE_NVME_SC_TRANSIENT_TR_ERR = 0x022,
+	UPCIE_NVME_SC_LBA_RANGE = 0x080,
+	UPCIE_NVME_SC_CAP_EXCEEDED = 0x081,
+	UPCIE_NVME_SC_NS_NOT_READY = 0x082,
+	UPCIE_NVME_SC_RESERVATION_CONFLICT = 0x083,
+	UPCIE_NVME_SC_FORMAT_IN_PROGRESS = 0x084,
+	/* command specific */
+	UPCIE_NVME_SC_CQ_INVALID = 0x100,
+	UPCIE_NVME_SC_QID_INVALID = 0x101,
+	UPCIE_NVME_SC_QUEUE_SIZE = 0x102,
+	UPCIE_NVME_SC_ABORT_LIMIT = 0x103,
+	UPCIE_NVME_SC_AER_LIMIT = 0x105,
+	UPCIE_NVME_SC_FW_SLOT = 0x106,
+	UPCIE_NVME_SC_FW_IMAGE = 0x107,
+	UPCIE_NVME_SC_INVALID_VECTOR = 0x108,
+	UPCIE_NVME_SC_INVALID_LOG_PAGE = 0x109,
+	UPCIE_NVME_SC_INVALID_FORMAT = 0x10a,
+	UPCIE_NVME_SC_FW_NEEDS_RESET = 0x10b,
+	UPCIE_NVME_SC_INVALID_QUEUE_DELETE = 0x10c,
+	UPCIE_NVME_SC_FEATURE_NOT_SAVEABLE = 0x10d,
+	UPCIE_NVME_SC_FEATURE_NOT_CHANGEABLE = 0x10e,
+	UPCIE_NVME_SC_FEATURE_NOT_PER_NS = 0x10f,
+	UPCIE_NVME_SC_CONFLICTING_ATTRS = 0x180,
+	UPCIE_NVME_SC_INVALID_PI = 0x181,
+	UPCIE_NVME_SC_READ_ONLY = 0x182,
+	/* media and data integrity */
+	UPCIE_NVME_SC_WRITE_FAULT = 0x280,
+	UPCIE_NVME_SC_UNRECOVERED_READ = 0x281,
+	UPCIE_NVME_SC_GUARD_CHECK = 0x282,
+	UPCIE_NVME_SC_APPTAG_CHECK = 0x283,
+	UPCIE_NVME_SC_REFTAG_CHECK = 0x284,
+	UPCIE_NVME_SC_COMPARE_FAILED = 0x285,
+	UPCIE_NVME_SC_ACCESS_DENIED = 0x286,
+	UPCIE_NVME_SC_DEALLOCATED_BLOCK = 0x287,
+	/* path related */
+	UPCIE_NVME_SC_INTERNAL_PATH = 0x300,
+	UPCIE_NVME_SC_ANA_PERSISTENT_LOSS = 0x301,
+	UPCIE_NVME_SC_ANA_INACCESSIBLE = 0x302,
+	UPCIE_NVME_SC_ANA_TRANSITION = 0x303,
+	UPCIE_NVME_SC_CTRL_PATH_ERROR = 0x360,
+	UPCIE_NVME_SC_HOST_PATH_ERROR = 0x370,
+	UPCIE_NVME_SC_HOST_ABORTED = 0x371,
+};
+
+/* A decoded status field. */
+struct upcie_nvme_status {
+	uint8_t sc;  /* status code */
+	uint8_t sct; /* status code type (UPCIE_NVME_SCT_*) */
+	uint8_t crd; /* command retry delay selector (0: none, 1..3: Identify CRDT1..3) */
+	bool more;   /* more information in the Error Information log page */
+	bool dnr;    /* do not retry: the same command will fail again */
+	bool phase;  /* phase tag of the entry */
+};
+
+UPCIE_HD static inline struct upcie_nvme_status upcie_nvme_status_decode(uint32_t dw3)
+{
+	struct upcie_nvme_status s;
+	uint32_t sf = dw3 >> 17;
+
+	s.sc = (uint8_t)sf;
+	s.sct = (uint8_t)((sf >> 8) & 7u);
+	s.crd = (uint8_t)((sf >> 11) & 3u);
+	s.more = (sf >> 13) & 1u;
+	s.dnr = (sf >> 14) & 1u;
+	s.phase = (dw3 >> 16) & 1u;
+	return s;
+}
+
+/* (SCT << 8) | SC of a completion: an enum upcie_nvme_code value, 0 for success. */
+UPCIE_HD static inline uint16_t upcie_nvme_cqe_code(const struct upcie_nvme_cqe *cqe)
+{
+	return (uint16_t)((cqe->dw3 >> 17) & 0x7ffu);
+}
+
+UPCIE_HD static inline bool upcie_nvme_cqe_ok(const struct upcie_nvme_cqe *cqe)
+{
+	return upcie_nvme_cqe_code(cqe) == 0;
+}
+
+UPCIE_HD static inline bool upcie_nvme_cqe_dnr(const struct upcie_nvme_cqe *cqe)
+{
+	return (cqe->dw3 >> 31) & 1u;
+}
+
+/* Build dw3 from its parts (for controller models and synthesized completions). */
+UPCIE_HD static inline uint32_t upcie_nvme_cqe_dw3_make(uint16_t cid, uint32_t phase, uint16_t code,
+							bool dnr)
+{
+	return cid | ((phase & 1u) << 16) | ((uint32_t)(code & 0x7ffu) << 17) |
+	       ((dnr ? 1u : 0u) << 31);
+}
+
+/* Name of a status code (SCT << 8 | SC), as the spec words it; never NULL. */
+UPCIE_HD static inline const char *upcie_nvme_status_str(uint16_t code)
+{
+	switch (code) {
+	case UPCIE_NVME_SC_SUCCESS:
+		return "successful completion";
+	case UPCIE_NVME_SC_INVALID_OPCODE:
+		return "invalid command opcode";
+	case UPCIE_NVME_SC_INVALID_FIELD:
+		return "invalid field in command";
+	case UPCIE_NVME_SC_CID_CONFLICT:
+		return "command ID conflict";
+	case UPCIE_NVME_SC_DATA_XFER_ERROR:
+		return "data transfer error";
+	case UPCIE_NVME_SC_POWER_LOSS:
+		return "commands aborted due to power loss notification";
+	case UPCIE_NVME_SC_INTERNAL:
+		return "internal error";
+	case UPCIE_NVME_SC_ABORT_REQ:
+		return "command abort requested";
+	case UPCIE_NVME_SC_ABORT_SQ_DELETED:
+		return "command aborted due to SQ deletion";
+	case UPCIE_NVME_SC_ABORT_FUSE_FAIL:
+		return "command aborted due to failed fused command";
+	case UPCIE_NVME_SC_ABORT_FUSE_MISSING:
+		return "command aborted due to missing fused command";
+	case UPCIE_NVME_SC_INVALID_NS:
+		return "invalid namespace or format";
+	case UPCIE_NVME_SC_CMD_SEQ_ERROR:
+		return "command sequence error";
+	case UPCIE_NVME_SC_SGL_INVALID_LAST:
+		return "invalid SGL segment descriptor";
+	case UPCIE_NVME_SC_SGL_INVALID_COUNT:
+		return "invalid number of SGL descriptors";
+	case UPCIE_NVME_SC_SGL_INVALID_DATA_LEN:
+		return "data SGL length invalid";
+	case UPCIE_NVME_SC_SGL_INVALID_MD_LEN:
+		return "metadata SGL length invalid";
+	case UPCIE_NVME_SC_SGL_INVALID_TYPE:
+		return "SGL descriptor type invalid";
+	case UPCIE_NVME_SC_CMB_INVALID_USE:
+		return "invalid use of controller memory buffer";
+	case UPCIE_NVME_SC_PRP_INVALID_OFFSET:
+		return "PRP offset invalid";
+	case UPCIE_NVME_SC_ATOMIC_WU_EXCEEDED:
+		return "atomic write unit exceeded";
+	case UPCIE_NVME_SC_OP_DENIED:
+		return "operation denied";
+	case UPCIE_NVME_SC_SGL_INVALID_OFFSET:
+		return "SGL offset invalid";
+	case UPCIE_NVME_SC_HOSTID_INCONSISTENT:
+		return "host identifier inconsistent format";
+	case UPCIE_NVME_SC_KA_EXPIRED:
+		return "keep alive timer expired";
+	case UPCIE_NVME_SC_KA_INVALID:
+		return "keep alive timeout invalid";
+	case UPCIE_NVME_SC_ABORT_PREEMPT:
+		return "command aborted due to preempt and abort";
+	case UPCIE_NVME_SC_SANITIZE_FAILED:
+		return "sanitize failed";
+	case UPCIE_NVME_SC_SANITIZE_IN_PROGRESS:
+		return "sanitize in progress";
+	case UPCIE_NVME_SC_SGL_INVALID_GRANULARITY:
+		return "SGL data block granularity invalid";
+	case UPCIE_NVME_SC_CMD_NOT_SUP_CMB_QUEUE:
+		return "command not supported for queue in CMB";
+	case UPCIE_NVME_SC_NS_WRITE_PROTECTED:
+		return "namespace is write protected";
+	case UPCIE_NVME_SC_CMD_INTERRUPTED:
+		return "command interrupted";
+	case UPCIE_NVME_SC_TRANSIENT_TR_ERR:
+		return "transient transport error";
+	case UPCIE_NVME_SC_LBA_RANGE:
+		return "LBA out of range";
+	case UPCIE_NVME_SC_CAP_EXCEEDED:
+		return "capacity exceeded";
+	case UPCIE_NVME_SC_NS_NOT_READY:
+		return "namespace not ready";
+	case UPCIE_NVME_SC_RESERVATION_CONFLICT:
+		return "reservation conflict";
+	case UPCIE_NVME_SC_FORMAT_IN_PROGRESS:
+		return "format in progress";
+	case UPCIE_NVME_SC_CQ_INVALID:
+		return "completion queue invalid";
+	case UPCIE_NVME_SC_QID_INVALID:
+		return "invalid queue identifier";
+	case UPCIE_NVME_SC_QUEUE_SIZE:
+		return "invalid queue size";
+	case UPCIE_NVME_SC_ABORT_LIMIT:
+		return "abort command limit exceeded";
+	case UPCIE_NVME_SC_AER_LIMIT:
+		return "asynchronous event request limit exceeded";
+	case UPCIE_NVME_SC_FW_SLOT:
+		return "invalid firmware slot";
+	case UPCIE_NVME_SC_FW_IMAGE:
+		return "invalid firmware image";
+	case UPCIE_NVME_SC_INVALID_VECTOR:
+		return "invalid interrupt vector";
+	case UPCIE_NVME_SC_INVALID_LOG_PAGE:
+		return "invalid log page";
+	case UPCIE_NVME_SC_INVALID_FORMAT:
+		return "invalid format";
+	case UPCIE_NVME_SC_FW_NEEDS_RESET:
+		return "firmware activation requires conventional reset";
+	case UPCIE_NVME_SC_INVALID_QUEUE_DELETE:
+		return "invalid queue deletion";
+	case UPCIE_NVME_SC_FEATURE_NOT_SAVEABLE:
+		return "feature identifier not saveable";
+	case UPCIE_NVME_SC_FEATURE_NOT_CHANGEABLE:
+		return "feature not changeable";
+	case UPCIE_NVME_SC_FEATURE_NOT_PER_NS:
+		return "feature not namespace specific";
+	case UPCIE_NVME_SC_CONFLICTING_ATTRS:
+		return "conflicting attributes";
+	case UPCIE_NVME_SC_INVALID_PI:
+		return "invalid protection information";
+	case UPCIE_NVME_SC_READ_ONLY:
+		return "attempted write to read only range";
+	case UPCIE_NVME_SC_WRITE_FAULT:
+		return "write fault";
+	case UPCIE_NVME_SC_UNRECOVERED_READ:
+		return "unrecovered read error";
+	case UPCIE_NVME_SC_GUARD_CHECK:
+		return "end-to-end guard check error";
+	case UPCIE_NVME_SC_APPTAG_CHECK:
+		return "end-to-end application tag check error";
+	case UPCIE_NVME_SC_REFTAG_CHECK:
+		return "end-to-end reference tag check error";
+	case UPCIE_NVME_SC_COMPARE_FAILED:
+		return "compare failure";
+	case UPCIE_NVME_SC_ACCESS_DENIED:
+		return "access denied";
+	case UPCIE_NVME_SC_DEALLOCATED_BLOCK:
+		return "deallocated or unwritten logical block";
+	case UPCIE_NVME_SC_INTERNAL_PATH:
+		return "internal path error";
+	case UPCIE_NVME_SC_ANA_PERSISTENT_LOSS:
+		return "asymmetric access persistent loss";
+	case UPCIE_NVME_SC_ANA_INACCESSIBLE:
+		return "asymmetric access inaccessible";
+	case UPCIE_NVME_SC_ANA_TRANSITION:
+		return "asymmetric access transition";
+	case UPCIE_NVME_SC_CTRL_PATH_ERROR:
+		return "controller pathing error";
+	case UPCIE_NVME_SC_HOST_PATH_ERROR:
+		return "host pathing error";
+	case UPCIE_NVME_SC_HOST_ABORTED:
+		return "command aborted by host";
+	default:
+		break;
+	}
+	switch (code >> 8) {
+	case UPCIE_NVME_SCT_GENERIC:
+		return "unknown generic status";
+	case UPCIE_NVME_SCT_CMD:
+		return "unknown command specific status";
+	case UPCIE_NVME_SCT_MEDIA:
+		return "unknown media error";
+	case UPCIE_NVME_SCT_PATH:
+		return "unknown path related status";
+	case UPCIE_NVME_SCT_VENDOR:
+		return "vendor specific status";
+	default:
+		return "reserved status code type";
+	}
+}
+
+/*
+ * Opcodes.
+ */
+enum upcie_nvme_admin_opc {
+	UPCIE_NVME_ADMIN_DELETE_SQ = 0x00,
+	UPCIE_NVME_ADMIN_CREATE_SQ = 0x01,
+	UPCIE_NVME_ADMIN_GET_LOG_PAGE = 0x02,
+	UPCIE_NVME_ADMIN_DELETE_CQ = 0x04,
+	UPCIE_NVME_ADMIN_CREATE_CQ = 0x05,
+	UPCIE_NVME_ADMIN_IDENTIFY = 0x06,
+	UPCIE_NVME_ADMIN_ABORT = 0x08,
+	UPCIE_NVME_ADMIN_SET_FEATURES = 0x09,
+	UPCIE_NVME_ADMIN_GET_FEATURES = 0x0a,
+	UPCIE_NVME_ADMIN_ASYNC_EVENT = 0x0c,
+	UPCIE_NVME_ADMIN_NS_MGMT = 0x0d,
+	UPCIE_NVME_ADMIN_FW_COMMIT = 0x10,
+	UPCIE_NVME_ADMIN_FW_DOWNLOAD = 0x11,
+	UPCIE_NVME_ADMIN_SELF_TEST = 0x14,
+	UPCIE_NVME_ADMIN_NS_ATTACH = 0x15,
+	UPCIE_NVME_ADMIN_KEEP_ALIVE = 0x18,
+	UPCIE_NVME_ADMIN_DIRECTIVE_SEND = 0x19,
+	UPCIE_NVME_ADMIN_DIRECTIVE_RECV = 0x1a,
+	UPCIE_NVME_ADMIN_VIRT_MGMT = 0x1c,
+	UPCIE_NVME_ADMIN_DBBUF_CONFIG = 0x7c,
+	UPCIE_NVME_ADMIN_FORMAT_NVM = 0x80,
+	UPCIE_NVME_ADMIN_SECURITY_SEND = 0x81,
+	UPCIE_NVME_ADMIN_SECURITY_RECV = 0x82,
+	UPCIE_NVME_ADMIN_SANITIZE = 0x84,
+	UPCIE_NVME_ADMIN_GET_LBA_STATUS = 0x86,
+};
+
+enum upcie_nvme_nvm_opc {
+	UPCIE_NVME_NVM_FLUSH = 0x00,
+	UPCIE_NVME_NVM_WRITE = 0x01,
+	UPCIE_NVME_NVM_READ = 0x02,
+	UPCIE_NVME_NVM_WRITE_UNCOR = 0x04,
+	UPCIE_NVME_NVM_COMPARE = 0x05,
+	UPCIE_NVME_NVM_WRITE_ZEROES = 0x08,
+	UPCIE_NVME_NVM_DSM = 0x09,
+	UPCIE_NVME_NVM_VERIFY = 0x0c,
+	UPCIE_NVME_NVM_RESV_REGISTER = 0x0d,
+	UPCIE_NVME_NVM_RESV_REPORT = 0x0e,
+	UPCIE_NVME_NVM_RESV_ACQUIRE = 0x11,
+	UPCIE_NVME_NVM_RESV_RELEASE = 0x15,
+	UPCIE_NVME_NVM_COPY = 0x19,
+};
+
+/* Broadcast namespace ID (all namespaces / controller scope). */
+#define UPCIE_NVME_NSID_ALL UINT32_C(0xffffffff)
+
+/* Identify CNS values. */
+#define UPCIE_NVME_CNS_NS	      0x00 /* Identify Namespace (NVM) */
+#define UPCIE_NVME_CNS_CTRL	      0x01 /* Identify Controller */
+#define UPCIE_NVME_CNS_NS_ACTIVE_LIST 0x02 /* active namespace ID list */
+#define UPCIE_NVME_CNS_NS_DESC_LIST   0x03 /* namespace identification descriptors */
+#define UPCIE_NVME_CNS_CS_NS	      0x05 /* I/O command set specific namespace (2.0) */
+#define UPCIE_NVME_CNS_CS_CTRL	      0x06 /* I/O command set specific controller (2.0) */
+#define UPCIE_NVME_CSI_NVM	      0x00
+#define UPCIE_NVME_CSI_ZNS	      0x02
+
+/* Feature identifiers. */
+#define UPCIE_NVME_FEAT_ARBITRATION  0x01
+#define UPCIE_NVME_FEAT_POWER_MGMT   0x02
+#define UPCIE_NVME_FEAT_TEMP_THRESH  0x04
+#define UPCIE_NVME_FEAT_ERR_RECOVERY 0x05
+#define UPCIE_NVME_FEAT_VOLATILE_WC  0x06
+#define UPCIE_NVME_FEAT_NUM_QUEUES   0x07
+#define UPCIE_NVME_FEAT_IRQ_COALESCE 0x08
+#define UPCIE_NVME_FEAT_IRQ_CONFIG   0x09
+#define UPCIE_NVME_FEAT_WRITE_ATOMIC 0x0a
+#define UPCIE_NVME_FEAT_ASYNC_EVENT  0x0b
+#define UPCIE_NVME_FEAT_APST	     0x0c
+#define UPCIE_NVME_FEAT_TIMESTAMP    0x0e
+#define UPCIE_NVME_FEAT_KEEP_ALIVE   0x0f
+
+/* Get Features select (CDW10.SEL). */
+#define UPCIE_NVME_FEAT_SEL_CURRENT 0
+#define UPCIE_NVME_FEAT_SEL_DEFAULT 1
+#define UPCIE_NVME_FEAT_SEL_SAVED   2
+#define UPCIE_NVME_FEAT_SEL_CAPS    3
+
+/* Log page identifiers. */
+#define UPCIE_NVME_LOG_ERROR	   0x01
+#define UPCIE_NVME_LOG_SMART	   0x02
+#define UPCIE_NVME_LOG_FW_SLOT	   0x03
+#define UPCIE_NVME_LOG_CHANGED_NS  0x04
+#define UPCIE_NVME_LOG_CMD_EFFECTS 0x05
+#define UPCIE_NVME_LOG_SELF_TEST   0x06
+
+/* Identify Controller ONCS bits (optional NVM commands). */
+#define UPCIE_NVME_ONCS_COMPARE	     (1u << 0)
+#define UPCIE_NVME_ONCS_WRITE_UNCOR  (1u << 1)
+#define UPCIE_NVME_ONCS_DSM	     (1u << 2)
+#define UPCIE_NVME_ONCS_WRITE_ZEROES (1u << 3)
+#define UPCIE_NVME_ONCS_SAVE_FEAT    (1u << 4)
+#define UPCIE_NVME_ONCS_RESERVATIONS (1u << 5)
+#define UPCIE_NVME_ONCS_TIMESTAMP    (1u << 6)
+#define UPCIE_NVME_ONCS_VERIFY	     (1u << 7)
+#define UPCIE_NVME_ONCS_COPY	     (1u << 8)
+
+/* Identify Controller OACS bits (optional admin commands). */
+#define UPCIE_NVME_OACS_SECURITY  (1u << 0)
+#define UPCIE_NVME_OACS_FORMAT	  (1u << 1)
+#define UPCIE_NVME_OACS_FW	  (1u << 2)
+#define UPCIE_NVME_OACS_NS_MGMT	  (1u << 3)
+#define UPCIE_NVME_OACS_SELF_TEST (1u << 4)
+#define UPCIE_NVME_OACS_DIRECTIVE (1u << 5)
+#define UPCIE_NVME_OACS_MI	  (1u << 6)
+#define UPCIE_NVME_OACS_VIRT	  (1u << 7)
+#define UPCIE_NVME_OACS_DBBUF	  (1u << 8)
+
+/* Identify Controller SGLS bits 1:0. */
+#define UPCIE_NVME_SGLS_NONE	  0u /* SGLs not supported for NVM commands */
+#define UPCIE_NVME_SGLS_ANY_ALIGN 1u /* supported, no alignment or granularity requirement */
+#define UPCIE_NVME_SGLS_DWORD	  2u /* supported, data blocks dword aligned and sized */
+
+/*
+ * Identify Controller data structure (CNS 01h), 4096 bytes. Named fields are the ones a driver
+ * uses; the rest is kept as reserved bytes at the right offsets.
+ */
+struct upcie_nvme_id_ctrl {
+	uint16_t vid;	 /* 0: PCI vendor ID */
+	uint16_t ssvid;	 /* 2: PCI subsystem vendor ID */
+	char sn[20];	 /* 4: serial number, ASCII, space padded */
+	char mn[40];	 /* 24: model number */
+	char fr[8];	 /* 64: firmware revision */
+	uint8_t rab;	 /* 72: recommended arbitration burst */
+	uint8_t ieee[3]; /* 73 */
+	uint8_t cmic;	 /* 76 */
+	uint8_t mdts;	 /* 77: max data transfer, 2^n * CAP.MPSMIN, 0 = no limit */
+	uint16_t cntlid; /* 78 */
+	uint32_t ver;	 /* 80: same layout as VS */
+	uint32_t rtd3r;	 /* 84 */
+	uint32_t rtd3e;	 /* 88 */
+	uint32_t oaes;	 /* 92 */
+	uint32_t ctratt; /* 96 */
+	uint16_t rrls;	 /* 100 */
+	uint8_t rsvd102[9];
+	uint8_t cntrltype; /* 111 */
+	uint8_t fguid[16]; /* 112 */
+	uint16_t crdt[3];  /* 128: command retry delay times, 100 ms units */
+	uint8_t rsvd134[122];
+	uint16_t oacs;	 /* 256: UPCIE_NVME_OACS_* */
+	uint8_t acl;	 /* 258: abort command limit, 0's based */
+	uint8_t aerl;	 /* 259 */
+	uint8_t frmw;	 /* 260 */
+	uint8_t lpa;	 /* 261 */
+	uint8_t elpe;	 /* 262 */
+	uint8_t npss;	 /* 263 */
+	uint8_t avscc;	 /* 264 */
+	uint8_t apsta;	 /* 265 */
+	uint16_t wctemp; /* 266 */
+	uint16_t cctemp; /* 268 */
+	uint8_t rsvd270[50];
+	uint16_t kas; /* 320: keep alive granularity, 100 ms units */
+	uint8_t rsvd322[190];
+	uint8_t sqes;	 /* 512: bits 3:0 required, 7:4 max log2 SQ entry size */
+	uint8_t cqes;	 /* 513: bits 3:0 required, 7:4 max log2 CQ entry size */
+	uint16_t maxcmd; /* 514 */
+	uint32_t nn;	 /* 516: number of namespaces (highest NSID) */
+	uint16_t oncs;	 /* 520: UPCIE_NVME_ONCS_* */
+	uint16_t fuses;	 /* 522 */
+	uint8_t fna;	 /* 524 */
+	uint8_t vwc;	 /* 525: volatile write cache present (bit 0) */
+	uint16_t awun;	 /* 526 */
+	uint16_t awupf;	 /* 528 */
+	uint8_t icsvscc; /* 530 */
+	uint8_t nwpc;	 /* 531 */
+	uint16_t acwu;	 /* 532 */
+	uint16_t ocfs;	 /* 534 */
+	uint32_t sgls;	 /* 536: SGL support, bits 1:0 UPCIE_NVME_SGLS_* */
+	uint32_t mnan;	 /* 540 */
+	uint8_t rsvd544[224];
+	char subnqn[256]; /* 768 */
+	uint8_t rsvd1024[1024];
+	uint8_t psd[32][32]; /* 2048: power state descriptors */
+	uint8_t vs[1024];    /* 3072: vendor specific */
+};
+
+/* LBA format descriptor. */
+struct upcie_nvme_lbaf {
+	uint16_t ms;   /* metadata bytes per LBA */
+	uint8_t lbads; /* LBA data size, log2 */
+	uint8_t rp;    /* relative performance, bits 1:0 */
+};
+
+/* Identify Namespace data structure (CNS 00h, NVM command set), 4096 bytes. */
+struct upcie_nvme_id_ns {
+	uint64_t nsze;	    /* 0: size in LBAs */
+	uint64_t ncap;	    /* 8: capacity in LBAs */
+	uint64_t nuse;	    /* 16: utilization in LBAs */
+	uint8_t nsfeat;	    /* 24 */
+	uint8_t nlbaf;	    /* 25: number of LBA formats, 0's based */
+	uint8_t flbas;	    /* 26: format index (3:0, and 6:5 in 2.0), extended LBA (4) */
+	uint8_t mc;	    /* 27: metadata capabilities */
+	uint8_t dpc;	    /* 28: end-to-end data protection capabilities */
+	uint8_t dps;	    /* 29: end-to-end data protection settings */
+	uint8_t nmic;	    /* 30 */
+	uint8_t rescap;	    /* 31 */
+	uint8_t fpi;	    /* 32 */
+	uint8_t dlfeat;	    /* 33 */
+	uint16_t nawun;	    /* 34 */
+	uint16_t nawupf;    /* 36 */
+	uint16_t nacwu;	    /* 38 */
+	uint16_t nabsn;	    /* 40 */
+	uint16_t nabo;	    /* 42 */
+	uint16_t nabspf;    /* 44 */
+	uint16_t noiob;	    /* 46: optimal I/O boundary in LBAs */
+	uint8_t nvmcap[16]; /* 48 */
+	uint16_t npwg;	    /* 64 */
+	uint16_t npwa;	    /* 66 */
+	uint16_t npdg;	    /* 68 */
+	uint16_t npda;	    /* 70 */
+	uint16_t nows;	    /* 72 */
+	uint16_t mssrl;	    /* 74 */
+	uint32_t mcl;	    /* 76 */
+	uint8_t msrc;	    /* 80 */
+	uint8_t rsvd81[11];
+	uint32_t anagrpid; /* 92 */
+	uint8_t rsvd96[3];
+	uint8_t nsattr;			 /* 99 */
+	uint16_t nvmsetid;		 /* 100 */
+	uint16_t endgid;		 /* 102 */
+	uint8_t nguid[16];		 /* 104 */
+	uint8_t eui64[8];		 /* 120 */
+	struct upcie_nvme_lbaf lbaf[64]; /* 128: 16 in NVMe 1.4, 64 in 2.0 */
+	uint8_t rsvd384[3328];
+	uint8_t vs[384]; /* 3712 */
+};
+
+/* Active namespace ID list (CNS 02h): ascending NSIDs, 0-terminated. */
+struct upcie_nvme_ns_list {
+	uint32_t nsid[1024];
+};
+
+/* Dataset Management range (16 bytes each, up to 256 per command). */
+struct upcie_nvme_dsm_range {
+	uint32_t cattr; /* context attributes */
+	uint32_t nlb;	/* length in LBAs (not 0's based) */
+	uint64_t slba;
+};
+
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ctrl) == 4096, "Identify Controller size");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, ssvid) == 2, "SSVID");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, sn) == 4, "SN");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, mn) == 24, "MN");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, fr) == 64, "FR");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, mdts) == 77, "MDTS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, cntlid) == 78, "CNTLID");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, ver) == 80, "VER");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, cntrltype) == 111, "CNTRLTYPE");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, crdt) == 128, "CRDT1");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, oacs) == 256, "OACS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, npss) == 263, "NPSS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, kas) == 320, "KAS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, sqes) == 512, "SQES");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, cqes) == 513, "CQES");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, nn) == 516, "NN");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, oncs) == 520, "ONCS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, vwc) == 525, "VWC");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, sgls) == 536, "SGLS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, subnqn) == 768, "SUBNQN");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, psd) == 2048, "PSD0");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ctrl, vs) == 3072, "VS");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_lbaf) == 4, "LBA format is 4 bytes");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ns) == 4096, "Identify Namespace size");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, ncap) == 8, "NCAP");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, nuse) == 16, "NUSE");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, nlbaf) == 25, "NLBAF");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, flbas) == 26, "FLBAS");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, mc) == 27, "MC");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, dpc) == 28, "DPC");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, noiob) == 46, "NOIOB");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, anagrpid) == 92, "ANAGRPID");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, nguid) == 104, "NGUID");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, eui64) == 120, "EUI64");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, lbaf) == 128, "LBAF0");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns, vs) == 3712, "VS");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_ns_list) == 4096, "namespace list size");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_dsm_range) == 16, "DSM range is 16 bytes");
+
+/*
+ * Index of the LBA format in use. NVMe 2.0 extends FLBAS with bits 6:5 as the upper two bits
+ * of the index, meaningful only when the namespace reports more than 16 formats.
+ */
+UPCIE_HD static inline unsigned upcie_nvme_id_ns_lbaf_index(const struct upcie_nvme_id_ns *ns)
+{
+	unsigned idx = ns->flbas & 0xfu;
+
+	if (ns->nlbaf >= 16)
+		idx |= ((ns->flbas >> 5) & 3u) << 4;
+	return idx;
+}
+
+/* The LBA format in use; NULL when FLBAS names a format beyond NLBAF (corrupt data). */
+UPCIE_HD static inline const struct upcie_nvme_lbaf *
+upcie_nvme_id_ns_lbaf(const struct upcie_nvme_id_ns *ns)
+{
+	unsigned idx = upcie_nvme_id_ns_lbaf_index(ns);
+
+	if (idx > ns->nlbaf || idx >= 64)
+		return NULL;
+	return &ns->lbaf[idx];
+}
+
+/* LBA data size in bytes of the format in use, 0 when it is invalid. */
+UPCIE_HD static inline uint64_t upcie_nvme_id_ns_lba_bytes(const struct upcie_nvme_id_ns *ns)
+{
+	const struct upcie_nvme_lbaf *f = upcie_nvme_id_ns_lbaf(ns);
+
+	if (!f || f->lbads < 9 || f->lbads > 63)
+		return 0;
+	return UINT64_C(1) << f->lbads;
+}
+
+/* Metadata bytes per LBA of the format in use. */
+UPCIE_HD static inline uint32_t upcie_nvme_id_ns_ms(const struct upcie_nvme_id_ns *ns)
+{
+	const struct upcie_nvme_lbaf *f = upcie_nvme_id_ns_lbaf(ns);
+
+	return f ? f->ms : 0;
+}
+
+/* True when metadata is interleaved with the data (extended LBA), false for a separate buffer. */
+UPCIE_HD static inline bool upcie_nvme_id_ns_extended_lba(const struct upcie_nvme_id_ns *ns)
+{
+	return (ns->flbas >> 4) & 1u;
+}
+
+#endif /* UPCIE_NVME_SPEC_H */
