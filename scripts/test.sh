@@ -100,6 +100,25 @@ tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
 tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
 
 note "unit tests"
+# As root, give the unit tests real hugepages (and a hugetlbfs mount) so the pagemap and hugepage
+# checks run instead of skipping; the previous pool size is restored afterwards.
+hp_saved=
+hp_mnt=
+if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/nr_hugepages ]; then
+	hp_saved=$(cat /proc/sys/vm/nr_hugepages)
+	echo $((hp_saved + 16)) >/proc/sys/vm/nr_hugepages 2>/dev/null || true
+	if ! grep -q ' hugetlbfs ' /proc/mounts; then
+		hp_mnt=$(mktemp -d /tmp/upcie-hugetlbfs.XXXXXX)
+		mount -t hugetlbfs -o pagesize=2M nodev "$hp_mnt" 2>/dev/null || { rmdir "$hp_mnt"; hp_mnt=; }
+	fi
+fi
+restore_hugepages() {
+	[ -n "$hp_mnt" ] && umount "$hp_mnt" 2>/dev/null && rmdir "$hp_mnt"
+	[ -n "$hp_saved" ] && echo "$hp_saved" >/proc/sys/vm/nr_hugepages 2>/dev/null
+	hp_mnt=
+	hp_saved=
+}
+trap restore_hugepages EXIT
 build_unit() { # dir, compiler, extra meson args...
 	local dir=$1 c=$2
 	shift 2
@@ -129,6 +148,8 @@ for cfg in "gcc build-gcc" "clang build-clang" "gcc build-asan -Db_sanitize=addr
 		tap "build $(basename "$dir")" sh -c "tail -30 '$logdir/setup-$(basename "$dir").log' '$logdir/build-$(basename "$dir").log'; exit 1"
 	fi
 done
+
+restore_hugepages
 
 note "installed headers"
 tap "consumer via pkg-config" scripts/check-consumer.sh "$root/build-gcc"
