@@ -19,18 +19,9 @@
 #include <upcie/mem/heap.h>
 #include <upcie/mem/hugepage.h>
 
-static int n_, failed_;
-static char last_err[512];
+#include "tap.h"
 
-#define TAP(cond, ...)                                                                             \
-	do {                                                                                       \
-		int ok_ = !!(cond);                                                                \
-		printf("%s %d - ", ok_ ? "ok" : "not ok", ++n_);                                   \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		failed_ += !ok_;                                                                   \
-		fflush(stdout);                                                                    \
-	} while (0)
+static char last_err[512];
 
 static void capture(enum upcie_log_level level, const char *msg, void *ctx)
 {
@@ -171,6 +162,5 @@ int main(int argc, char **argv)
 
 	check_unprivileged();
 	upcie_hugepages_reserve(2048, UPCIE_HUGEPAGE_NODE_ANY, 0);
-	printf("1..%d\n", n_);
-	return failed_ ? 1 : 0;
+	return tap_done();
 }

@@ -21,17 +21,7 @@
 #include <upcie/pci.h>
 #include <upcie/vfio/type1.h>
 
-static int n_, failed_;
-
-#define TAP(cond, ...)                                                                             \
-	do {                                                                                       \
-		int ok_ = !!(cond);                                                                \
-		printf("%s %d - ", ok_ ? "ok" : "not ok", ++n_);                                   \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		failed_ += !ok_;                                                                   \
-		fflush(stdout);                                                                    \
-	} while (0)
+#include "tap.h"
 
 #define NVME_CAP 0x00
 #define NVME_VS	 0x08
@@ -265,6 +255,5 @@ int main(int argc, char **argv)
 		check_shm(&f.shm, vfio);
 	if (f.nnvme)
 		check_errors(&f.nvme[0]);
-	printf("1..%d\n", n_);
-	return failed_ ? 1 : 0;
+	return tap_done();
 }

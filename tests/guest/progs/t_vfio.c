@@ -44,24 +44,7 @@
 #include <upcie/vfio/irq.h>
 #include <upcie/vfio/type1.h>
 
-static int n_, failed_;
-
-#define TAP(cond, ...)                                                                             \
-	do {                                                                                       \
-		int ok_ = !!(cond);                                                                \
-		printf("%s %d - ", ok_ ? "ok" : "not ok", ++n_);                                   \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		failed_ += !ok_;                                                                   \
-		fflush(stdout);                                                                    \
-	} while (0)
-#define SKIP(...)                                                                                  \
-	do {                                                                                       \
-		printf("ok %d - ", ++n_);                                                          \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		fflush(stdout);                                                                    \
-	} while (0)
+#include "tap.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
@@ -766,6 +749,5 @@ int main(int argc, char **argv)
 	    "%s is bound to vfio-pci", vr);
 	part_type1(&nvme, &vram, sn);
 	part_iommufd(&nvme, &vram, sn);
-	printf("1..%d\n", n_);
-	return failed_ ? 1 : 0;
+	return tap_done();
 }
