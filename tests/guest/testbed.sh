@@ -606,6 +606,96 @@ cmd_build_oot() {
 }
 
 # ---------------------------------------------------------------------------
+# upcie's own kernel modules (dkms/): built for every guest kernel with warnings as errors and
+# put into its initramfs as /lib/modules/<KV>/extra/<module>.ko. 6.1 builds against bookworm's
+# linux-headers with the host's gcc-12 (the kernel's compiler); 7.x against the build
+# environment that build-oot unpacks. See tests/guest/README.md, "upcie's kernel modules".
+
+readonly KMODS="dmabuf_import iommu_map_pa"
+
+kbuild_env_k61() { # KEY : linux-headers + linux-kbuild of the 6.1 kernel -> $CACHE/kbuild/KEY
+	local key=$1 env=$CACHE/kbuild/$1 tmp abi mm hdr deb
+	[ -f "$env/.ready" ] && return 0
+	abi=${KV%-amd64}
+	mm=$(echo "$KV" | cut -d. -f1-2)
+	tmp=$CACHE/tmp/kbuild-$key
+	rm -rf "$tmp"
+	mkdir -p "$tmp/root"
+	apt_set k61
+	apt_download "$tmp/debs" "linux-headers-$KV=$PKGVER" "linux-headers-$abi-common=$PKGVER" \
+		"linux-kbuild-$mm=$PKGVER" || die "download of the $KV headers failed"
+	for deb in "$tmp"/debs/*.deb; do
+		dpkg -x "$deb" "$tmp/root"
+	done
+	rm -rf "$tmp/debs"
+	hdr=$tmp/root/usr/src/linux-headers-$KV
+	[ -f "$hdr/Makefile" ] || die "no $hdr/Makefile"
+	sed -i "s|/usr/src/|$env/root/usr/src/|g" "$hdr/Makefile"
+	rm -rf "$env"
+	mkdir -p "$CACHE/kbuild"
+	mv "$tmp" "$env"
+	{
+		printf 'HDR=%q\n' "$env/root/usr/src/linux-headers-$KV"
+		printf 'TOOLBIN=\n'
+		printf 'CC_TEXT=%q\n' "$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\(.*\)"$/\1/p' \
+			"$env/root/usr/src/linux-headers-$KV/.config")"
+	} >"$env/kbuild.env"
+	touch "$env/.ready"
+}
+
+kmod_env() { # SLOT : the slot's kernel facts plus its module build environment (HDR, TOOLBIN)
+	local key
+	load_state "$1"
+	key=$(basename "$KDIR")
+	if [ "$1" = k61 ]; then
+		kbuild_env_k61 "$key"
+	else
+		kbuild_env "$key"
+	fi
+	. "$CACHE/kbuild/$key/kbuild.env"
+	KMAKE=(make -C "$HDR" -j"$JOBS" CONFIG_DEBUG_INFO_BTF_MODULES=)
+	if [ "$1" = k7 ] && [ "$OOT_CC" = host ]; then
+		KMAKE+=(CC=gcc-12 CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=)
+	fi
+}
+
+build_kmods() { # SLOT : dkms/ modules for the slot's kernel -> $WORK/build/kmod/<KV>/
+	local slot=$1 out tmp m log
+	kmod_env "$slot"
+	out=$WORK/build/kmod/$KV
+	tmp=$WORK/build/kmod-tmp
+	rm -rf "$out" "$tmp"
+	mkdir -p "$out" "$tmp"
+	for m in $KMODS; do
+		cp -rL "$REPO/dkms/$m" "$tmp/$m" # -L: the UAPI header may be reached through a link
+		rm -rf "$tmp/$m/debian"
+		log=$WORK/build/kmod-$KV-$m.log
+		rm -f "$log"
+		PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/$m" \
+			UPCIE_KMOD_WERROR=y modules || die "building dkms/$m for $KV failed (log: $log)"
+		if grep -E 'ERROR:|WARNING:' "$log"; then
+			die "building dkms/$m for $KV: modpost reported problems (log: $log)"
+		fi
+		case $(modinfo -F vermagic "$tmp/$m/$m.ko") in
+		"$KV "*) ;;
+		*) die "dkms/$m: vermagic '$(modinfo -F vermagic "$tmp/$m/$m.ko")' is not $KV" ;;
+		esac
+		strip --strip-debug -o "$out/$m.ko" "$tmp/$m/$m.ko"
+	done
+	rm -rf "$tmp"
+	log "dkms modules for $KV: $(cd "$out" && echo *.ko)"
+}
+
+cmd_kbuild_env() { # SLOT : print the module build environment of a guest kernel (for scripts)
+	[ "${1:-}" = k61 ] || [ "${1:-}" = k7 ] || die "kbuild-env needs a slot: k61 or k7"
+	lock "$CACHE"
+	kmod_env "$1" >&2
+	printf 'KV=%q\nPKGVER=%q\nHDR=%q\nTOOLBIN=%q\nCC_TEXT=%q\nMODROOT=%q\n' \
+		"$KV" "$PKGVER" "$HDR" "$TOOLBIN" "$CC_TEXT" "$MODROOT"
+	printf 'KMAKE=(%s)\n' "$(printf '%q ' "${KMAKE[@]}")"
+}
+
+# ---------------------------------------------------------------------------
 # build: static programs and initramfs images
 
 build_progs() { # -> $WORK/build/bin
@@ -698,6 +788,10 @@ build_initramfs() { # SLOT OOTDIR(or '') OUT
 	for f in modules.order modules.builtin modules.builtin.modinfo; do
 		[ -f "$MODROOT/lib/modules/$KV/$f" ] && cp "$MODROOT/lib/modules/$KV/$f" "$root/lib/modules/$KV/"
 	done
+	if [ -d "$WORK/build/kmod/$KV" ]; then # upcie's modules (dkms/), from build_kmods
+		mkdir -p "$root/lib/modules/$KV/extra"
+		cp "$WORK/build/kmod/$KV"/*.ko "$root/lib/modules/$KV/extra/"
+	fi
 	depmod -b "$root" "$KV" || die "depmod failed for the $KV initramfs"
 	cp "$WORK"/build/bin/* "$root/bin/"
 	cp "$TB_DIR"/lib/*.sh "$root/tests/lib/"
@@ -728,11 +822,16 @@ initramfs_path() { # CONFIG
 cmd_build() { # [CONFIG...] : programs + the initramfs images the configurations need
 	local cfgs=("$@") c done_imgs=" " img oot
 	[ "${#cfgs[@]}" -gt 0 ] || cfgs=("${CONFIGS[@]}")
-	need_tools gcc cpio depmod modprobe modinfo xz zstd
+	need_tools gcc make strip cpio depmod modprobe modinfo xz zstd
 	[ -x /bin/busybox ] || die "/bin/busybox missing (apt-get install busybox-static)"
 	lock "$CACHE"
 	lock "$WORK"
 	build_progs
+	for c in "${cfgs[@]}"; do
+		[[ $done_imgs == *" kmod-${CFG_SLOT[$c]} "* ]] && continue
+		build_kmods "${CFG_SLOT[$c]}"
+		done_imgs+="kmod-${CFG_SLOT[$c]} "
+	done
 	for c in "${cfgs[@]}"; do
 		img=$(initramfs_path "$c")
 		[[ $done_imgs == *" $img "* ]] && continue
@@ -926,14 +1025,29 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	printf '%q ' "${QARGS[@]}" >"$dir/qemu.cmd"
 	echo >>"$dir/qemu.cmd"
 	t0=$(now)
-	if [ "$SHOW" = 1 ]; then
-		set +e
-		timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null 2>&1 | tee "$dir/console.log"
-		rc=${PIPESTATUS[0]}
-		set -e
-	else
-		timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null >"$dir/console.log" 2>&1 || rc=$?
-	fi
+	local attempt retried=
+	for attempt in 1 2; do
+		rc=0
+		if [ "$SHOW" = 1 ]; then
+			set +e
+			timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null 2>&1 | tee "$dir/console.log"
+			rc=${PIPESTATUS[0]}
+			set -e
+		else
+			timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null >"$dir/console.log" 2>&1 || rc=$?
+		fi
+		# A kernel that dies before /init ran no upcie code. Seen under TCG with 2 vCPUs: an
+		# int3 oops while the 7.x kernel patches its own text (cross-vCPU code modification).
+		# Retry that once, on fresh backing files, and say so; a second death is a failure.
+		if [ "$attempt" = 1 ] && ! grep -q '^==TB== START ' <(tr -d '\r' <"$dir/console.log"); then
+			retried=" retried: kernel died before /init"
+			cp "$dir/console.log" "$dir/console.first.log"
+			warn "[$c] $cases: the kernel died before /init (log $dir/console.first.log); booting once more"
+			make_backing_files "$dir" "$nonce"
+			continue
+		fi
+		break
+	done
 	local wall
 	wall=$(secs "$t0" "$(now)")
 	recs=$dir/results.tsv
@@ -966,8 +1080,8 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	np=$(grep -c '^pass' "$recs" || true)
 	nf=$(grep -c '^fail' "$recs" || true)
 	ns_=$(grep -c '^skip' "$recs" || true)
-	printf '[%s] %-28s %s  (%d passed, %d failed, %d skipped; %s s)\n' "$c" "${cases//,/ }" \
-		"$([ "$nf" = 0 ] && echo ok || echo FAIL)" "$np" "$nf" "$ns_" "$wall"
+	printf '[%s] %-28s %s  (%d passed, %d failed, %d skipped; %s s%s)\n' "$c" "${cases//,/ }" \
+		"$([ "$nf" = 0 ] && echo ok || echo FAIL)" "$np" "$nf" "$ns_" "$wall" "${retried:-}"
 	if [ "$nf" != 0 ]; then
 		echo "    guest log: $dir/console.log (qemu command: $dir/qemu.cmd)"
 		for k in ${cases//,/ }; do
@@ -1097,7 +1211,8 @@ commands:
   fetch        resolve and download the guest kernels (Debian $K61_SUITES: 6.1;
                $K7_SUITES: newest ${K7_MIN_MAJOR}.x), unpack them into the cache
   build-oot    rebuild iommufd + the vfio stack for the ${K7_MIN_MAJOR}.x kernel (cached per version)
-  build        static test programs and the initramfs images
+  build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
+  kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
   run [--config A|B|C]... [--case NAME]... [--show] [--keep] [--group]
                boot guests and run cases (default: every case on every
                configuration it declares); ends with "N passed, N failed, N skipped"
@@ -1132,6 +1247,7 @@ main() {
 	help | -h | --help) usage ;;
 	fetch) phase fetch cmd_fetch; print_phases ;;
 	build-oot) phase build-oot cmd_build_oot; print_phases ;;
+	kbuild-env) cmd_kbuild_env "$@" ;;
 	build) phase build cmd_build "$@"; print_phases ;;
 	run) cmd_run "$@" ;;
 	shell) cmd_shell "$@" ;;
