@@ -253,12 +253,11 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || argv[1][0] == '-')
 		goto usage;
-	for (int i = 2; i < argc; i++) {
+	for (int i = 2; i < argc; i += 2) {
 		if (strcmp(argv[i], "--bar") || i + 1 >= argc ||
 		    probe_parse_size(argv[i + 1], &v) || v > 5)
 			goto usage;
 		want_bar = (int)v;
-		i++;
 	}
 	if (upcie_pci_bdf_parse(argv[1], &addr))
 		goto usage;
