@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The main job on the built-in default device: boots a QEMU guest (Debian's 6.1 kernel, TCG) with
-# two emulated NVMe controllers and runs upcie in it: upcie-setup lists and binds the functions,
-# examples/nvme_hello takes each controller from the kernel driver and shows what upcie sees.
+# two emulated NVMe controllers and runs upcie in it (tests/guest/cases/demo.sh): upcie-setup
+# lists and binds the functions, a short benchmark compares the kernel driver with upcie's on one
+# controller, examples/nvme_driver takes each controller from the kernel and verifies I/O.
 # Installs what it needs from Debian's archive; the first run downloads a kernel into a cache.
 #
 #   scripts/demo.sh [--config A|B|C]    A: no IOMMU (uio), B: intel-iommu (vfio), C: 7.x + iommufd

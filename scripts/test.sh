@@ -98,6 +98,9 @@ tap "clang-format" scripts/check-format.sh
 tap "public names prefixed" scripts/check-names.sh
 tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
 tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
+tap "CQ mirror PTX matches its source" tests/gpu/gen-cqmirror-ptx.sh --check
+tap "HIP sources, headers, bridge host tests" tests/hip/check-hip.sh
+tap "HIP device code disassembly (RDNA fences)" tests/hip/check-disasm.sh
 
 note "unit tests"
 # As root, give the unit tests real hugepages (and a hugetlbfs mount) so the pagemap and hugepage
@@ -150,6 +153,9 @@ for cfg in "gcc build-gcc" "clang build-clang" "gcc build-asan -Db_sanitize=addr
 done
 
 restore_hugepages
+
+note "kernel modules"
+tap "kernel modules: build 6.1 + 7.x, .debs, dkms install" scripts/build-dkms.sh
 
 note "installed headers"
 tap "consumer via pkg-config" scripts/check-consumer.sh "$root/build-gcc"

@@ -336,6 +336,12 @@ struct nvme_model {
 	struct nvme_model_pend *pend;
 	uint32_t npend, pend_cap;
 	uint64_t steps;
+	/* doorbell registers elsewhere (a BAR model); NULL: the sqdb/cqdb fields above */
+	volatile uint32_t *sqdbp, *cqdbp;
+	/* command execution other than the NVM set (an admin queue); NULL: NVM commands */
+	uint16_t (*exec)(void *ctx, struct nvme_model *m, const struct upcie_nvme_sqe *sqe,
+			 struct nvme_model_pend *p);
+	void *exec_ctx;
 	/* counters */
 	uint64_t fetched, posted, dropped, bad_doorbell, executed_errors;
 	/* threaded mode */
@@ -502,9 +508,17 @@ static inline void nvme_model_post_raw(struct nvme_model *m, uint16_t cid, uint1
 	p->due = m->steps;
 }
 
+static inline uint32_t nvme_model_db_(struct nvme_model *m, bool sq)
+{
+	uint32_t *db = sq ? (m->sqdbp ? (uint32_t *)m->sqdbp : &m->sqdb)
+			  : (m->cqdbp ? (uint32_t *)m->cqdbp : &m->cqdb);
+
+	return __atomic_load_n(db, __ATOMIC_ACQUIRE);
+}
+
 static inline void nvme_model_fetch_(struct nvme_model *m)
 {
-	uint32_t tail = __atomic_load_n(&m->sqdb, __ATOMIC_ACQUIRE), n = 0;
+	uint32_t tail = nvme_model_db_(m, true), n = 0;
 
 	if (tail >= m->sq_depth) {
 		m->bad_doorbell++;
@@ -531,7 +545,9 @@ static inline void nvme_model_fetch_(struct nvme_model *m)
 		memset(p, 0, sizeof(*p));
 		p->cid = sqe.cid;
 		p->due = m->steps + act.delay;
-		p->code = act.code ? act.code : nvme_model_exec_(m, &sqe, p);
+		p->code = act.code  ? act.code
+			  : m->exec ? m->exec(m->exec_ctx, m, &sqe, p)
+				    : nvme_model_exec_(m, &sqe, p);
 		p->dnr = act.code ? act.dnr : false;
 		if (p->code && !act.code)
 			m->executed_errors++;
@@ -543,7 +559,7 @@ static inline void nvme_model_post_(struct nvme_model *m)
 	uint32_t posted = 0;
 
 	for (;;) {
-		uint32_t head = __atomic_load_n(&m->cqdb, __ATOMIC_ACQUIRE);
+		uint32_t head = nvme_model_db_(m, false);
 		uint32_t next = m->cq_tail + 1 == m->cq_depth ? 0 : m->cq_tail + 1;
 		uint32_t pick = m->npend, nready = 0;
 		struct upcie_nvme_cqe *e;

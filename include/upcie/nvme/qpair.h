@@ -341,6 +341,37 @@ UPCIE_HD static inline bool upcie_nvme_qpair_cid_outstanding_(const struct upcie
 }
 
 /*
+ * Commands that can be enqueued right now: the smaller of the free CIDs and the free SQ slots
+ * (as far as the last reported SQ head tells). A request that needs n commands fits when this is
+ * at least n.
+ */
+UPCIE_HD static inline uint32_t upcie_nvme_qpair_room(const struct upcie_nvme_qpair *qp)
+{
+	uint32_t depth = (uint32_t)qp->sq_last + 1;
+	uint32_t used = qp->sq_tail >= qp->sq_head ? (uint32_t)(qp->sq_tail - qp->sq_head)
+						   : qp->sq_tail + depth - qp->sq_head;
+	uint32_t sq_free = depth - 1 - used;
+
+	return sq_free < qp->nfree ? sq_free : qp->nfree;
+}
+
+/*
+ * The context an outstanding command `cid` was enqueued with, into *ctx. Returns 0, -EINVAL for
+ * a CID out of range, -ENOENT when `cid` is not outstanding. (To find the commands of one
+ * request after a timeout.)
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_cid_ctx(const struct upcie_nvme_qpair *qp, uint16_t cid,
+						    void **ctx)
+{
+	if (cid >= qp->ncids)
+		return -EINVAL;
+	if (!upcie_nvme_qpair_cid_outstanding_(qp, cid))
+		return -ENOENT;
+	*ctx = qp->slots[cid].ctx;
+	return 0;
+}
+
+/*
  * Store up to `max` outstanding CIDs in `cids` (for Abort after a timeout). Returns how many
  * are outstanding (may exceed max).
  */

@@ -5,15 +5,19 @@
  *
  * Host (C, C++, and the host pass of nvcc/hipcc): upcie barriers, plain 16-byte-capable copies,
  * volatile 32-bit loads/stores, CLOCK_MONOTONIC. CUDA device code (__CUDA_ARCH__): system-scope
- * fences (__threadfence_system), 16-byte vector stores, %globaltimer (ns). HIP device code
- * (__HIP_DEVICE_COMPILE__): system-scope fences, 16-byte vector stores, wall_clock64() at
- * UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK ns per tick (default 10, a 100 MHz counter: check
- * hipDeviceAttributeWallClockRate on your GPU and define the macro before including).
+ * fences (__threadfence_system), 16-byte vector stores cached at L2 only (st.global.cg),
+ * %globaltimer (ns). HIP device code
+ * (__HIP_DEVICE_COMPILE__), through gpu/arch_hip.h: system-scope fences (the builtin
+ * __threadfence_system() stands for, so no device library is needed), 16-byte vector stores,
+ * doorbell stores with the RDNA cache-bypassing sequence on GFX10/GFX11, completion loads that
+ * invalidate GL0/GL1 first on RDNA, and the wall clock (wall_clock64()'s counter, never
+ * clock64()) at UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK ns per tick (default 10, a 100 MHz counter).
+ * The HIP device layer (nvme/gqp_hip.h) scales its waits by hipDeviceAttributeWallClockRate
+ * instead; the macro only serves code calling the timed functions of nvme/qpair.h directly.
  *
  * A device layer may replace the doorbell store by defining UPCIE_NVME_PORT_DOORBELL(db, v)
- * before this header, for instance with the cache-bypassing store sequence consumer RDNA GPUs
- * need (a fence plus a plain store can linger in their write path). Does not allocate, lock or
- * sleep; upcie_nvme_port_relax() is a spin hint only.
+ * before this header. Does not allocate, lock or sleep; upcie_nvme_port_relax() is a spin hint
+ * only.
  */
 #ifndef UPCIE_NVME_QPAIR_PORT_H
 #define UPCIE_NVME_QPAIR_PORT_H
@@ -28,6 +32,10 @@
 #include <upcie/base/compiler.h>
 #include <upcie/nvme/spec.h>
 
+#if defined(__HIPCC__)
+#include <upcie/gpu/arch_hip.h>
+#endif
+
 #if defined(__CUDA_ARCH__)
 #define UPCIE_NVME_PORT_CUDA_DEVICE 1
 #elif defined(__HIP_DEVICE_COMPILE__)
@@ -41,8 +49,10 @@
 /* Order the queue-entry stores before the doorbell store that publishes them. */
 UPCIE_HD static inline void upcie_nvme_port_wmb(void)
 {
-#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE)
 	__threadfence_system();
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	upcie_gpu_hip_threadfence_system();
 #else
 	upcie_wmb();
 #endif
@@ -51,26 +61,59 @@ UPCIE_HD static inline void upcie_nvme_port_wmb(void)
 /* Order the phase-tag load before the loads of the rest of the completion entry. */
 UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)
 {
-#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE)
 	__threadfence_system();
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	upcie_gpu_hip_threadfence_system();
 #else
 	upcie_dma_rmb();
 #endif
 }
 
-/* A load the compiler must emit and, on a GPU, that bypasses the non-coherent L1. */
+/*
+ * A load the compiler must emit and, on a GPU, that bypasses the non-coherent L1 (on RDNA after
+ * invalidating GL0/GL1: an entry another agent wrote into host memory is not snooped there).
+ */
 UPCIE_HD static inline uint32_t upcie_nvme_port_load32(const uint32_t *p)
 {
+#if defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	return upcie_gpu_hip_poll_load32(p);
+#else
 	return *(const volatile uint32_t *)p;
+#endif
 }
 
 #ifndef UPCIE_NVME_PORT_DOORBELL
+#if defined(UPCIE_NVME_PORT_HIP_DEVICE)
+#define UPCIE_NVME_PORT_DOORBELL(db, v) upcie_gpu_hip_doorbell_store((db), (v))
+#else
 #define UPCIE_NVME_PORT_DOORBELL(db, v) (*(db) = (v))
+#endif
 #endif
 
 UPCIE_HD static inline void upcie_nvme_port_doorbell(volatile uint32_t *db, uint32_t v)
 {
 	UPCIE_NVME_PORT_DOORBELL(db, v);
+}
+
+/*
+ * One 16-byte store of (lo, hi) to a 16-byte aligned address. In CUDA device code it is
+ * st.global.cg.v2.u64: cached at L2 only, so the L2 merges the stores of one entry into whole
+ * sectors before a device fetches them (or before they cross PCIe, for host memory), rather than
+ * each store travelling on its own. `dst` must be global memory (device memory or host memory
+ * mapped into the GPU), never shared or local memory.
+ */
+UPCIE_HD static inline void upcie_nvme_port_store16(void *dst, uint64_t lo, uint64_t hi)
+{
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+	asm volatile("st.global.cg.v2.u64 [%0], {%1, %2};" ::"l"(dst), "l"(lo), "l"(hi) : "memory");
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	*(ulonglong2 *)dst = make_ulonglong2(lo, hi);
+#else
+	uint64_t v[2] = { lo, hi };
+
+	memcpy(dst, v, sizeof(v));
+#endif
 }
 
 /* Copy a command into its SQ slot with `cid` in place: four 16-byte stores. */
@@ -79,14 +122,17 @@ UPCIE_HD static inline void upcie_nvme_port_sqe_store(struct upcie_nvme_sqe *dst
 						      uint16_t cid)
 {
 #if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
-	const uint64_t *s = (const uint64_t *)src;
-	ulonglong2 *d = (ulonglong2 *)dst;
-	uint64_t w0 = (s[0] & ~(UINT64_C(0xffff) << 16)) | ((uint64_t)cid << 16);
+	/* Field by field, not through a cast: a command built in registers stays there (no local
+	 * memory, which a kernel launched beside a resident one may have to wait for). */
+	char *d = (char *)dst;
+	uint64_t w0 = src->opc | ((uint64_t)src->flags << 8) | ((uint64_t)cid << 16) |
+		      ((uint64_t)src->nsid << 32);
 
-	d[0] = make_ulonglong2(w0, s[1]);
-	d[1] = make_ulonglong2(s[2], s[3]);
-	d[2] = make_ulonglong2(s[4], s[5]);
-	d[3] = make_ulonglong2(s[6], s[7]);
+	upcie_nvme_port_store16(d, w0, src->cdw2 | ((uint64_t)src->cdw3 << 32));
+	upcie_nvme_port_store16(d + 16, src->mptr, src->prp1);
+	upcie_nvme_port_store16(d + 32, src->prp2, src->cdw10 | ((uint64_t)src->cdw11 << 32));
+	upcie_nvme_port_store16(d + 48, src->cdw12 | ((uint64_t)src->cdw13 << 32),
+				src->cdw14 | ((uint64_t)src->cdw15 << 32));
 #else
 	memcpy(dst, src, sizeof(*dst));
 	dst->cid = cid;
@@ -120,7 +166,7 @@ UPCIE_HD static inline uint64_t upcie_nvme_port_time_ns(void)
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
 #elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
-	return (uint64_t)wall_clock64() * UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK;
+	return upcie_gpu_hip_wall_clock() * UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK;
 #else
 	return upcie_time_ns();
 #endif

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * UAPI of the iommu_map_pa module (/dev/iommu_map_pa, package iommu-map-pa-dkms): map known
+ * physical pages into the IOMMU domain of a PCI function.
+ *
+ * One file serves the module and user space: the module compiles it from its own tree, upcie's
+ * wrapper (upcie/kmod/iommu_map_pa.h) includes it as upcie/kmod/uapi/iommu_map_pa.h, which in
+ * the upcie tree is a symbolic link to this file and is installed from it.
+ *
+ * MAP puts a list of physical pages (device memory such as a GPU BAR or another device's BAR;
+ * never system RAM, which vfio and iommufd map and pin themselves) at a caller-chosen IOVA into
+ * the domain of a function whose DMA user space owns (bound to vfio-pci, attached to a vfio
+ * type1 container or an iommufd IOAS). A function under a kernel driver is refused. The range
+ * must lie inside the domain's aperture, outside its reserved regions, and be unmapped: a page
+ * the domain already translates is EEXIST. One exception makes several controllers cheap: when
+ * two functions share a domain (one type1 container, one IOAS) a second MAP of exactly the same
+ * pages at the same IOVA through the same file returns a new handle for the existing mapping,
+ * which goes when its last handle does.
+ *
+ * MAP_BAR installs an identity mapping (IOVA = the BAR's bus address) of one function's BAR into
+ * the kernel DMA domain (DMA or DMA-FQ) of another, the target: how a GPU's peer-to-peer writes
+ * to an NVMe doorbell get through a translating IOMMU. Declined with EEXIST when any page of the
+ * range is already translated, unless UPCIE_IOMMU_MAP_PA_F_SHARE is given and every page is
+ * already identity-mapped: the mapping is then someone else's (an earlier opener of the same
+ * controller for the same GPU), the handle borrows it and unmapping the handle leaves it.
+ *
+ * Mappings belong to the open file: UNMAP ends one, closing the file ends all. Functions are
+ * pinned while mapped. The owner of a user domain must keep it attached while mappings exist;
+ * the module never touches a domain the function is no longer attached to (see the module's
+ * README). Needs CAP_SYS_ADMIN. Reserved fields must be zero; unknown requests are ENOTTY.
+ */
+#ifndef UPCIE_KMOD_UAPI_IOMMU_MAP_PA_H
+#define UPCIE_KMOD_UAPI_IOMMU_MAP_PA_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define UPCIE_IOMMU_MAP_PA_DEVICE "/dev/iommu_map_pa"
+#define UPCIE_IOMMU_MAP_PA_ABI	  1
+
+/* A PCI function: segment (domain), bus, device/function number. */
+struct upcie_iommu_map_pa_pci {
+	__u32 segment;
+	__u8 bus;
+	__u8 devfn; /* device << 3 | function */
+	__u16 reserved;
+};
+
+#define UPCIE_IOMMU_MAP_PA_READ	 (1u << 0) /* the device may read */
+#define UPCIE_IOMMU_MAP_PA_WRITE (1u << 1) /* the device may write */
+
+/*
+ * MAP: `npages` pages of `page_size` bytes (a power of two, at least the CPU and the IOMMU page
+ * size), physical addresses at user pointer `pages` (npages __u64, each page_size aligned), at
+ * IOVA `iova` (page_size aligned). prot 0 means read and write. `lifetime_fd` >= 0 names a
+ * dma-buf the module keeps a reference to while the mapping exists (the exporter cannot free
+ * the memory behind the pages), -1 none.
+ * Errors: EPERM (function not owned by user space, or a page is system RAM), ENODEV (no such
+ * function, or no IOMMU translates it), EINVAL (alignment, sizes, flags, reserved fields),
+ * E2BIG (npages above max_map_pages), ERANGE (outside the aperture, or a reserved region),
+ * EEXIST (a page is already translated, or overlaps a mapping of this file), EMFILE (the file
+ * holds max_mappings), EFAULT, ENOMEM, and what iommu_map answers.
+ */
+struct upcie_iommu_map_pa_map {
+	struct upcie_iommu_map_pa_pci pci; /* in */
+	__u32 flags;			   /* in: none defined yet, must be 0 */
+	__u32 prot;			   /* in: UPCIE_IOMMU_MAP_PA_READ | _WRITE, 0: both */
+	__u64 iova;			   /* in */
+	__u64 page_size;		   /* in */
+	__u64 npages;			   /* in */
+	__u64 pages;			   /* in: user pointer */
+	__s32 lifetime_fd;		   /* in */
+	__u32 shared;			   /* out: 1 when the handle joined an existing mapping */
+	__u64 handle;			   /* out */
+	__u64 reserved[2];
+};
+
+/* MAP_BAR flags. */
+#define UPCIE_IOMMU_MAP_PA_F_SHARE (1u << 0) /* take an existing identity mapping as borrowed */
+
+/* MAP_BAR results. */
+#define UPCIE_IOMMU_MAP_PA_BAR_MAPPED	   1 /* installed; UNMAP of the handle removes it */
+#define UPCIE_IOMMU_MAP_PA_BAR_BORROWED	   2 /* already identity-mapped (F_SHARE); left alone */
+#define UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH 3 /* the target's DMA is untranslated: nothing to do */
+
+/* MAP_BAR result flags. */
+/* The range lies in a memory window of the target's host bridge, which the kernel's DMA IOVA
+ * allocator reserves for the target: the kernel never hands out these IOVAs itself. Without it
+ * a later kernel DMA mapping for the target could want them (see the README). */
+#define UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW (1u << 0)
+
+/*
+ * MAP_BAR: identity-map [offset, offset + length) of BAR `bar` of function `source` into the
+ * kernel DMA domain of function `target`. length 0: to the end of the BAR. offset and length
+ * page aligned. Errors: ENODEV (no such function), EINVAL (not a memory BAR, range, flags),
+ * EPERM (the target's domain is not a kernel DMA domain: user-owned or blocked), EEXIST (taken,
+ * see above), EMFILE, ENOMEM, and what iommu_map answers.
+ */
+struct upcie_iommu_map_pa_map_bar {
+	struct upcie_iommu_map_pa_pci target; /* in: the function whose domain gets the mapping */
+	struct upcie_iommu_map_pa_pci source; /* in: the function whose BAR is mapped */
+	__u32 bar;			      /* in: 0..5 */
+	__u32 flags;			      /* in: UPCIE_IOMMU_MAP_PA_F_* */
+	__u64 offset;			      /* in */
+	__u64 length;			      /* in */
+	__u32 prot;			      /* in: 0: read and write */
+	__u32 result;			      /* out: UPCIE_IOMMU_MAP_PA_BAR_* */
+	__u32 result_flags;		      /* out: UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW */
+	__u32 reserved0;
+	__u64 iova;   /* out: the bus address of the range = its IOVA in the target's domain */
+	__u64 size;   /* out: bytes mapped */
+	__u64 handle; /* out: 0 for PASSTHROUGH */
+	__u64 reserved[2];
+};
+
+/*
+ * TRANSLATE: what the function's current domain maps `iova` to (iommu_iova_to_phys): `phys` 0
+ * when nothing; `domain_type` one of the values below. For tests and diagnostics.
+ */
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_NONE	    0 /* no IOMMU translates the function */
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_BLOCKED   1
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_IDENTITY  2
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_DMA	    3 /* kernel DMA domain (also DMA-FQ) */
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_USER	    4 /* unmanaged, DMA owned by user space (vfio) */
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_UNMANAGED 5 /* unmanaged, owned by a kernel driver */
+#define UPCIE_IOMMU_MAP_PA_DOMAIN_OTHER	    6
+
+struct upcie_iommu_map_pa_translate {
+	struct upcie_iommu_map_pa_pci pci; /* in */
+	__u64 iova;			   /* in */
+	__u64 phys;			   /* out */
+	__u32 domain_type;		   /* out */
+	__u32 reserved0;
+	__u64 aperture_start; /* out */
+	__u64 aperture_end;   /* out, inclusive */
+	__u64 pgsize_bitmap;  /* out: page sizes the domain supports */
+	__u64 reserved[2];
+};
+
+/* Module facts: ABI version, limits and live mappings over all files. */
+struct upcie_iommu_map_pa_info {
+	__u32 abi;	    /* out: UPCIE_IOMMU_MAP_PA_ABI */
+	__u32 max_mappings; /* out: handles per open file */
+	__u64 max_map_pages;
+	__u64 mappings; /* out: live handles, all files */
+	__u64 reserved[2];
+};
+
+#define UPCIE_IOMMU_MAP_PA_IOC_TYPE 0xE7
+#define UPCIE_IOMMU_MAP_PA_IOC_INFO                                                                \
+	_IOR(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x10, struct upcie_iommu_map_pa_info)
+#define UPCIE_IOMMU_MAP_PA_IOC_MAP                                                                 \
+	_IOWR(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x11, struct upcie_iommu_map_pa_map)
+/* UNMAP: the argument is a pointer to the __u64 handle. ENOENT when the file has no such one. */
+#define UPCIE_IOMMU_MAP_PA_IOC_UNMAP _IOW(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x12, __u64)
+#define UPCIE_IOMMU_MAP_PA_IOC_MAP_BAR                                                             \
+	_IOWR(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x13, struct upcie_iommu_map_pa_map_bar)
+#define UPCIE_IOMMU_MAP_PA_IOC_TRANSLATE                                                           \
+	_IOWR(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x14, struct upcie_iommu_map_pa_translate)
+
+#endif /* UPCIE_KMOD_UAPI_IOMMU_MAP_PA_H */

@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * A CUDA GPU for upcie: the GPU by ordinal, the context its memory is allocated in, the check that
+ * its BAR1 window covers all of its memory, and CUresult-to-errno mapping.
+ *
+ * Context choice: the context current on the opening thread when there is one (it must belong to
+ * the chosen GPU, else -EINVAL); otherwise the GPU's primary context, retained and made current
+ * on that thread, as a runtime-API application would find it. A current context that is the
+ * GPU's active primary context is retained as well, so the device memory upcie allocates in it
+ * survives until upcie_gpu_cuda_dev_close() even if the application releases its own reference.
+ * Calls made later from other threads push the context for their duration
+ * (upcie_gpu_cuda_dev_enter()/leave()).
+ *
+ * BAR1: a peer (an NVMe controller) reaches VRAM through the GPU's BAR1 window, so the window must
+ * map all of VRAM (resizable BAR). Its size is read from the sysfs "resource" file of the GPU's PCI
+ * function (the bus id from cuDeviceGetPCIBusId; the largest memory BAR, which is the framebuffer
+ * aperture: BAR 1 on bare metal, elsewhere under some hypervisors) and compared with
+ * cuDeviceTotalMem: no NVML. A window smaller than VRAM is -EOPNOTSUPP.
+ * UPCIE_SYSFS_ROOT moves the sysfs root, as everywhere in upcie.
+ *
+ * Needs: the CUDA driver API (<cuda.h>, link with -lcuda), a readable sysfs. Errors are -errno;
+ * the CUDA error name is logged, never returned. C or C++ host code; no device code here.
+ */
+#ifndef UPCIE_GPU_DEV_CUDA_H
+#define UPCIE_GPU_DEV_CUDA_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include <upcie/base/compiler.h>
+#include <upcie/base/log.h>
+#include <upcie/pci/bdf.h>
+#include <upcie/pci/func.h>
+
+/* -errno for a CUresult (0 for CUDA_SUCCESS). */
+static inline int upcie_gpu_cuda_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_SUCCESS:
+		return 0;
+	case CUDA_ERROR_INVALID_VALUE:
+	case CUDA_ERROR_INVALID_HANDLE:
+	case CUDA_ERROR_INVALID_CONTEXT:
+	case CUDA_ERROR_INVALID_DEVICE:
+	case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+		return -EINVAL;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_NOT_INITIALIZED:
+	case CUDA_ERROR_DEINITIALIZED:
+	case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+		return -ENODEV;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case CUDA_ERROR_NOT_PERMITTED:
+		return -EPERM;
+	case CUDA_ERROR_NOT_FOUND:
+	case CUDA_ERROR_FILE_NOT_FOUND:
+	case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+		return -ENOENT;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+	case CUDA_ERROR_ALREADY_MAPPED:
+	case CUDA_ERROR_CONTEXT_ALREADY_IN_USE:
+		return -EEXIST;
+	case CUDA_ERROR_NOT_READY:
+		return -EAGAIN;
+	case CUDA_ERROR_LAUNCH_TIMEOUT:
+		return -ETIMEDOUT;
+	case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+		return -ENOSPC;
+	case CUDA_ERROR_INVALID_PTX:
+	case CUDA_ERROR_INVALID_IMAGE:
+	case CUDA_ERROR_NO_BINARY_FOR_GPU:
+	case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+	case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+		return -ENOEXEC;
+	default:
+		return -EIO;
+	}
+}
+
+/* Name of a CUresult ("CUDA_ERROR_INVALID_VALUE"), never NULL. */
+static inline const char *upcie_gpu_cuda_strerror(CUresult r)
+{
+	const char *name = NULL;
+
+	if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+		return "CUDA_ERROR_UNKNOWN_CODE";
+	return name;
+}
+
+/*
+ * Log a failed driver call and evaluate to its -errno: `return UPCIE_GPU_CUDA_FAIL(r,
+ * "cuMemAlloc", "device heap of %zu bytes", n);`. `r` must not be CUDA_SUCCESS.
+ */
+#define UPCIE_GPU_CUDA_FAIL(r, call, fmt, ...)                                                     \
+	(UPCIE_ERR("gpu: " fmt ": %s: %s", ##__VA_ARGS__, call, upcie_gpu_cuda_strerror(r)),       \
+	 upcie_gpu_cuda_errno(r))
+
+struct upcie_gpu_cuda_dev {
+	CUdevice dev;
+	CUcontext ctx;	   /* the context upcie allocates in */
+	int ordinal;	   /* CUDA device ordinal */
+	bool primary;	   /* ctx is the primary context, retained by upcie */
+	bool live;	   /* opened */
+	uint64_t vram;	   /* bytes of device memory (cuDeviceTotalMem) */
+	uint64_t bar1;	   /* bytes of the BAR1 window (sysfs) */
+	int bar1_index;	   /* its index in sysfs "resource" */
+	char pci_name[32]; /* PCI function, sysfs form ("0000:2b:00.0") */
+};
+
+/* Token for upcie_gpu_cuda_dev_enter()/leave(). */
+struct upcie_gpu_cuda_ctx_save {
+	bool pushed;
+};
+
+/* The PCI function of `dev` and the size and sysfs index of its BAR1 window. */
+static inline int upcie_gpu_cuda_bar1_read(CUdevice dev, char *name, size_t len, uint64_t *bar1,
+					   int *index)
+{
+	struct upcie_pci_resource res[UPCIE_PCI_NUM_RES];
+	struct upcie_pci_bdf bdf;
+	char busid[64];
+	CUresult r;
+	int err;
+
+	r = cuDeviceGetPCIBusId(busid, (int)sizeof(busid), dev);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceGetPCIBusId", "GPU %d", (int)dev);
+	err = upcie_pci_bdf_parse(busid, &bdf);
+	if (err)
+		return UPCIE_FAIL(
+		    err, "gpu: CUDA reports the PCI bus id \"%s\", which is not a BDF", busid);
+	upcie_pci_bdf_format(&bdf, name, len);
+	err = upcie_pci_func_resources(&bdf, res);
+	if (err)
+		return UPCIE_FAIL(
+		    err,
+		    "gpu: cannot read the BAR sizes of GPU %s from %s/bus/pci/devices/"
+		    "%s/resource: %s",
+		    name, upcie_sysfs_root(), name, strerror(-err));
+	/* The framebuffer aperture is the largest memory BAR (BAR 1 on bare metal; a hypervisor
+	 * may lay the BARs out differently). */
+	*bar1 = 0;
+	for (int i = 0; i < UPCIE_PCI_NUM_BARS; i++)
+		if ((res[i].flags & UPCIE_PCI_RES_MEM) && res[i].size > *bar1) {
+			*bar1 = res[i].size;
+			*index = i;
+		}
+	if (!*bar1)
+		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: GPU %s has no memory BAR", name);
+	return 0;
+}
+
+/* Pick the context as described above. Called with no upcie state yet. */
+static inline int upcie_gpu_cuda_ctx_choose_(struct upcie_gpu_cuda_dev *d)
+{
+	CUcontext cur = NULL, prim = NULL;
+	CUdevice cdev;
+	unsigned flags = 0;
+	int active = 0;
+	CUresult r;
+
+	r = cuCtxGetCurrent(&cur);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuCtxGetCurrent", "GPU %d", d->ordinal);
+	if (cur) {
+		r = cuCtxGetDevice(&cdev);
+		if (r != CUDA_SUCCESS)
+			return UPCIE_GPU_CUDA_FAIL(r, "cuCtxGetDevice", "current context");
+		if (cdev != d->dev)
+			return UPCIE_FAIL(-EINVAL,
+					  "gpu: the context current on this thread belongs to GPU "
+					  "%d, not to GPU %d that was asked for",
+					  (int)cdev, d->ordinal);
+		d->ctx = cur;
+		/* Hold the primary context if that is what the application uses. */
+		r = cuDevicePrimaryCtxGetState(d->dev, &flags, &active);
+		if (r == CUDA_SUCCESS && active) {
+			r = cuDevicePrimaryCtxRetain(&prim, d->dev);
+			if (r != CUDA_SUCCESS)
+				return UPCIE_GPU_CUDA_FAIL(r, "cuDevicePrimaryCtxRetain", "GPU %d",
+							   d->ordinal);
+			if (prim == cur)
+				d->primary = true;
+			else
+				cuDevicePrimaryCtxRelease(d->dev);
+		}
+		return 0;
+	}
+	r = cuDevicePrimaryCtxRetain(&prim, d->dev);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDevicePrimaryCtxRetain", "GPU %d", d->ordinal);
+	r = cuCtxSetCurrent(prim);
+	if (r != CUDA_SUCCESS) {
+		cuDevicePrimaryCtxRelease(d->dev);
+		return UPCIE_GPU_CUDA_FAIL(r, "cuCtxSetCurrent", "primary context of GPU %d",
+					   d->ordinal);
+	}
+	d->ctx = prim;
+	d->primary = true;
+	return 0;
+}
+
+/*
+ * Open GPU `ordinal`: initialise the driver, choose the context, check that BAR1 covers VRAM.
+ * Returns 0; -ENODEV (no such GPU, no driver); -EINVAL (a current context of another GPU);
+ * -EOPNOTSUPP (BAR1 smaller than VRAM, or no dma-buf export support); a sysfs or CUDA error.
+ * `d` is zeroed on failure; closing a zeroed one is a no-op.
+ */
+static inline int upcie_gpu_cuda_dev_open(struct upcie_gpu_cuda_dev *d, int ordinal)
+{
+	int n = 0, dmabuf = 0;
+	size_t vram = 0;
+	CUresult r;
+	int err;
+
+	if (!d)
+		return UPCIE_FAIL(-EINVAL, "gpu: NULL device");
+	memset(d, 0, sizeof(*d));
+	r = cuInit(0);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuInit", "CUDA driver");
+	r = cuDeviceGetCount(&n);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceGetCount", "CUDA driver");
+	if (ordinal < 0 || ordinal >= n)
+		return UPCIE_FAIL(-ENODEV, "gpu: no GPU %d (this system has %d)", ordinal, n);
+	d->ordinal = ordinal;
+	r = cuDeviceGet(&d->dev, ordinal);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceGet", "GPU %d", ordinal);
+	r = cuDeviceTotalMem(&vram, d->dev);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceTotalMem", "GPU %d", ordinal);
+	d->vram = vram;
+	r = cuDeviceGetAttribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, d->dev);
+	if (r != CUDA_SUCCESS || !dmabuf)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "gpu: GPU %d cannot export its memory as a dma-buf "
+				  "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0; needs the open "
+				  "kernel modules of the NVIDIA driver)",
+				  ordinal);
+	err = upcie_gpu_cuda_bar1_read(d->dev, d->pci_name, sizeof(d->pci_name), &d->bar1,
+				       &d->bar1_index);
+	if (err)
+		return err;
+	if (d->bar1 < d->vram)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "gpu: GPU %d (%s) maps %" PRIu64 " MiB of its %" PRIu64
+		    " MiB through BAR1; a peer needs all of it (enable resizable BAR)",
+		    ordinal, d->pci_name, d->bar1 >> 20, d->vram >> 20);
+	err = upcie_gpu_cuda_ctx_choose_(d);
+	if (err) {
+		memset(d, 0, sizeof(*d));
+		return err;
+	}
+	d->live = true;
+	return 0;
+}
+
+/* Release the primary context if upcie retained it. A zeroed device is a no-op. */
+static inline void upcie_gpu_cuda_dev_close(struct upcie_gpu_cuda_dev *d)
+{
+	if (!d || !d->live)
+		return;
+	if (d->primary)
+		cuDevicePrimaryCtxRelease(d->dev);
+	memset(d, 0, sizeof(*d));
+}
+
+/* Make d->ctx current for a call from any thread; undo with upcie_gpu_cuda_dev_leave(). */
+static inline int upcie_gpu_cuda_dev_enter(const struct upcie_gpu_cuda_dev *d,
+					   struct upcie_gpu_cuda_ctx_save *save)
+{
+	CUcontext cur = NULL;
+	CUresult r;
+
+	save->pushed = false;
+	r = cuCtxGetCurrent(&cur);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuCtxGetCurrent", "GPU %d", d->ordinal);
+	if (cur == d->ctx)
+		return 0;
+	r = cuCtxPushCurrent(d->ctx);
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuCtxPushCurrent", "GPU %d", d->ordinal);
+	save->pushed = true;
+	return 0;
+}
+
+static inline void upcie_gpu_cuda_dev_leave(const struct upcie_gpu_cuda_dev *d,
+					    struct upcie_gpu_cuda_ctx_save *save)
+{
+	CUcontext popped;
+
+	(void)d;
+	if (save->pushed)
+		cuCtxPopCurrent(&popped);
+	save->pushed = false;
+}
+
+#endif /* UPCIE_GPU_DEV_CUDA_H */

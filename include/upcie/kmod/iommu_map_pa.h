@@ -1,0 +1,664 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * iommu_map_pa: put known physical pages (GPU memory found through dmabuf_import, another
+ * device's BAR) into the IOMMU domain of a controller bound to vfio-pci, inside an IOVA window
+ * kept free for them; and identity-map a controller's BAR into a GPU's kernel DMA domain so the
+ * GPU's doorbell writes get through a translating IOMMU.
+ *
+ * Three parts:
+ * - the module calls: upcie_kmod_iommu_map_pa_open/close, _map (pages at an IOVA in a
+ *   function's domain), _unmap (by handle), _map_bar (identity map of a BAR into another
+ *   function's kernel DMA domain; _doorbells is the GPU/NVMe-BAR0 form with the share override
+ *   from the environment), _translate (what a domain maps at an IOVA; tests, diagnostics);
+ * - the IOVA window (upcie_kmod_iova_window_*): the addresses the module maps at are chosen by
+ *   user space without telling the domain's owner, so a window is set aside for them: 64 GiB at
+ *   256 GiB by default, UPCIE_IOVA_BASE / UPCIE_IOVA_SIZE (numbers as strtoull reads them, e.g.
+ *   0x2000000000) override it. The window must lie inside the usable IOVA ranges of every
+ *   controller that uses it (-ERANGE otherwise: move it) and the controllers' own allocators
+ *   must leave it alone (upcie_kmod_iova_window_exclude()). A full window is -ENOSPC. One window
+ *   serves the whole process: every controller sees the same pages at the same IOVAs.
+ * - the dmamem (upcie_dmamem_iommu_map_pa(), _lut(), _add()): pages mapped at one window range
+ *   into one or more controllers, translated arithmetically (iova + offset).
+ *
+ * Needs: the iommu_map_pa module (package iommu-map-pa-dkms; Linux 6.1 or newer), CAP_SYS_ADMIN,
+ * controllers on vfio-pci attached to a type1 container or an iommufd IOAS (for map) and an
+ * enforcing IOMMU. A missing /dev/iommu_map_pa is -ENOENT with a message naming the package;
+ * UPCIE_KMOD_IOMMU_MAP_PA_PATH overrides the path (tests). Does not: find the physical pages
+ * (kmod/dmabuf_import.h does), set up vfio (vfio/), or reserve the window in the kernel: the
+ * vfio owner keeps it free. Thread safety: module calls may come from any thread; a window takes
+ * a mutex; a dmamem's _add must not race its destroy.
+ */
+#ifndef UPCIE_KMOD_IOMMU_MAP_PA_H
+#define UPCIE_KMOD_IOMMU_MAP_PA_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <upcie/base/bits.h>
+#include <upcie/base/log.h>
+#include <upcie/kmod/device.h>
+#include <upcie/kmod/uapi/iommu_map_pa.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/pci/bdf.h>
+#include <upcie/vfio/iova.h>
+
+#define UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE "iommu-map-pa-dkms"
+
+/* Protection for _map and _map_bar; 0 means both. */
+#define UPCIE_KMOD_IOMMU_READ  UPCIE_IOMMU_MAP_PA_READ
+#define UPCIE_KMOD_IOMMU_WRITE UPCIE_IOMMU_MAP_PA_WRITE
+
+/* The default window: 64 GiB at 256 GiB (above any host's RAM in IOVA terms, below the 39-bit
+ * limit of every VT-d and AMD-Vi page table). */
+#define UPCIE_KMOD_IOVA_WINDOW_BASE (UINT64_C(256) << 30)
+#define UPCIE_KMOD_IOVA_WINDOW_SIZE (UINT64_C(64) << 30)
+
+/* An open /dev/iommu_map_pa. Zeroed: closed. */
+struct upcie_kmod_iommu_map_pa {
+	int fd;
+};
+
+/* Open /dev/iommu_map_pa. 0, -ENOENT (module missing: message names iommu-map-pa-dkms),
+ * -EPERM/-EACCES (not root), -EPROTO (another ABI), -EINVAL. */
+static inline int upcie_kmod_iommu_map_pa_open(struct upcie_kmod_iommu_map_pa *ctx)
+{
+	struct upcie_iommu_map_pa_info info;
+
+	if (!ctx)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: NULL context");
+	memset(ctx, 0, sizeof(*ctx));
+	memset(&info, 0, sizeof(info));
+	return upcie_kmod_open_("UPCIE_KMOD_IOMMU_MAP_PA_PATH", UPCIE_IOMMU_MAP_PA_DEVICE,
+				"iommu_map_pa", UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE,
+				UPCIE_IOMMU_MAP_PA_IOC_INFO, &info, &info.abi,
+				UPCIE_IOMMU_MAP_PA_ABI, &ctx->fd);
+}
+
+/* Close the context: mappings no dmamem holds go now. Zeroed or closed: no-op. */
+static inline void upcie_kmod_iommu_map_pa_close(struct upcie_kmod_iommu_map_pa *ctx)
+{
+	if (!ctx || ctx->fd <= 0)
+		return;
+	close(ctx->fd);
+	ctx->fd = 0;
+}
+
+/* Module facts: ABI, limits, live mappings over all files. */
+static inline int upcie_kmod_iommu_map_pa_info(struct upcie_kmod_iommu_map_pa *ctx,
+					       struct upcie_iommu_map_pa_info *info)
+{
+	if (!ctx || ctx->fd <= 0 || !info)
+		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
+	memset(info, 0, sizeof(*info));
+	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_INFO, info))
+		return UPCIE_FAIL(upcie_neg_errno(), "iommu_map_pa: INFO: %s",
+				  upcie_errno_name(upcie_neg_errno()));
+	return 0;
+}
+
+static inline int upcie_kmod_pci_(const struct upcie_pci_bdf *bdf, struct upcie_iommu_map_pa_pci *p,
+				  char *name, size_t len)
+{
+	if (!bdf || bdf->dev > 31 || bdf->fn > 7)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: bad PCI function");
+	memset(p, 0, sizeof(*p));
+	p->segment = bdf->domain;
+	p->bus = bdf->bus;
+	p->devfn = (uint8_t)(bdf->dev << 3 | bdf->fn);
+	upcie_pci_bdf_format(bdf, name, len);
+	return 0;
+}
+
+/* Words for what MAP / MAP_BAR answered. */
+static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
+{
+	switch (-err) {
+	case EPERM:
+		return bar ? "the target's domain is not a kernel DMA domain (DMA or DMA-FQ)"
+			   : "the function's DMA is not owned by user space (bind it to vfio-pci "
+			     "and "
+			     "attach it to a container or IOAS), or a page is system RAM";
+	case ENODEV:
+		return "no such PCI function, or no IOMMU translates it";
+	case ERANGE:
+		return "outside the domain's aperture or inside a reserved region (move the IOVA "
+		       "window: UPCIE_IOVA_BASE)";
+	case EEXIST:
+		return bar ? "the range is already mapped in the target's domain (set "
+			     "UPCIE_DOORBELL_SHARE if an earlier opener of this controller mapped "
+			     "it)"
+			   : "a page of the range is already mapped in the domain";
+	case E2BIG:
+		return "more pages than the module's max_map_pages";
+	case EMFILE:
+		return "this file holds the module's max_mappings";
+	case EINVAL:
+		return "bad alignment, size, BAR or arguments";
+	default:
+		return upcie_errno_name(err);
+	}
+}
+
+/*
+ * Map `npages` pages of `page_size` bytes (a power of two >= 4 KiB; physical addresses in
+ * pages[], each page_size aligned) at `iova` (page_size aligned) into the IOMMU domain of `bdf`
+ * (on vfio-pci). prot: UPCIE_KMOD_IOMMU_READ | _WRITE, 0 for both. lifetime_fd: a dma-buf the
+ * module keeps referenced while mapped (the memory's exporter cannot free it), or -1. *shared
+ * (may be NULL) tells whether the handle joined an identical mapping this context made for
+ * another function in the same domain. Errors, each logged in words: -EPERM, -ENODEV, -ERANGE,
+ * -EEXIST, -E2BIG, -EMFILE, -EINVAL, -EBADF, -ENOMEM.
+ */
+static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ctx,
+					      const struct upcie_pci_bdf *bdf, uint64_t iova,
+					      const uint64_t *pages, size_t npages,
+					      uint64_t page_size, unsigned prot, int lifetime_fd,
+					      uint64_t *handle, bool *shared)
+{
+	struct upcie_iommu_map_pa_map m;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	int err;
+
+	if (!ctx || ctx->fd <= 0)
+		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
+	if (!pages || !npages || !handle)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: map needs pages and a handle");
+	memset(&m, 0, sizeof(m));
+	err = upcie_kmod_pci_(bdf, &m.pci, name, sizeof(name));
+	if (err)
+		return err;
+	m.prot = prot;
+	m.iova = iova;
+	m.page_size = page_size;
+	m.npages = npages;
+	m.pages = (uint64_t)(uintptr_t)pages;
+	m.lifetime_fd = lifetime_fd;
+	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP, &m)) {
+		err = upcie_neg_errno();
+		return UPCIE_FAIL(err,
+				  "iommu_map_pa: map of %zu x 0x%" PRIx64 " at IOVA 0x%" PRIx64
+				  " for %s: %s (%s)",
+				  npages, page_size, iova, name, upcie_kmod_iommu_why_(err, false),
+				  upcie_errno_name(err));
+	}
+	*handle = m.handle;
+	if (shared)
+		*shared = m.shared != 0;
+	return 0;
+}
+
+/* Unmap one handle. -ENOENT when this file has no such handle (e.g. unmapped already). */
+static inline int upcie_kmod_iommu_map_pa_unmap(struct upcie_kmod_iommu_map_pa *ctx,
+						uint64_t handle)
+{
+	int err;
+
+	if (!ctx || ctx->fd <= 0)
+		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
+	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_UNMAP, &handle)) {
+		err = upcie_neg_errno();
+		return UPCIE_FAIL(err, "iommu_map_pa: unmap of handle %" PRIu64 ": %s", handle,
+				  err == -ENOENT ? "no such handle in this file"
+						 : upcie_errno_name(err));
+	}
+	return 0;
+}
+
+/* The outcome of _map_bar. */
+struct upcie_kmod_bar_map {
+	uint64_t handle; /* 0 when nothing was mapped (PASSTHROUGH) */
+	uint64_t iova;	 /* the BAR range's bus address: the address the target's DMA uses */
+	uint64_t size;
+	unsigned result;     /* UPCIE_IOMMU_MAP_PA_BAR_MAPPED, _BORROWED or _PASSTHROUGH */
+	bool in_host_window; /* the kernel's DMA allocator never hands out these IOVAs */
+};
+
+/* MAP_BAR flag: take an identical existing identity mapping as someone else's (borrow it). */
+#define UPCIE_KMOD_BAR_SHARE UPCIE_IOMMU_MAP_PA_F_SHARE
+
+/*
+ * Identity-map [offset, offset + length) (length 0: to the end) of BAR `bar` of `source` into
+ * the kernel DMA domain of `target` (a GPU under its driver), at the BAR's bus address.
+ * flags: UPCIE_KMOD_BAR_SHARE. Without a translating domain on the target nothing is needed
+ * and out->result is UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH. -EEXIST when the range is taken (and
+ * not borrowed), -EPERM for a target whose domain user space owns; see upcie_kmod_iommu_why_().
+ */
+static inline int upcie_kmod_iommu_map_pa_map_bar(struct upcie_kmod_iommu_map_pa *ctx,
+						  const struct upcie_pci_bdf *target,
+						  const struct upcie_pci_bdf *source, unsigned bar,
+						  uint64_t offset, uint64_t length, unsigned flags,
+						  struct upcie_kmod_bar_map *out)
+{
+	struct upcie_iommu_map_pa_map_bar m;
+	char tname[UPCIE_PCI_BDF_STRLEN], sname[UPCIE_PCI_BDF_STRLEN];
+	int err;
+
+	if (!ctx || ctx->fd <= 0)
+		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
+	if (!out)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: map_bar needs an outcome");
+	memset(&m, 0, sizeof(m));
+	memset(out, 0, sizeof(*out));
+	err = upcie_kmod_pci_(target, &m.target, tname, sizeof(tname));
+	if (!err)
+		err = upcie_kmod_pci_(source, &m.source, sname, sizeof(sname));
+	if (err)
+		return err;
+	m.bar = bar;
+	m.flags = flags;
+	m.offset = offset;
+	m.length = length;
+	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP_BAR, &m)) {
+		err = upcie_neg_errno();
+		return UPCIE_FAIL(err, "iommu_map_pa: identity map of %s BAR%u into %s: %s (%s)",
+				  sname, bar, tname, upcie_kmod_iommu_why_(err, true),
+				  upcie_errno_name(err));
+	}
+	out->handle = m.handle;
+	out->iova = m.iova;
+	out->size = m.size;
+	out->result = m.result;
+	out->in_host_window = (m.result_flags & UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW) != 0;
+	if (m.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED && !out->in_host_window)
+		UPCIE_WARN(
+		    "iommu_map_pa: %s BAR%u at 0x%" PRIx64 " is outside the host-bridge "
+		    "windows of %s: a later kernel DMA mapping for it could want these IOVAs",
+		    sname, bar, out->iova, tname);
+	return 0;
+}
+
+/*
+ * The doorbell mapping of the GPU-issued queue: BAR0 of controller `nvme` identity-mapped into
+ * the kernel DMA domain of `gpu`. UPCIE_DOORBELL_SHARE (set, not "0") borrows an identical
+ * mapping an earlier opener of the controller made for the same GPU; that mapping then goes
+ * when its owner closes, so the owner has to outlive this process's use.
+ */
+static inline int upcie_kmod_iommu_map_pa_doorbells(struct upcie_kmod_iommu_map_pa *ctx,
+						    const struct upcie_pci_bdf *gpu,
+						    const struct upcie_pci_bdf *nvme,
+						    struct upcie_kmod_bar_map *out)
+{
+	const char *share = getenv("UPCIE_DOORBELL_SHARE");
+	unsigned flags = share && *share && strcmp(share, "0") ? UPCIE_KMOD_BAR_SHARE : 0;
+
+	return upcie_kmod_iommu_map_pa_map_bar(ctx, gpu, nvme, 0, 0, 0, flags, out);
+}
+
+/*
+ * What the current domain of `bdf` maps at `iova`: *phys (0: nothing) and *domain_type
+ * (UPCIE_IOMMU_MAP_PA_DOMAIN_*; either pointer may be NULL).
+ */
+static inline int upcie_kmod_iommu_map_pa_translate(struct upcie_kmod_iommu_map_pa *ctx,
+						    const struct upcie_pci_bdf *bdf, uint64_t iova,
+						    uint64_t *phys, unsigned *domain_type)
+{
+	struct upcie_iommu_map_pa_translate t;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	int err;
+
+	if (!ctx || ctx->fd <= 0)
+		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
+	memset(&t, 0, sizeof(t));
+	err = upcie_kmod_pci_(bdf, &t.pci, name, sizeof(name));
+	if (err)
+		return err;
+	t.iova = iova;
+	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_TRANSLATE, &t)) {
+		err = upcie_neg_errno();
+		return UPCIE_FAIL(err, "iommu_map_pa: translate 0x%" PRIx64 " for %s: %s", iova,
+				  name, upcie_errno_name(err));
+	}
+	if (phys)
+		*phys = t.phys;
+	if (domain_type)
+		*domain_type = t.domain_type;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* The IOVA window. */
+
+struct upcie_kmod_iova_window {
+	uint64_t base, size;
+	struct upcie_vfio_iova_space space; /* allocations inside [base, base + size) */
+	bool ready;
+};
+
+static inline int upcie_kmod_env_u64_(const char *name, uint64_t def, uint64_t *out)
+{
+	const char *s = getenv(name);
+	char *end = NULL;
+	unsigned long long v;
+
+	*out = def;
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || !end || *end || *s == '-')
+		return UPCIE_FAIL(-EINVAL, "iova window: %s='%s' is not a number", name, s);
+	*out = v;
+	return 0;
+}
+
+/*
+ * Set up the window from UPCIE_IOVA_BASE / UPCIE_IOVA_SIZE (defaults above). Base and size must
+ * be multiples of 2 MiB (so 2 MiB pages stay possible), the size non-zero, the range must not
+ * wrap: -EINVAL otherwise. Allocations are aligned to `pgsize` (0: 4 KiB) at least.
+ */
+static inline int upcie_kmod_iova_window_init(struct upcie_kmod_iova_window *w, uint64_t pgsize)
+{
+	struct upcie_vfio_iova_ranges r;
+	uint64_t last;
+	int err;
+
+	if (!w)
+		return UPCIE_FAIL(-EINVAL, "iova window: NULL window");
+	memset(w, 0, sizeof(*w));
+	if (pgsize && (!upcie_is_pow2(pgsize) || pgsize < 4096))
+		return UPCIE_FAIL(-EINVAL, "iova window: page size 0x%" PRIx64, pgsize);
+	err = upcie_kmod_env_u64_("UPCIE_IOVA_BASE", UPCIE_KMOD_IOVA_WINDOW_BASE, &w->base);
+	if (!err)
+		err = upcie_kmod_env_u64_("UPCIE_IOVA_SIZE", UPCIE_KMOD_IOVA_WINDOW_SIZE, &w->size);
+	if (err)
+		return err;
+	if (!w->size || !upcie_is_aligned(w->base, UINT64_C(2) << 20) ||
+	    !upcie_is_aligned(w->size, UINT64_C(2) << 20) ||
+	    upcie_add_overflow(w->base, w->size - 1, &last))
+		return UPCIE_FAIL(-EINVAL,
+				  "iova window: [0x%" PRIx64 ", +0x%" PRIx64 ") must be non-empty, "
+				  "2 MiB aligned and not wrap (UPCIE_IOVA_BASE, UPCIE_IOVA_SIZE)",
+				  w->base, w->size);
+	memset(&r, 0, sizeof(r));
+	r.align = pgsize ? pgsize : 4096;
+	upcie_vfio_iova_ranges_add(&r, w->base, last);
+	err = upcie_vfio_iova_space_init(&w->space, &r);
+	if (err)
+		return err;
+	w->ready = true;
+	return 0;
+}
+
+static inline void upcie_kmod_iova_window_fini(struct upcie_kmod_iova_window *w)
+{
+	if (!w || !w->ready)
+		return;
+	upcie_vfio_iova_space_fini(&w->space);
+	memset(w, 0, sizeof(*w));
+}
+
+/*
+ * Check the window against the usable IOVA ranges of a controller (what its type1 container or
+ * IOAS reports). -ERANGE when the window is not inside one range, with a message saying how to
+ * move it.
+ */
+static inline int upcie_kmod_iova_window_check(const struct upcie_kmod_iova_window *w,
+					       const struct upcie_vfio_iova_ranges *usable)
+{
+	uint64_t last;
+
+	if (!w || !w->ready || !usable)
+		return UPCIE_FAIL(-EINVAL, "iova window: not initialised");
+	last = w->base + w->size - 1;
+	for (uint32_t i = 0; i < usable->n && i < UPCIE_VFIO_IOVA_RANGES_MAX; i++)
+		if (w->base >= usable->r[i].start && last <= usable->r[i].last)
+			return 0;
+	return UPCIE_FAIL(-ERANGE,
+			  "iova window [0x%" PRIx64 ", 0x%" PRIx64 "] is outside the controller's "
+			  "usable IOVA ranges; set UPCIE_IOVA_BASE/UPCIE_IOVA_SIZE to a range it "
+			  "allows",
+			  w->base, last);
+}
+
+/* Remove the window from `ranges` (a controller's usable IOVAs), for that controller's own
+ * allocator (upcie_vfio_iova_space_update(), IOMMU_IOAS_ALLOW_IOVAS). -E2BIG when full. */
+static inline int upcie_kmod_iova_window_exclude(const struct upcie_kmod_iova_window *w,
+						 struct upcie_vfio_iova_ranges *ranges)
+{
+	if (!w || !w->ready || !ranges)
+		return UPCIE_FAIL(-EINVAL, "iova window: not initialised");
+	return upcie_vfio_iova_ranges_exclude(ranges, w->base, w->base + w->size - 1);
+}
+
+/*
+ * Keep a vfio IOVA allocator (a type1 container's `iovas`, vfio/iova.h) out of the window: its
+ * allowed ranges lose the window. Call after every group joined the container (joining
+ * refreshes the ranges from the kernel). -EBUSY when the allocator already has an allocation
+ * inside the window.
+ */
+static inline int upcie_kmod_iova_window_reserve(const struct upcie_kmod_iova_window *w,
+						 struct upcie_vfio_iova_space *s)
+{
+	struct upcie_vfio_iova_ranges r;
+	int err;
+
+	if (!w || !w->ready || !s || !s->ready)
+		return UPCIE_FAIL(-EINVAL, "iova window: window or allocator not initialised");
+	pthread_mutex_lock(&s->lock);
+	r = s->avail;
+	pthread_mutex_unlock(&s->lock);
+	err = upcie_kmod_iova_window_exclude(w, &r);
+	if (!err)
+		err = upcie_vfio_iova_space_update(s, &r);
+	return err;
+}
+
+/* Reserve `size` bytes (rounded up to the page size) aligned to `align` (0: natural up to
+ * 1 GiB). -ENOSPC when the window is full, with a message naming the window and its knobs. */
+static inline int upcie_kmod_iova_window_alloc(struct upcie_kmod_iova_window *w, uint64_t size,
+					       uint64_t align, uint64_t *iova)
+{
+	int err;
+
+	if (!w || !w->ready || !iova)
+		return UPCIE_FAIL(-EINVAL, "iova window: not initialised");
+	err = upcie_vfio_iova_alloc(&w->space, size, align, iova);
+	if (err == -ENOSPC)
+		return UPCIE_FAIL(-ENOSPC,
+				  "iova window [0x%" PRIx64 ", +0x%" PRIx64 ") has no room for "
+				  "0x%" PRIx64 " bytes: enlarge it with UPCIE_IOVA_SIZE",
+				  w->base, w->size, size);
+	if (err)
+		return UPCIE_FAIL(err, "iova window: allocation of 0x%" PRIx64 " bytes: %s", size,
+				  upcie_errno_name(err));
+	return 0;
+}
+
+static inline int upcie_kmod_iova_window_free(struct upcie_kmod_iova_window *w, uint64_t iova,
+					      uint64_t size)
+{
+	if (!w || !w->ready)
+		return UPCIE_FAIL(-EINVAL, "iova window: not initialised");
+	return upcie_vfio_iova_free(&w->space, iova, size);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* dmamem: pages at one window range, mapped into one or more controllers. */
+
+struct upcie_dmamem_iommu_map_pa_priv_ {
+	int fd; /* own reference to the module file */
+	struct upcie_kmod_iova_window *win;
+	uint64_t iova, len;
+	uint64_t *pages; /* copy, for _add */
+	size_t npages;
+	uint64_t page_size;
+	int lifetime_fd;
+	uint64_t *handles;
+	size_t nhandles;
+};
+
+static inline void upcie_dmamem_iommu_map_pa_release_(struct upcie_dmamem *mem)
+{
+	struct upcie_dmamem_iommu_map_pa_priv_ *p =
+	    (struct upcie_dmamem_iommu_map_pa_priv_ *)mem->priv;
+	bool unmapped = true;
+
+	if (!p)
+		return;
+	for (size_t i = p->nhandles; i-- > 0;) {
+		if (ioctl(p->fd, UPCIE_IOMMU_MAP_PA_IOC_UNMAP, &p->handles[i])) {
+			UPCIE_ERR("iommu_map_pa: unmap of handle %" PRIu64 " at release: %s",
+				  p->handles[i], upcie_errno_name(upcie_neg_errno()));
+			unmapped = false;
+		}
+	}
+	/* the IOVAs go back only when nothing can still translate them */
+	if (unmapped)
+		upcie_kmod_iova_window_free(p->win, p->iova, p->len);
+	close(p->fd);
+	free(p->handles);
+	free(p->pages);
+	free(p);
+	mem->priv = NULL;
+}
+
+/*
+ * Map the dmamem's pages into one more controller, at the same IOVAs (a controller opened after
+ * the memory was set up). -EEXIST etc. as upcie_kmod_iommu_map_pa_map(); a function sharing a
+ * domain with one already mapped joins that mapping.
+ */
+static inline int upcie_dmamem_iommu_map_pa_add(struct upcie_dmamem *mem,
+						const struct upcie_pci_bdf *bdf)
+{
+	struct upcie_dmamem_iommu_map_pa_priv_ *p;
+	struct upcie_kmod_iommu_map_pa tmp;
+	uint64_t *nh, h;
+	int err;
+
+	if (!mem || mem->release != upcie_dmamem_iommu_map_pa_release_ || !mem->priv)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: not an iommu_map_pa dmamem");
+	p = (struct upcie_dmamem_iommu_map_pa_priv_ *)mem->priv;
+	nh = (uint64_t *)realloc(p->handles, (p->nhandles + 1) * sizeof(*nh));
+	if (!nh)
+		return UPCIE_FAIL(-ENOMEM, "iommu_map_pa: out of host memory");
+	p->handles = nh;
+	tmp.fd = p->fd;
+	err = upcie_kmod_iommu_map_pa_map(&tmp, bdf, p->iova, p->pages, p->npages, p->page_size, 0,
+					  p->lifetime_fd, &h, NULL);
+	if (err)
+		return err;
+	p->handles[p->nhandles++] = h;
+	return 0;
+}
+
+/*
+ * Allocate a range of the window and map `npages` pages of `page_size` bytes (physical addresses
+ * in pages[]) there into each of the `n` controllers in bdfs[] (on vfio-pci, their domains
+ * covering the window); describe it as arithmetic dmamem of npages * page_size bytes with CPU
+ * view `vaddr` (may be NULL). lifetime_fd: see upcie_kmod_iommu_map_pa_map(). The dmamem holds
+ * its own reference to the module file (ctx may be closed first) and borrows the window, which
+ * must outlive it. upcie_dmamem_destroy() unmaps from every controller, then frees the range.
+ * Errors: -ENOSPC (window full) and those of upcie_kmod_iommu_map_pa_map(). `mem` is zeroed on
+ * failure, with nothing left mapped.
+ */
+static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
+					    struct upcie_kmod_iommu_map_pa *ctx,
+					    struct upcie_kmod_iova_window *win,
+					    const struct upcie_pci_bdf *bdfs, size_t n, void *vaddr,
+					    const uint64_t *pages, size_t npages,
+					    uint64_t page_size, int lifetime_fd)
+{
+	struct upcie_dmamem_iommu_map_pa_priv_ *p;
+	uint64_t len;
+	int err;
+
+	if (!mem)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: NULL dmamem");
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	if (!ctx || ctx->fd <= 0 || !win || !win->ready)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: context or window not ready");
+	if (!bdfs || !n || !pages || !npages || !upcie_is_pow2(page_size) || page_size < 4096 ||
+	    npages > UINT64_MAX / page_size || npages * page_size > SIZE_MAX)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: bad dmamem arguments");
+	len = npages * page_size;
+	p = (struct upcie_dmamem_iommu_map_pa_priv_ *)calloc(1, sizeof(*p));
+	if (!p)
+		return UPCIE_FAIL(-ENOMEM, "iommu_map_pa: out of host memory");
+	p->fd = -1;
+	p->win = win;
+	p->len = len;
+	p->npages = npages;
+	p->page_size = page_size;
+	p->lifetime_fd = lifetime_fd;
+	p->pages = (uint64_t *)malloc(npages * sizeof(*p->pages));
+	if (!p->pages) {
+		free(p);
+		return UPCIE_FAIL(-ENOMEM, "iommu_map_pa: out of host memory for %zu pages",
+				  npages);
+	}
+	memcpy(p->pages, pages, npages * sizeof(*p->pages));
+	err = upcie_kmod_iova_window_alloc(win, len, page_size, &p->iova);
+	if (err)
+		goto fail_free;
+	p->fd = fcntl(ctx->fd, F_DUPFD_CLOEXEC, 3);
+	if (p->fd < 0) {
+		err = UPCIE_FAIL(upcie_neg_errno(), "iommu_map_pa: dup of the module file: %s",
+				 upcie_errno_name(upcie_neg_errno()));
+		goto fail_iova;
+	}
+	err = upcie_dmamem_init_arith(mem, vaddr, (size_t)len, p->iova);
+	if (err)
+		goto fail_fd;
+	mem->release = upcie_dmamem_iommu_map_pa_release_;
+	mem->priv = p;
+	mem->kind = "iommu-map-pa";
+	for (size_t i = 0; i < n; i++) {
+		err = upcie_dmamem_iommu_map_pa_add(mem, &bdfs[i]);
+		if (err) {
+			upcie_dmamem_destroy(mem); /* unmaps what is mapped, frees the range */
+			return err;
+		}
+	}
+	return 0;
+
+fail_fd:
+	close(p->fd);
+fail_iova:
+	upcie_kmod_iova_window_free(win, p->iova, len);
+fail_free:
+	free(p->pages);
+	free(p);
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	return err;
+}
+
+/*
+ * The same for memory described by a LUT dmamem of physical addresses (upcie_dmamem_dmabuf_import
+ * of GPU memory): its granules become the pages, its CPU view the view. The LUT dmamem must
+ * outlive this one (it holds the attachment that keeps the memory in place).
+ */
+static inline int upcie_dmamem_iommu_map_pa_lut(struct upcie_dmamem *mem,
+						struct upcie_kmod_iommu_map_pa *ctx,
+						struct upcie_kmod_iova_window *win,
+						const struct upcie_pci_bdf *bdfs, size_t n,
+						const struct upcie_dmamem *lutmem)
+{
+	int err;
+
+	if (!lutmem || !lutmem->lut) {
+		if (mem) {
+			memset(mem, 0, sizeof(*mem));
+			mem->fd = -1;
+		}
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: source is not a LUT dmamem");
+	}
+	err = upcie_dmamem_iommu_map_pa(mem, ctx, win, bdfs, n, lutmem->vaddr, lutmem->lut,
+					lutmem->nlut, UINT64_C(1) << lutmem->granule_shift, -1);
+	if (!err)
+		mem->size = lutmem->size; /* the last granule may be partly beyond the memory */
+	return err;
+}
+
+#endif /* UPCIE_KMOD_IOMMU_MAP_PA_H */

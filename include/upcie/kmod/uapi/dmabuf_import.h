@@ -1,0 +1,1 @@
+../../../../dkms/dmabuf_import/uapi/dmabuf_import.h

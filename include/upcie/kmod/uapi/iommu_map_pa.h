@@ -1,0 +1,1 @@
+../../../../dkms/iommu_map_pa/uapi/iommu_map_pa.h

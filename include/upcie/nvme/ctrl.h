@@ -1,0 +1,1411 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * An NVMe controller driven from user space: bring-up, admin commands, Identify, I/O queue
+ * pairs, the controller memory buffer, interrupts, abort, reset and orderly shutdown.
+ *
+ * One object whatever the path (nvme/dev.h: uio, vfio type1, vfio cdev + iommufd): the
+ * controller sees a register mapping and dmamem objects only. upcie_nvme_ctrl_open() takes a
+ * PCI function; upcie_nvme_ctrl_init() takes registers and host DMA memory the caller already
+ * has (another driver framework, or a controller model in tests).
+ *
+ * Bring-up: disable and wait for CSTS.RDY = 0 (the kernel driver leaves the controller enabled
+ * and shut down), check CAP (MPSMIN/MPSMAX against the host page, MQES, CSS, DSTRD) and take the
+ * ready timeout from CAP.TO, or from CRTO.CRWMT where VS >= 2.0 and CAP.CRMS says CRTO is
+ * valid; admin queues from a heap over host DMA memory; enable with CC.CSS = all I/O command
+ * sets when CAP.CSS bit 6 is set; wait for RDY, with CSTS.CFS reported as -EIO. Then Identify
+ * Controller (MDTS, SGLS, ONCS, NN, SN/MN/FR kept in the object) and Set Features Number of
+ * Queues, whose answer bounds the queue identifiers handed out.
+ *
+ * I/O queue pairs (struct upcie_nvme_ioq): any depth up to CAP.MQES + 1, memory sized from the
+ * depth and taken from any heap (host memory by default, the CMB's heap for a CMB-resident SQ),
+ * per-CID PRP list / SGL segment pages, the queue identifier allocated on create and released
+ * on delete. Commands go through the queue-pair core (nvme/qpair.h); nvme/ns.h has the I/O
+ * helpers. Completions are polled by default; with MSI-X vectors enabled (vfio paths) a queue
+ * created with `irq` can sleep on its vector's eventfd instead.
+ *
+ * Errors: 0 or -errno. A command the controller completes with an error status is -EIO, and its
+ * completion (status code type and code, upcie_nvme_cqe_code()) is handed to the caller, never
+ * hidden. A command that does not complete in time is aborted (admin Abort with its SQID and
+ * CID) and then cancelled in its queue pair: -ETIMEDOUT.
+ *
+ * Reset (upcie_nvme_ctrl_reset()) disables and re-enables the controller and recreates every
+ * I/O queue in place (same identifier, depth and memory; the caller's struct stays valid); the
+ * commands in flight end with -ECANCELED. Close deletes the I/O queues still open, shuts the
+ * controller down (CC.SHN normal, CSTS.SHST complete, bounded by RTD3E) and disables it.
+ *
+ * Threading: admin commands, queue create/delete, CMB and interrupt setup take the controller's
+ * mutex, so threads may create their queues concurrently. Each I/O queue has one owner thread.
+ * Reset and close must not run while other threads use queues. The struct holds pointers into
+ * itself: keep it in place while open. Needs what nvme/dev.h needs for the path.
+ * Does not: handle namespace management, firmware, keep alive or asynchronous events beyond
+ * submitting the command; multiple processes sharing a controller.
+ */
+#ifndef UPCIE_NVME_CTRL_H
+#define UPCIE_NVME_CTRL_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <upcie/base/barrier.h>
+#include <upcie/base/bits.h>
+#include <upcie/base/clock.h>
+#include <upcie/base/log.h>
+#include <upcie/base/mmio.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/mem/heap.h>
+#include <upcie/nvme/cmd.h>
+#include <upcie/nvme/dev.h>
+#include <upcie/nvme/dptr.h>
+#include <upcie/nvme/prp.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/spec.h>
+#include <upcie/vfio/irq.h>
+
+#define UPCIE_NVME_CTRL_ADMIN_DEPTH   32u
+#define UPCIE_NVME_CTRL_ADMIN_TIMEOUT (10 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_HOST_MEM      ((size_t)16 << 20)
+#define UPCIE_NVME_CTRL_IO_QUEUES     64u
+#define UPCIE_NVME_CTRL_SCRATCH	      ((size_t)16 << 10) /* bounce buffer for admin data */
+#define UPCIE_NVME_CTRL_ADMIN_LISTS   4u		 /* PRP list pages for admin data */
+#define UPCIE_NVME_CTRL_SHUTDOWN_MIN  (5 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_SHUTDOWN_MAX  (60 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_ABORT_TIMEOUT (2 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_IOQ_DEPTH	      256u
+#define UPCIE_NVME_IOQ_MAX_XFER	      ((uint64_t)512 << 10)
+#define UPCIE_NVME_CTRL_REG_POLL_NS   (50 * UPCIE_NSEC_PER_USEC)
+#define UPCIE_NVME_CTRL_DELETE_DRAIN  (1 * UPCIE_NSEC_PER_SEC)
+
+enum upcie_nvme_ctrl_state {
+	UPCIE_NVME_CTRL_CLOSED = 0,
+	UPCIE_NVME_CTRL_READY = 1,    /* enabled, admin queue working */
+	UPCIE_NVME_CTRL_SHUTDOWN = 2, /* shut down (CSTS.SHST complete): reset to use it again */
+	UPCIE_NVME_CTRL_FAILED = 3,   /* enable or a reset failed: reset or close */
+};
+
+struct upcie_nvme_ctrl_opts {
+	struct upcie_nvme_dev_opts dev; /* upcie_nvme_ctrl_open(): path, binding, sharing */
+	uint32_t admin_depth;		/* admin SQ/CQ entries, 2..4096; 0: 32 */
+	uint64_t admin_timeout_ns;	/* per admin command; 0: 10 s */
+	size_t host_mem;		/* host DMA memory for queues and lists; 0: 16 MiB */
+	uint32_t io_queues;		/* I/O queue pairs asked for (Set Features); 0: 64 */
+	uint32_t irq_vectors;		/* MSI-X vectors to enable (vfio paths); 0: none */
+};
+
+/* The controller memory buffer once enabled (upcie_nvme_ctrl_cmb_enable()). */
+struct upcie_nvme_cmb {
+	struct upcie_dmamem mem; /* CPU view through the BAR; device address = cba + offset */
+	struct upcie_heap heap;	 /* give &ctrl->cmb.heap as an I/O queue's sq_heap */
+	struct upcie_nvme_dev_bar bar;
+	uint64_t cba;		/* controller base address programmed in CMBMSC */
+	uint64_t size;		/* bytes (CMBSZ) */
+	uint64_t reserved;	/* bytes of device address space reserved for cba (vfio) */
+	uint32_t cmbloc, cmbsz; /* as read after CMBMSC.CRE */
+	bool on;
+};
+
+struct upcie_nvme_ioq;
+
+struct upcie_nvme_ctrl {
+	struct upcie_nvme_qpair admin; /* polled with `lock` held */
+	volatile uint8_t *regs;
+	size_t regs_size;
+	enum upcie_nvme_ctrl_state state;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	/* from the registers */
+	uint64_t cap;
+	uint32_t vs;
+	uint32_t dstrd;
+	uint32_t cc;	     /* as written at enable */
+	unsigned page_shift; /* controller memory page: 12 + CC.MPS */
+	uint32_t mqes;	     /* I/O queue entries allowed: CAP.MQES + 1 */
+	uint64_t ready_timeout_ns;
+	uint64_t shutdown_timeout_ns;
+	uint64_t admin_timeout_ns;
+	uint32_t admin_depth;
+	/* from Identify Controller */
+	struct upcie_nvme_id_ctrl id;
+	char sn[21], mn[41], fr[9]; /* trimmed copies */
+	uint64_t max_xfer;	    /* MDTS in bytes; UINT64_MAX: no limit */
+	bool sgl;		    /* SGLs supported for NVM commands */
+	bool sgl_dword;		    /* ... with dword-aligned data blocks */
+	/* I/O queues: granted by Set Features, identifiers 1..nqueues */
+	uint32_t want_queues;
+	uint32_t nqueues;	      /* granted by the last Set Features */
+	uint32_t nslots;	      /* ioqs[1..nslots]: the first grant, fixed for the object */
+	struct upcie_nvme_ioq **ioqs; /* by qid, NULL: free */
+	/* memory */
+	struct upcie_dmamem host_own; /* when open allocated it */
+	const struct upcie_dmamem *host;
+	struct upcie_heap heap; /* over *host: admin queues, I/O queues, list pages */
+	struct upcie_heap_buf asq, acq, scratch, alists;
+	struct upcie_nvme_dptr_cfg admin_dptr;
+	struct upcie_nvme_cmb cmb;
+	struct upcie_vfio_irqs irqs;
+	/* the PCI function, when upcie_nvme_ctrl_open() reached it */
+	struct upcie_nvme_dev dev;
+	pthread_mutex_t lock;
+	bool lock_live;
+};
+
+struct upcie_nvme_ioq_opts {
+	uint32_t depth;		    /* SQ and CQ entries, 2..CAP.MQES + 1; 0: min(256, MQES + 1) */
+	uint64_t max_xfer;	    /* bytes per command; 0: min(MDTS, 512 KiB); larger requests
+				       are split (nvme/ns.h) */
+	struct upcie_heap *sq_heap; /* SQ memory; NULL: host memory; &ctrl->cmb.heap: the CMB */
+	struct upcie_heap *cq_heap; /* CQ memory (needs a CPU view); NULL: host memory */
+	struct upcie_heap *list_heap; /* PRP list / SGL segment pages; NULL: host memory */
+	bool sgl;		      /* data pointers as SGLs (the controller must support them) */
+	bool irq;		      /* CQ interrupts on MSI-X vector `vector` */
+	uint16_t vector;
+	uint16_t qid; /* 0: the lowest free identifier */
+};
+
+struct upcie_nvme_ioq {
+	struct upcie_nvme_qpair qp; /* hot: the protocol state */
+	struct upcie_nvme_dptr_cfg dptr;
+	const struct upcie_dmamem *lmem; /* per-CID list pages: lpages from loff + cid * lpages */
+	uint64_t loff;
+	uint32_t lpages;
+	bool sgl;
+	bool irq;
+	uint16_t vector;
+	uint16_t qid;
+	uint32_t depth;
+	struct upcie_nvme_ctrl *ctrl;
+	struct upcie_heap *sq_heap, *cq_heap, *list_heap;
+	struct upcie_heap_buf sqb, cqb, lb;
+	void *tables;
+	bool live;
+};
+
+/* Register access. 64-bit registers as two 32-bit halves (low first), as every controller
+ * accepts. */
+static inline uint32_t upcie_nvme_ctrl_rd32(const struct upcie_nvme_ctrl *c, size_t off)
+{
+	return upcie_mmio_read32(c->regs, off);
+}
+
+static inline void upcie_nvme_ctrl_wr32(struct upcie_nvme_ctrl *c, size_t off, uint32_t v)
+{
+	upcie_mmio_write32(c->regs, off, v);
+}
+
+static inline uint64_t upcie_nvme_ctrl_rd64(const struct upcie_nvme_ctrl *c, size_t off)
+{
+	return upcie_mmio_read64_lohi(c->regs, off);
+}
+
+static inline void upcie_nvme_ctrl_wr64(struct upcie_nvme_ctrl *c, size_t off, uint64_t v)
+{
+	upcie_mmio_write64_lohi(c->regs, off, v);
+}
+
+/* Copy a space-padded Identify string, trimmed, NUL terminated. */
+static inline void upcie_nvme_ctrl_str_(char *dst, const char *src, size_t n)
+{
+	size_t len = n;
+
+	while (len && (src[len - 1] == ' ' || src[len - 1] == '\0'))
+		len--;
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/*
+ * Wait until (CSTS & mask) == want, bounded by timeout_ns. CSTS.CFS ends the wait with -EIO
+ * unless `cfs_ok` (a disable clears it), all ones with -ENODEV. *csts gets the last value.
+ */
+static inline int upcie_nvme_ctrl_csts_wait_(struct upcie_nvme_ctrl *c, uint32_t mask,
+					     uint32_t want, uint64_t timeout_ns, bool cfs_ok,
+					     uint32_t *csts)
+{
+	struct upcie_deadline dl;
+	uint32_t v;
+
+	upcie_deadline_set(&dl, timeout_ns);
+	for (;;) {
+		v = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+		*csts = v;
+		if (v == UPCIE_NVME_REG_GONE)
+			return -ENODEV;
+		if (!cfs_ok && upcie_nvme_csts_cfs(v))
+			return -EIO;
+		if ((v & mask) == want)
+			return 0;
+		if (upcie_deadline_passed(&dl))
+			return -ETIMEDOUT;
+		upcie_sleep_ns(UPCIE_NVME_CTRL_REG_POLL_NS);
+	}
+}
+
+/* CC.EN = 0 and wait for CSTS.RDY = 0. */
+static inline int upcie_nvme_ctrl_disable_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t cc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CC), csts = 0;
+	int err;
+
+	if (upcie_nvme_cc_en(cc))
+		upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC,
+				     upcie_nvme_cc_set_shn(upcie_nvme_cc_set_en(cc, false), 0));
+	err = upcie_nvme_ctrl_csts_wait_(c, 1, 0, c->ready_timeout_ns, true, &csts);
+	if (err == -ENODEV)
+		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
+	if (err)
+		return UPCIE_FAIL(err,
+				  "nvme %s: CSTS.RDY still 1 %" PRIu64 " ms after clearing CC.EN "
+				  "(CSTS 0x%08x)",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+	return 0;
+}
+
+/*
+ * Read CAP/VS and derive what bring-up needs: page size, MQES, DSTRD, ready timeout, CC.CSS.
+ * -ENODEV (all ones), -EOPNOTSUPP (no usable page size or command set).
+ */
+static inline int upcie_nvme_ctrl_caps_(struct upcie_nvme_ctrl *c, uint32_t *css)
+{
+	unsigned host_shift = upcie_log2((uint64_t)sysconf(_SC_PAGESIZE));
+	unsigned lo, hi;
+	uint32_t to;
+
+	c->cap = upcie_nvme_ctrl_rd64(c, UPCIE_NVME_REG_CAP);
+	c->vs = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_VS);
+	if (c->cap == UINT64_MAX || c->vs == UPCIE_NVME_REG_GONE)
+		return UPCIE_FAIL(-ENODEV, "nvme %s: registers read all ones: device gone",
+				  c->name);
+	lo = upcie_nvme_cap_mpsmin_shift(c->cap);
+	hi = upcie_nvme_cap_mpsmax_shift(c->cap);
+	/* The host page is the natural controller page (PRP entries, queue alignment). A host
+	 * page above MPSMAX still works at MPSMAX: our memory is aligned to the device page. A
+	 * host page below MPSMIN would need every buffer aligned beyond what callers expect. */
+	if (host_shift < lo)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: CAP.MPSMIN is %u KiB, above the host page (%u KiB)",
+				  c->name, (1u << lo) >> 10, (1u << host_shift) >> 10);
+	c->page_shift = host_shift > hi ? hi : host_shift;
+	c->mqes = upcie_nvme_cap_mqes_entries(c->cap);
+	if (c->mqes < 2)
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: CAP.MQES allows %u entries", c->name,
+				  c->mqes);
+	c->dstrd = upcie_nvme_cap_dstrd(c->cap);
+	to = upcie_nvme_cap_to(c->cap);
+	/* NVMe 2.0: CAP.TO is min(0xff, CRTO.CRWMT) when CRWMS is set, so CRTO may be longer. */
+	if (c->vs >= UPCIE_NVME_VS(2, 0, 0) &&
+	    (upcie_nvme_cap_crms(c->cap) & UPCIE_NVME_CAP_CRMS_CRWMS)) {
+		uint32_t crwmt =
+		    upcie_nvme_crto_crwmt(upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CRTO));
+
+		if (crwmt > to)
+			to = crwmt;
+	}
+	if (!to)
+		to = 1;
+	c->ready_timeout_ns = (uint64_t)to * 500 * UPCIE_NSEC_PER_MSEC;
+	if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_IOCS)
+		*css = UPCIE_NVME_CC_CSS_IOCS;
+	else if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_NVM)
+		*css = UPCIE_NVME_CC_CSS_NVM;
+	else if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_NOIO)
+		*css = UPCIE_NVME_CC_CSS_ADMIN;
+	else
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: CAP.CSS 0x%02x names no command set",
+				  c->name, upcie_nvme_cap_css(c->cap));
+	return 0;
+}
+
+/* Zero the admin rings, (re)start the admin queue pair, program AQA/ASQ/ACQ. */
+static inline int upcie_nvme_ctrl_admin_setup_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_qpair_cfg qc;
+	uint32_t aqa = 0;
+	int err;
+
+	upcie_nvme_qpair_fini(&c->admin);
+	memset(c->asq.vaddr, 0, (size_t)c->admin_depth * sizeof(struct upcie_nvme_sqe));
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = c->asq.vaddr;
+	qc.cq = c->acq.vaddr;
+	qc.sqdb = (volatile uint32_t *)(c->regs + upcie_nvme_sq_tdbl_off(0, c->dstrd));
+	qc.cqdb = (volatile uint32_t *)(c->regs + upcie_nvme_cq_hdbl_off(0, c->dstrd));
+	qc.sq_depth = c->admin_depth;
+	qc.qid = 0;
+	err = upcie_nvme_qpair_init(&c->admin, &qc);
+	if (err)
+		return err;
+	upcie_nvme_aqa_build(c->admin_depth, c->admin_depth, &aqa);
+	/* ASQ, ACQ, then AQA: controllers latch the queue on AQA in some implementations */
+	upcie_nvme_ctrl_wr64(c, UPCIE_NVME_REG_ASQ, c->asq.iova);
+	upcie_nvme_ctrl_wr64(c, UPCIE_NVME_REG_ACQ, c->acq.iova);
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_AQA, aqa);
+	return 0;
+}
+
+/* Re-program CMBMSC (upper half first: the controller evaluates the register on the lower). */
+static inline void upcie_nvme_ctrl_cmbmsc_write_(struct upcie_nvme_ctrl *c, uint64_t v)
+{
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC + 4, (uint32_t)(v >> 32));
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC, (uint32_t)v);
+}
+
+/* Disable, set up the admin queue, enable, wait for ready. Lock held. */
+static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cc_fields f;
+	uint32_t css = 0, csts = 0;
+	int err;
+
+	c->state = UPCIE_NVME_CTRL_FAILED;
+	err = upcie_nvme_ctrl_caps_(c, &css);
+	if (err)
+		return err;
+	err = upcie_nvme_ctrl_disable_(c);
+	if (err)
+		return err;
+	err = upcie_nvme_ctrl_admin_setup_(c);
+	if (err)
+		return err;
+	if (c->cmb.on)
+		upcie_nvme_ctrl_cmbmsc_write_(c, c->cmb.cba | 3u);
+	memset(&f, 0, sizeof(f));
+	f.en = 1;
+	f.css = (uint8_t)css;
+	f.mps = (uint8_t)(c->page_shift - 12);
+	f.ams = UPCIE_NVME_CC_AMS_RR;
+	f.iosqes = 6;
+	f.iocqes = 4;
+	err = upcie_nvme_cc_build(&f, &c->cc);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: cannot compose CC", c->name);
+	upcie_wmb(); /* queue memory before the enable */
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC, c->cc);
+	err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
+	if (err == -EIO)
+		return UPCIE_FAIL(-EIO,
+				  "nvme %s: controller fatal status (CSTS.CFS) while enabling "
+				  "(CSTS 0x%08x, CC 0x%08x)",
+				  c->name, csts, c->cc);
+	if (err == -ENODEV)
+		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
+	if (err)
+		return UPCIE_FAIL(err,
+				  "nvme %s: not ready %" PRIu64 " ms after setting CC.EN (CSTS "
+				  "0x%08x, CC 0x%08x); is bus mastering on?",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts, c->cc);
+	c->state = UPCIE_NVME_CTRL_READY;
+	return 0;
+}
+
+/*
+ * Submit an admin command and wait for it with the lock held. On a timeout the command is
+ * aborted (Abort on SQID 0) and then cancelled: -ETIMEDOUT. The completion goes to *cqe (may
+ * be NULL). Returns 0, -EIO for an error status (logged), -EBUSY, -ETIMEDOUT.
+ */
+static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
+						const struct upcie_nvme_sqe *sqe,
+						const struct upcie_nvme_dseg *data, unsigned nsegs,
+						uint64_t timeout_ns, struct upcie_nvme_cqe *cqe);
+
+/* Admin Abort of (sqid, cid) with the lock held; *aborted from completion dw0 bit 0. */
+static inline int upcie_nvme_ctrl_abort_locked_(struct upcie_nvme_ctrl *c, uint16_t sqid,
+						uint16_t cid, bool *aborted)
+{
+	struct upcie_nvme_sqe sqe;
+	struct upcie_nvme_cqe cqe;
+	int err;
+
+	upcie_nvme_cmd_abort(&sqe, sqid, cid);
+	memset(&cqe, 0, sizeof(cqe));
+	err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, UPCIE_NVME_CTRL_ABORT_TIMEOUT, &cqe);
+	if (aborted)
+		*aborted = !err && !(cqe.dw0 & 1u);
+	return err;
+}
+
+static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
+						const struct upcie_nvme_sqe *sqe,
+						const struct upcie_nvme_dseg *data, unsigned nsegs,
+						uint64_t timeout_ns, struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_lists lists;
+	struct upcie_nvme_sqe cmd = *sqe;
+	struct upcie_nvme_sync_ s;
+	uint16_t cid;
+	int err;
+
+	if (c->state != UPCIE_NVME_CTRL_READY)
+		return UPCIE_FAIL(-ENODEV,
+				  "nvme %s: admin command 0x%02x: controller not ready "
+				  "(state %d: reset it)",
+				  c->name, sqe->opc, (int)c->state);
+	if (data && nsegs) {
+		/* admin commands take PRPs only */
+		lists.mem = c->heap.mem;
+		lists.off = c->alists.off;
+		lists.npages = UPCIE_NVME_CTRL_ADMIN_LISTS;
+		err = upcie_nvme_prp_build(&cmd, data, nsegs, &c->admin_dptr, &lists);
+		if (err < 0)
+			return err;
+	}
+	if (!timeout_ns)
+		timeout_ns = c->admin_timeout_ns;
+	s.done = false;
+	s.err = 0;
+	memset(&s.cqe, 0, sizeof(s.cqe));
+	err = upcie_nvme_qpair_submit(&c->admin, &cmd, upcie_nvme_sync_cb_, &s, &cid);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: admin queue full", c->name);
+	err = upcie_nvme_qpair_wait(&c->admin, cid, timeout_ns);
+	if (err == -ETIMEDOUT) {
+		bool aborted = false;
+
+		UPCIE_ERR("nvme %s: admin command 0x%02x (CID %u) not completed after %" PRIu64
+			  " ms: aborting it",
+			  c->name, sqe->opc, cid, timeout_ns / UPCIE_NSEC_PER_MSEC);
+		/* never abort an Abort: that one is only cancelled */
+		if (sqe->opc != UPCIE_NVME_ADMIN_ABORT)
+			upcie_nvme_ctrl_abort_locked_(c, 0, cid, &aborted);
+		if (!s.done)
+			upcie_nvme_qpair_cancel(&c->admin, cid);
+		if (cqe)
+			*cqe = s.cqe;
+		return -ETIMEDOUT;
+	}
+	if (cqe)
+		*cqe = s.cqe;
+	if (s.err)
+		return s.err;
+	if (!upcie_nvme_cqe_ok(&s.cqe)) {
+		uint16_t code = upcie_nvme_cqe_code(&s.cqe);
+
+		/* An Abort that finds nothing is not worth an error line. */
+		UPCIE_ERR("nvme %s: admin command 0x%02x: %s (status 0x%03x%s)", c->name, sqe->opc,
+			  upcie_nvme_status_str(code), code,
+			  upcie_nvme_cqe_dnr(&s.cqe) ? ", DNR" : "");
+		return -EIO;
+	}
+	return 0;
+}
+
+/*
+ * Run admin command `sqe` (the CID is assigned here) with data in `nsegs` segments (PRPs; may be
+ * NULL), waiting up to timeout_ns (0: the controller's admin timeout). The completion goes to
+ * *cqe (may be NULL): on -EIO it holds the error status. Returns 0, -EIO (error status),
+ * -ETIMEDOUT (aborted and cancelled), -ENODEV (controller not ready), -EINVAL (data).
+ */
+static inline int upcie_nvme_ctrl_admin(struct upcie_nvme_ctrl *c, const struct upcie_nvme_sqe *sqe,
+					const struct upcie_nvme_dseg *data, unsigned nsegs,
+					uint64_t timeout_ns, struct upcie_nvme_cqe *cqe)
+{
+	int err;
+
+	if (!c || !c->lock_live || !sqe)
+		return UPCIE_FAIL(-EINVAL, "nvme: admin: controller not open or NULL command");
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_admin_locked_(c, sqe, data, nsegs, timeout_ns, cqe);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+#define UPCIE_NVME_XFER_NONE	 0
+#define UPCIE_NVME_XFER_FROM_DEV 1 /* the controller writes host memory (Identify, logs) */
+#define UPCIE_NVME_XFER_TO_DEV	 2 /* the controller reads it */
+
+/*
+ * Admin command with data in an ordinary CPU buffer of up to 16 KiB, bounced through the
+ * controller's DMA scratch buffer (dir: UPCIE_NVME_XFER_*). Otherwise as upcie_nvme_ctrl_admin().
+ */
+static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
+					    const struct upcie_nvme_sqe *sqe, void *buf, size_t len,
+					    int dir, uint64_t timeout_ns,
+					    struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_dseg seg;
+	int err;
+
+	if (!c || !c->lock_live || !sqe || (len && !buf) || len > UPCIE_NVME_CTRL_SCRATCH)
+		return UPCIE_FAIL(-EINVAL, "nvme: admin: bad buffer (%zu bytes, at most %zu)", len,
+				  (size_t)UPCIE_NVME_CTRL_SCRATCH);
+	seg.mem = c->heap.mem;
+	seg.off = c->scratch.off;
+	seg.len = len;
+	pthread_mutex_lock(&c->lock);
+	if (len && dir == UPCIE_NVME_XFER_TO_DEV)
+		memcpy(c->scratch.vaddr, buf, len);
+	else if (len)
+		memset(c->scratch.vaddr, 0, len);
+	err = upcie_nvme_ctrl_admin_locked_(c, sqe, len && dir ? &seg : NULL, len && dir ? 1 : 0,
+					    timeout_ns, cqe);
+	if (!err && len && dir == UPCIE_NVME_XFER_FROM_DEV)
+		memcpy(buf, c->scratch.vaddr, len);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* Identify with CNS `cns` for `nsid` into buf (4096 bytes). */
+static inline int upcie_nvme_ctrl_identify(struct upcie_nvme_ctrl *c, uint8_t cns, uint32_t nsid,
+					   void *buf)
+{
+	struct upcie_nvme_sqe sqe;
+
+	upcie_nvme_cmd_identify(&sqe, cns, nsid, 0, 0);
+	return upcie_nvme_ctrl_admin_buf(c, &sqe, buf, 4096, UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
+}
+
+/*
+ * Abort command `cid` on submission queue `sqid` (admin Abort). *aborted (may be NULL) is true
+ * when the controller says it aborted the command (it then completes with Command Abort
+ * Requested); false when it did not, in which case the command may still complete later.
+ */
+static inline int upcie_nvme_ctrl_abort(struct upcie_nvme_ctrl *c, uint16_t sqid, uint16_t cid,
+					bool *aborted)
+{
+	int err;
+
+	if (!c || !c->lock_live)
+		return UPCIE_FAIL(-EINVAL, "nvme: abort: controller not open");
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_abort_locked_(c, sqid, cid, aborted);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* Identify Controller and keep what the driver needs. Lock not needed (bring-up). */
+static inline int upcie_nvme_ctrl_identify_ctrl_(struct upcie_nvme_ctrl *c)
+{
+	uint64_t shutdown;
+	int err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_CTRL, 0, &c->id);
+
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: Identify Controller failed", c->name);
+	upcie_nvme_ctrl_str_(c->sn, c->id.sn, sizeof(c->id.sn));
+	upcie_nvme_ctrl_str_(c->mn, c->id.mn, sizeof(c->id.mn));
+	upcie_nvme_ctrl_str_(c->fr, c->id.fr, sizeof(c->id.fr));
+	c->max_xfer = upcie_nvme_mdts_bytes(c->id.mdts, c->cap);
+	c->sgl = (c->id.sgls & 3u) != UPCIE_NVME_SGLS_NONE;
+	c->sgl_dword = (c->id.sgls & 3u) == UPCIE_NVME_SGLS_DWORD;
+	if ((c->id.sqes & 0xf) > 6 || (c->id.cqes & 0xf) > 4)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "nvme %s: needs SQ/CQ entries of 2^%u/2^%u bytes; upcie uses 64/16", c->name,
+		    c->id.sqes & 0xf, c->id.cqes & 0xf);
+	shutdown = (uint64_t)c->id.rtd3e * UPCIE_NSEC_PER_USEC;
+	if (shutdown < UPCIE_NVME_CTRL_SHUTDOWN_MIN)
+		shutdown = UPCIE_NVME_CTRL_SHUTDOWN_MIN;
+	if (shutdown > UPCIE_NVME_CTRL_SHUTDOWN_MAX)
+		shutdown = UPCIE_NVME_CTRL_SHUTDOWN_MAX;
+	c->shutdown_timeout_ns = shutdown;
+	return 0;
+}
+
+/* Set Features Number of Queues; record the grant (both counts' minimum, at most asked). */
+static inline int upcie_nvme_ctrl_set_queues_locked_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_sqe sqe;
+	struct upcie_nvme_cqe cqe;
+	uint32_t nsq, ncq;
+	int err;
+
+	if (upcie_nvme_cc_css(c->cc) == UPCIE_NVME_CC_CSS_ADMIN) {
+		c->nqueues = 0;
+		return 0;
+	}
+	upcie_nvme_cmd_set_num_queues(&sqe, c->want_queues, c->want_queues);
+	err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, &cqe);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: Set Features Number of Queues failed", c->name);
+	nsq = upcie_nvme_num_queues_sq(cqe.dw0);
+	ncq = upcie_nvme_num_queues_cq(cqe.dw0);
+	nsq = nsq < ncq ? nsq : ncq;
+	c->nqueues = nsq < c->want_queues ? nsq : c->want_queues;
+	return 0;
+}
+
+/* Everything after registers and host memory are known: shared by init and open. */
+static inline int upcie_nvme_ctrl_setup_(struct upcie_nvme_ctrl *c,
+					 const struct upcie_nvme_ctrl_opts *o)
+{
+	uint64_t page;
+	int err;
+
+	c->admin_depth = o->admin_depth ? o->admin_depth : UPCIE_NVME_CTRL_ADMIN_DEPTH;
+	c->admin_timeout_ns =
+	    o->admin_timeout_ns ? o->admin_timeout_ns : UPCIE_NVME_CTRL_ADMIN_TIMEOUT;
+	c->want_queues = o->io_queues ? o->io_queues : UPCIE_NVME_CTRL_IO_QUEUES;
+	c->shutdown_timeout_ns = UPCIE_NVME_CTRL_SHUTDOWN_MIN;
+	if (c->admin_depth < 2 || c->admin_depth > 4096 || c->want_queues > 65535)
+		return UPCIE_FAIL(-EINVAL, "nvme %s: admin depth %u (2..4096), %u I/O queues",
+				  c->name, c->admin_depth, c->want_queues);
+	err = pthread_mutex_init(&c->lock, NULL);
+	if (err)
+		return UPCIE_FAIL(-err, "nvme %s: mutex: %s", c->name, strerror(err));
+	c->lock_live = true;
+	err = upcie_heap_init(&c->heap, c->host);
+	if (err)
+		return err;
+	/* host-page aligned: the controller page is never larger (see upcie_nvme_ctrl_caps_()) */
+	page = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (page < 4096)
+		page = 4096;
+	err = upcie_heap_alloc_array(&c->heap, 1, (uint64_t)c->admin_depth * 64, page, &c->asq);
+	if (!err)
+		err = upcie_heap_alloc_array(&c->heap, 1, (uint64_t)c->admin_depth * 16, page,
+					     &c->acq);
+	if (!err)
+		err = upcie_heap_alloc(&c->heap, UPCIE_NVME_CTRL_SCRATCH, page, &c->scratch);
+	if (!err)
+		err = upcie_heap_alloc_array(&c->heap, UPCIE_NVME_CTRL_ADMIN_LISTS, page, page,
+					     &c->alists);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: host memory too small for the admin queues",
+				  c->name);
+	if (!c->asq.vaddr || !c->acq.vaddr)
+		return UPCIE_FAIL(-EINVAL, "nvme %s: host memory has no CPU view", c->name);
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_enable_(c);
+	pthread_mutex_unlock(&c->lock);
+	if (err)
+		return err;
+	/* admin data: what the admin list pages can describe, at most 2 MiB */
+	c->admin_dptr.page_shift = c->page_shift;
+	c->admin_dptr.max_bytes = UINT64_C(2) << 20;
+	c->admin_dptr.sgl_dword = false;
+	err = upcie_nvme_ctrl_identify_ctrl_(c);
+	if (err)
+		return err;
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_set_queues_locked_(c);
+	pthread_mutex_unlock(&c->lock);
+	if (err)
+		return err;
+	c->ioqs = (struct upcie_nvme_ioq **)calloc((size_t)c->nqueues + 1, sizeof(*c->ioqs));
+	if (!c->ioqs)
+		return UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
+	c->nslots = c->nqueues;
+	if (o->irq_vectors) {
+		if (!c->dev.open)
+			return UPCIE_FAIL(-EOPNOTSUPP,
+					  "nvme %s: interrupts need a controller opened with "
+					  "upcie_nvme_ctrl_open() on a vfio path",
+					  c->name);
+		err = upcie_nvme_dev_irq_enable(&c->dev, o->irq_vectors, &c->irqs);
+		if (err)
+			return err;
+	}
+	UPCIE_DBG("nvme %s: ready: %s %s %s, VS %u.%u, MDTS %" PRIu64 " B, %u I/O queues, SGL %d",
+		  c->name, c->mn, c->sn, c->fr, upcie_nvme_vs_mjr(c->vs), upcie_nvme_vs_mnr(c->vs),
+		  c->max_xfer, c->nqueues, c->sgl);
+	return 0;
+}
+
+static inline void upcie_nvme_ctrl_zero_(struct upcie_nvme_ctrl *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->host_own.fd = -1;
+	c->irqs.dev_fd = -1;
+	c->dev.bar0.index = -1;
+	c->dev.vdev.fd = -1;
+	c->dev.group.fd = -1;
+}
+
+static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c);
+
+/*
+ * Bring up a controller whose registers are mapped at `regs` (regs_size bytes of BAR0) with
+ * host DMA memory `host` (borrowed: queues, lists and admin buffers are carved from it; it
+ * needs a CPU view and must outlive the controller). Bus mastering must already be on. Options
+ * may be NULL (defaults; the dev member is ignored; interrupts need upcie_nvme_ctrl_open()).
+ * Returns 0, or -EINVAL, -ENOMEM, -ENODEV, -EOPNOTSUPP (CAP), -ETIMEDOUT (not ready within
+ * CAP.TO), -EIO (CSTS.CFS, or an error status of Identify or Set Features); `c` is closed
+ * and zeroed on failure.
+ */
+static inline int upcie_nvme_ctrl_init(struct upcie_nvme_ctrl *c, volatile void *regs,
+				       size_t regs_size, const struct upcie_dmamem *host,
+				       const struct upcie_nvme_ctrl_opts *opts)
+{
+	struct upcie_nvme_ctrl_opts def;
+	int err;
+
+	if (!c)
+		return UPCIE_FAIL(-EINVAL, "nvme: init: NULL controller");
+	upcie_nvme_ctrl_zero_(c);
+	if (!regs || regs_size < 0x2000 || !host || !host->vaddr)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: init: registers (%zu bytes) or host memory "
+				  "missing",
+				  regs_size);
+	if (!opts) {
+		memset(&def, 0, sizeof(def));
+		opts = &def;
+	}
+	snprintf(c->name, sizeof(c->name), "ctrl");
+	c->regs = (volatile uint8_t *)regs;
+	c->regs_size = regs_size;
+	c->host = host;
+	err = upcie_nvme_ctrl_setup_(c, opts);
+	if (err)
+		upcie_nvme_ctrl_close(c);
+	return err;
+}
+
+/*
+ * Open NVMe function `bdf` on the path in opts->dev (nvme/dev.h), turn bus mastering on,
+ * allocate opts->host_mem bytes of host DMA memory and bring the controller up as
+ * upcie_nvme_ctrl_init() does; with opts->irq_vectors, also enable that many MSI-X vectors.
+ * Returns 0 or the first error (see dev and init); `c` is zeroed on failure.
+ */
+static inline int upcie_nvme_ctrl_open(struct upcie_nvme_ctrl *c, const struct upcie_pci_bdf *bdf,
+				       const struct upcie_nvme_ctrl_opts *opts)
+{
+	struct upcie_nvme_ctrl_opts def;
+	size_t host;
+	int err;
+
+	if (!c)
+		return UPCIE_FAIL(-EINVAL, "nvme: open: NULL controller");
+	upcie_nvme_ctrl_zero_(c);
+	if (!opts) {
+		memset(&def, 0, sizeof(def));
+		opts = &def;
+	}
+	err = upcie_nvme_dev_open(&c->dev, bdf, &opts->dev);
+	if (err)
+		return err;
+	memcpy(c->name, c->dev.name, sizeof(c->name));
+	c->regs = (volatile uint8_t *)c->dev.regs;
+	c->regs_size = c->dev.regs_size;
+	/* the kernel driver left it off (unbind) and uio_pci_generic does not set it: without it
+	 * every DMA is dropped and commands time out silently */
+	err = upcie_nvme_dev_bus_master(&c->dev, true);
+	if (err)
+		goto fail;
+	host = opts->host_mem ? opts->host_mem : UPCIE_NVME_CTRL_HOST_MEM;
+	err = upcie_nvme_dev_dmamem(&c->dev, host, &c->host_own);
+	if (err)
+		goto fail;
+	c->host = &c->host_own;
+	err = upcie_nvme_ctrl_setup_(c, opts);
+	if (err)
+		goto fail;
+	return 0;
+fail:
+	upcie_nvme_ctrl_close(c);
+	return err;
+}
+
+/* Lowest free queue identifier, or `want` when it is free; 0 when none. Lock held. */
+static inline uint16_t upcie_nvme_ctrl_qid_get_(struct upcie_nvme_ctrl *c, uint16_t want)
+{
+	uint32_t n = c->nqueues < c->nslots ? c->nqueues : c->nslots;
+
+	if (want)
+		return want <= n && !c->ioqs[want] ? want : 0;
+	for (uint32_t q = 1; q <= n; q++)
+		if (!c->ioqs[q])
+			return (uint16_t)q;
+	return 0;
+}
+
+/* Create CQ then SQ for `q` on the controller (memory and qpair ready). Lock held. */
+static inline int upcie_nvme_ioq_hw_create_(struct upcie_nvme_ioq *q)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	struct upcie_nvme_sqe sqe;
+	int err;
+
+	err = upcie_nvme_cmd_create_io_cq(&sqe, q->qid, q->depth, q->cqb.iova, q->irq, q->vector);
+	if (!err)
+		err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: Create I/O CQ %u (%u entries) failed", c->name,
+				  q->qid, q->depth);
+	err = upcie_nvme_cmd_create_io_sq(&sqe, q->qid, q->depth, q->sqb.iova, q->qid, 0);
+	if (!err)
+		err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+	if (err) {
+		upcie_nvme_cmd_delete_io_cq(&sqe, q->qid);
+		upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+		return UPCIE_FAIL(err, "nvme %s: Create I/O SQ %u (%u entries) failed", c->name,
+				  q->qid, q->depth);
+	}
+	return 0;
+}
+
+/* (Re)start the queue pair of `q` on its rings: indices 0, phase 1, CQ zeroed. */
+static inline int upcie_nvme_ioq_qpair_start_(struct upcie_nvme_ioq *q)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	struct upcie_nvme_qpair_cfg qc;
+
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = q->sqb.vaddr;
+	qc.cq = q->cqb.vaddr;
+	qc.sqdb = (volatile uint32_t *)(c->regs + upcie_nvme_sq_tdbl_off(q->qid, c->dstrd));
+	qc.cqdb = (volatile uint32_t *)(c->regs + upcie_nvme_cq_hdbl_off(q->qid, c->dstrd));
+	qc.sq_depth = q->depth;
+	qc.qid = q->qid;
+	qc.tables = q->tables;
+	return upcie_nvme_qpair_init(&q->qp, &qc);
+}
+
+/* Give back the memory and the identifier of `q`. Lock held. */
+static inline void upcie_nvme_ioq_release_(struct upcie_nvme_ioq *q)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+
+	upcie_nvme_qpair_fini(&q->qp);
+	if (q->sqb.size)
+		upcie_heap_free(q->sq_heap, q->sqb.off);
+	if (q->cqb.size)
+		upcie_heap_free(q->cq_heap, q->cqb.off);
+	if (q->lb.size)
+		upcie_heap_free(q->list_heap, q->lb.off);
+	free(q->tables);
+	if (c && c->ioqs && q->qid && q->qid <= c->nslots && c->ioqs[q->qid] == q)
+		c->ioqs[q->qid] = NULL;
+	memset(q, 0, sizeof(*q));
+}
+
+/*
+ * Create an I/O queue pair on `c` as `opts` says (NULL: defaults): memory for SQ, CQ and the
+ * per-CID list pages from the given heaps, CQ then SQ created on the controller, the queue pair
+ * ready for commands (nvme/ns.h). The caller's thread owns `q` afterwards. Returns 0; -EINVAL
+ * (depth beyond CAP.MQES + 1, a queue too big for one granule of its memory, an interrupt
+ * vector that is not enabled, a CQ heap without CPU view); -EOPNOTSUPP (SGLs asked for but not
+ * supported, an admin-only controller); -ENOSPC (every granted queue identifier in use, or the
+ * one asked for is); -ENOMEM; or the create commands' errors (-EIO with the status logged).
+ * `q` is zeroed on failure and nothing is left allocated.
+ */
+static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_nvme_ctrl *c,
+					const struct upcie_nvme_ioq_opts *opts)
+{
+	struct upcie_nvme_ioq_opts def;
+	uint64_t page, nprp;
+	uint32_t ncids;
+	int err;
+
+	if (!q)
+		return UPCIE_FAIL(-EINVAL, "nvme: ioq create: NULL queue");
+	memset(q, 0, sizeof(*q));
+	if (!c || !c->lock_live || c->state != UPCIE_NVME_CTRL_READY)
+		return UPCIE_FAIL(-EINVAL, "nvme: ioq create: controller not ready");
+	if (!opts) {
+		memset(&def, 0, sizeof(def));
+		opts = &def;
+	}
+	q->ctrl = c;
+	q->depth = opts->depth ? opts->depth : UPCIE_NVME_IOQ_DEPTH;
+	if (!opts->depth && q->depth > c->mqes)
+		q->depth = c->mqes;
+	if (q->depth < 2 || q->depth > c->mqes || q->depth > 65536)
+		return UPCIE_FAIL(-EINVAL, "nvme %s: I/O queue depth %u outside 2..%u (CAP.MQES)",
+				  c->name, q->depth, c->mqes);
+	if (opts->sgl && !c->sgl)
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: SGLs asked for, but Identify SGLS is 0",
+				  c->name);
+	if (opts->irq && (!c->irqs.count || opts->vector >= c->irqs.count))
+		return UPCIE_FAIL(-EINVAL, "nvme %s: interrupt vector %u not enabled (%u vectors)",
+				  c->name, opts->vector, c->irqs.count);
+	q->sgl = opts->sgl;
+	q->irq = opts->irq;
+	q->vector = opts->irq ? opts->vector : 0;
+	q->sq_heap = opts->sq_heap ? opts->sq_heap : &c->heap;
+	q->cq_heap = opts->cq_heap ? opts->cq_heap : &c->heap;
+	q->list_heap = opts->list_heap ? opts->list_heap : &c->heap;
+	page = UINT64_C(1) << c->page_shift;
+	q->dptr.page_shift = c->page_shift;
+	q->dptr.sgl_dword = c->sgl_dword;
+	q->dptr.max_bytes = opts->max_xfer ? opts->max_xfer : UPCIE_NVME_IOQ_MAX_XFER;
+	if (q->dptr.max_bytes > c->max_xfer)
+		q->dptr.max_bytes = c->max_xfer;
+	if (q->dptr.max_bytes < page)
+		q->dptr.max_bytes = page;
+	/* a piece of max_bytes starting anywhere touches max_bytes / page + 1 pages */
+	nprp = q->dptr.max_bytes / page + 1;
+	q->lpages = upcie_nvme_prp_lists_needed(nprp, c->page_shift);
+	if (!q->lpages)
+		q->lpages = 1; /* SGL: a few descriptors */
+	ncids = q->depth - 1;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->nqueues) {
+		pthread_mutex_unlock(&c->lock);
+		memset(q, 0, sizeof(*q));
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no I/O queues (admin-only controller)",
+				  c->name);
+	}
+	q->qid = upcie_nvme_ctrl_qid_get_(c, opts->qid);
+	if (!q->qid) {
+		err = opts->qid ? UPCIE_FAIL(-ENOSPC,
+					     "nvme %s: queue %u in use or beyond the %u "
+					     "granted",
+					     c->name, opts->qid, c->nqueues)
+				: UPCIE_FAIL(-ENOSPC, "nvme %s: all %u I/O queues in use", c->name,
+					     c->nqueues);
+		goto fail;
+	}
+	c->ioqs[q->qid] = q; /* claims the identifier */
+	err = upcie_heap_alloc_array(q->cq_heap, 1, (uint64_t)q->depth * 16, page, &q->cqb);
+	if (err)
+		goto fail;
+	err = upcie_heap_alloc_array(q->sq_heap, 1, (uint64_t)q->depth * 64, page, &q->sqb);
+	if (err)
+		goto fail;
+	err = upcie_heap_alloc_array(q->list_heap, (uint64_t)ncids * q->lpages, page, page, &q->lb);
+	if (err)
+		goto fail;
+	if (!q->cqb.vaddr || !q->sqb.vaddr || !q->lb.vaddr) {
+		err = UPCIE_FAIL(-EINVAL, "nvme %s: queue memory needs a CPU view", c->name);
+		goto fail;
+	}
+	q->lmem = q->list_heap->mem;
+	q->loff = q->lb.off;
+	q->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(ncids));
+	if (!q->tables) {
+		err = UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
+		goto fail;
+	}
+	err = upcie_nvme_ioq_qpair_start_(q);
+	if (err)
+		goto fail;
+	err = upcie_nvme_ioq_hw_create_(q);
+	if (err)
+		goto fail;
+	q->live = true;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+fail:
+	upcie_nvme_ioq_release_(q);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* Delete SQ then CQ on the controller (when it is ready) and release `q`. Lock held. */
+static inline int upcie_nvme_ioq_delete_locked_(struct upcie_nvme_ioq *q)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	struct upcie_nvme_sqe sqe;
+	int err = 0, e2;
+
+	if (c->state == UPCIE_NVME_CTRL_READY) {
+		upcie_nvme_cmd_delete_io_sq(&sqe, q->qid);
+		err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+		/* completions the deletion produced (commands aborted with the SQ) */
+		upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+		upcie_nvme_cmd_delete_io_cq(&sqe, q->qid);
+		e2 = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+		if (!err)
+			err = e2;
+		if (err)
+			UPCIE_ERR("nvme %s: deleting I/O queue %u failed; its memory is released "
+				  "anyway",
+				  c->name, q->qid);
+	}
+	/* whatever is still outstanding ends with -ECANCELED in fini */
+	upcie_nvme_ioq_release_(q);
+	return err;
+}
+
+/*
+ * Delete the queue pair: wait briefly (1 s) for commands in flight, delete SQ then CQ on the
+ * controller, end whatever is still outstanding with -ECANCELED, free its memory and release
+ * its identifier. Call from the owner thread. Returns 0 or the error of a delete command (the
+ * queue is released regardless). A zeroed or deleted queue is a no-op.
+ */
+static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
+{
+	struct upcie_nvme_ctrl *c;
+	int err;
+
+	if (!q || !q->live) {
+		if (q)
+			memset(q, 0, sizeof(*q));
+		return 0;
+	}
+	c = q->ctrl;
+	if (c->state == UPCIE_NVME_CTRL_READY)
+		upcie_nvme_qpair_drain(&q->qp, UPCIE_NVME_CTRL_DELETE_DRAIN);
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ioq_delete_locked_(q);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* List pages for command `cid` of `q`. */
+static inline struct upcie_nvme_lists upcie_nvme_ioq_lists(const struct upcie_nvme_ioq *q,
+							   uint16_t cid)
+{
+	struct upcie_nvme_lists l;
+
+	l.mem = q->lmem;
+	l.off = q->loff + (((uint64_t)cid * q->lpages) << q->dptr.page_shift);
+	l.npages = q->lpages;
+	return l;
+}
+
+/*
+ * Sleep until the queue's interrupt vector fires or timeout_ns passes (queues created with
+ * `irq`). Returns 0 (interrupts arrived; reap), -ETIMEDOUT, -EINVAL (no interrupt queue).
+ */
+static inline int upcie_nvme_ioq_irq_wait(const struct upcie_nvme_ioq *q, uint64_t timeout_ns)
+{
+	const struct upcie_nvme_ctrl *c;
+	struct pollfd pfd;
+	struct timespec ts, *tsp = NULL;
+	uint64_t v;
+	int n;
+
+	if (!q || !q->live || !q->irq)
+		return -EINVAL;
+	c = q->ctrl;
+	pfd.fd = c->irqs.efd[q->vector];
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	if (timeout_ns != UPCIE_TIMEOUT_INF) {
+		ts.tv_sec = (time_t)(timeout_ns / UPCIE_NSEC_PER_SEC);
+		ts.tv_nsec = (long)(timeout_ns % UPCIE_NSEC_PER_SEC);
+		tsp = &ts;
+	}
+	n = ppoll(&pfd, 1, tsp, NULL);
+	if (n < 0)
+		return errno == EINTR ? 0 : upcie_neg_errno();
+	if (!n)
+		return -ETIMEDOUT;
+	/* clear the counter: it says how many interrupts, the CQ says what completed */
+	if (read(pfd.fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return upcie_neg_errno();
+	return 0;
+}
+
+/*
+ * End outstanding command `cid` of `q` now: admin Abort with this SQID and CID; when the
+ * controller reports it aborted, reap until its completion (Command Abort Requested) arrives,
+ * bounded; whatever is still outstanding then is cancelled in the queue pair, so its callback
+ * runs with -ECANCELED and the CID stays reserved until a late completion or a reset. *aborted
+ * (may be NULL) says whether the controller aborted it. Call from the owner thread. Returns 0,
+ * -ENOENT when `cid` is not outstanding, or the Abort command's error (the command is cancelled
+ * regardless).
+ */
+static inline int upcie_nvme_ioq_abort(struct upcie_nvme_ioq *q, uint16_t cid, bool *aborted)
+{
+	struct upcie_deadline dl;
+	bool ab = false;
+	void *ctx;
+	int err;
+
+	if (!q || !q->live)
+		return UPCIE_FAIL(-EINVAL, "nvme: abort: queue not live");
+	if (upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx))
+		return -ENOENT;
+	err = upcie_nvme_ctrl_abort(q->ctrl, q->qid, cid, &ab);
+	if (ab) {
+		upcie_deadline_set(&dl, UPCIE_NVME_CTRL_ABORT_TIMEOUT);
+		while (!upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx) && !upcie_deadline_passed(&dl))
+			if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) == 0)
+				upcie_cpu_relax();
+	}
+	if (aborted)
+		*aborted = ab;
+	upcie_nvme_qpair_cancel(&q->qp, cid);
+	return err;
+}
+
+/*
+ * Reap `q` until command `cid` has completed (or was cancelled) or timeout_ns passed: spinning,
+ * or for an `irq` queue sleeping on its vector between empty reaps. On a timeout the command
+ * is aborted and cancelled (upcie_nvme_ioq_abort()): -ETIMEDOUT. Returns 0 otherwise.
+ */
+static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid,
+					  uint64_t timeout_ns)
+{
+	struct upcie_deadline dl;
+	void *ctx;
+
+	upcie_deadline_set(&dl, timeout_ns);
+	for (unsigned spins = 0;; spins++) {
+		int n = upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+
+		if (upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx))
+			return 0;
+		if (n > 0)
+			continue;
+		/* the clock can cost microseconds in a VM: look at it every 16th empty poll */
+		if (!(spins & 15) && upcie_deadline_passed(&dl))
+			break;
+		if (q->irq)
+			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));
+		else
+			upcie_cpu_relax();
+	}
+	UPCIE_ERR("nvme %s: command %u on queue %u not completed after %" PRIu64 " us: aborting",
+		  q->ctrl->name, cid, q->qid, timeout_ns / UPCIE_NSEC_PER_USEC);
+	upcie_nvme_ioq_abort(q, cid, NULL);
+	return -ETIMEDOUT;
+}
+
+/*
+ * Enable the controller memory buffer: CMBMSC.CRE, read CMBLOC/CMBSZ, map its BAR, pick the
+ * controller base address (the BAR's bus address under uio; a reserved range of the device
+ * address space, where no host memory can ever be mapped, under vfio), set CMBMSC.CMSE, and
+ * give c->cmb.mem (CPU view through the BAR) and c->cmb.heap. Needs upcie_nvme_ctrl_open().
+ * Returns 0, -EOPNOTSUPP (no CAP.CMBS, or CMBSZ says no SQ support), -EIO (CMBSTS.CBAI: the
+ * controller refused the address), or the mapping's error. Disabled by close.
+ */
+static inline int upcie_nvme_ctrl_cmb_enable(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cmb *m;
+	uint64_t unit, ofst, span;
+	uint32_t bir;
+	int err;
+
+	if (!c || !c->lock_live || !c->dev.open)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: CMB: needs a controller from upcie_nvme_ctrl_open()");
+	if (!upcie_nvme_cap_cmbs(c->cap))
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no controller memory buffer (CAP.CMBS 0)",
+				  c->name);
+	m = &c->cmb;
+	if (m->on)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	/* CMBLOC and CMBSZ read 0 until CRE is set */
+	upcie_nvme_ctrl_cmbmsc_write_(c, 1);
+	m->cmbloc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBLOC);
+	m->cmbsz = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBSZ);
+	unit = upcie_nvme_cmbsz_unit_bytes(m->cmbsz);
+	m->size = upcie_nvme_cmbsz_bytes(m->cmbsz);
+	ofst = (uint64_t)upcie_nvme_cmbloc_ofst(m->cmbloc) * unit;
+	bir = upcie_nvme_cmbloc_bir(m->cmbloc);
+	if (!m->size || !upcie_nvme_cmbsz_sqs(m->cmbsz)) {
+		err = UPCIE_FAIL(-EOPNOTSUPP,
+				 "nvme %s: CMB of %" PRIu64 " bytes without SQ support (CMBSZ "
+				 "0x%08x)",
+				 c->name, m->size, m->cmbsz);
+		goto fail;
+	}
+	err = upcie_nvme_dev_bar_map(&c->dev, bir, &m->bar);
+	if (err)
+		goto fail;
+	if (ofst >= m->bar.size || m->size > m->bar.size - ofst) {
+		/* controllers behind a bridge may report more than the BAR holds */
+		m->size = ofst < m->bar.size ? m->bar.size - ofst : 0;
+		if (!m->size) {
+			err = UPCIE_FAIL(
+			    -EINVAL, "nvme %s: CMB offset 0x%" PRIx64 " beyond BAR%u (%zu bytes)",
+			    c->name, ofst, bir, m->bar.size);
+			goto fail;
+		}
+	}
+	span = UINT64_C(1) << (upcie_log2(m->size) + (upcie_is_pow2(m->size) ? 0 : 1));
+	err = upcie_nvme_dev_addr_reserve(&c->dev, span, &m->cba);
+	if (err == -EOPNOTSUPP) {
+		m->cba = m->bar.bus + ofst;
+		err = 0;
+	} else if (!err) {
+		m->reserved = span;
+	}
+	if (err)
+		goto fail;
+	upcie_nvme_ctrl_cmbmsc_write_(c, m->cba | 3u); /* CRE | CMSE | CBA */
+	if (upcie_nvme_cmbsts_cbai(upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBSTS))) {
+		err = UPCIE_FAIL(-EIO,
+				 "nvme %s: controller refused CMB base 0x%" PRIx64 " (CMBSTS.CBAI)",
+				 c->name, m->cba);
+		goto fail;
+	}
+	err = upcie_dmamem_init_arith(&m->mem, (char *)m->bar.addr + ofst, m->size, m->cba);
+	if (!err)
+		err = upcie_heap_init(&m->heap, &m->mem);
+	if (err)
+		goto fail;
+	m->mem.kind = "nvme-cmb";
+	m->on = true;
+	pthread_mutex_unlock(&c->lock);
+	UPCIE_DBG("nvme %s: CMB %" PRIu64 " KiB in BAR%u at controller address 0x%" PRIx64, c->name,
+		  m->size >> 10, bir, m->cba);
+	return 0;
+fail:
+	upcie_heap_fini(&m->heap);
+	upcie_dmamem_destroy(&m->mem);
+	upcie_nvme_ctrl_cmbmsc_write_(c, 0);
+	if (m->reserved)
+		upcie_nvme_dev_addr_release(&c->dev, m->cba, m->reserved);
+	upcie_nvme_dev_bar_unmap(&m->bar);
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* Undo upcie_nvme_ctrl_cmb_enable(). Queues in the CMB must be deleted first. Lock held. */
+static inline void upcie_nvme_ctrl_cmb_disable_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cmb *m = &c->cmb;
+
+	if (!m->on)
+		return;
+	upcie_heap_fini(&m->heap);
+	upcie_dmamem_destroy(&m->mem);
+	if (c->state != UPCIE_NVME_CTRL_CLOSED)
+		upcie_nvme_ctrl_cmbmsc_write_(c, 0);
+	if (m->reserved)
+		upcie_nvme_dev_addr_release(&c->dev, m->cba, m->reserved);
+	upcie_nvme_dev_bar_unmap(&m->bar);
+	memset(m, 0, sizeof(*m));
+}
+
+/*
+ * Normal shutdown: CC.SHN = 01b and wait for CSTS.SHST = complete, bounded by RTD3E (at least
+ * 5 s, at most 60 s). The controller then processes nothing until reset. Lock held.
+ */
+static inline int upcie_nvme_ctrl_shutdown_locked_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t cc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CC), csts = 0;
+	int err;
+
+	if (!upcie_nvme_cc_en(cc))
+		return 0; /* nothing to shut down */
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC,
+			     upcie_nvme_cc_set_shn(cc, UPCIE_NVME_CC_SHN_NORMAL));
+	err = upcie_nvme_ctrl_csts_wait_(c, 3u << 2, UPCIE_NVME_CSTS_SHST_COMPLETE << 2,
+					 c->shutdown_timeout_ns, true, &csts);
+	if (err)
+		return UPCIE_FAIL(
+		    err, "nvme %s: shutdown not complete after %" PRIu64 " ms (CSTS 0x%08x)",
+		    c->name, c->shutdown_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+	c->state = UPCIE_NVME_CTRL_SHUTDOWN;
+	return 0;
+}
+
+/*
+ * Shut the controller down (as close does, but keeping the object): CC.SHN normal, wait for
+ * CSTS.SHST complete. The I/O queues stay allocated; upcie_nvme_ctrl_reset() brings the
+ * controller and them back. Returns 0, -ETIMEDOUT, -ENODEV.
+ */
+static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
+{
+	int err;
+
+	if (!c || !c->lock_live)
+		return UPCIE_FAIL(-EINVAL, "nvme: shutdown: controller not open");
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_shutdown_locked_(c);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/*
+ * Controller reset: every command in flight on the admin and I/O queues ends with -ECANCELED,
+ * CC.EN is cleared (a controller level reset), the admin queue is set up again, the controller
+ * enabled, Set Features Number of Queues repeated, and every I/O queue recreated in place with
+ * its identifier, depth, memory and interrupt vector: the callers' ioq structs stay valid and
+ * usable. Works from any state, also after a shutdown or a fatal status. No other thread may
+ * use the queues meanwhile. Returns 0 or the first error (state FAILED: close, or reset again).
+ */
+static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
+{
+	int err;
+
+	if (!c || !c->lock_live)
+		return UPCIE_FAIL(-EINVAL, "nvme: reset: controller not open");
+	pthread_mutex_lock(&c->lock);
+	/* end what is in flight before the controller forgets it, then take the CIDs back */
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++) {
+		struct upcie_nvme_ioq *io = c->ioqs[q];
+		uint16_t cid;
+
+		if (!io)
+			continue;
+		for (uint32_t k = 0; k < io->qp.ncids; k++) {
+			cid = (uint16_t)k;
+			upcie_nvme_qpair_cancel(&io->qp, cid);
+		}
+	}
+	err = upcie_nvme_ctrl_enable_(c);
+	if (!err)
+		err = upcie_nvme_ctrl_set_queues_locked_(c);
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++) {
+		struct upcie_nvme_ioq *io = c->ioqs[q];
+		int e2;
+
+		if (!io)
+			continue;
+		upcie_nvme_qpair_reclaim(&io->qp);
+		if (err)
+			continue;
+		if (q > c->nqueues) {
+			/* the controller now grants fewer queues than before the reset */
+			err = UPCIE_FAIL(-ENOSPC,
+					 "nvme %s: queue %u beyond the %u granted after reset",
+					 c->name, q, c->nqueues);
+			c->state = UPCIE_NVME_CTRL_FAILED;
+			continue;
+		}
+		e2 = upcie_nvme_ioq_qpair_start_(io);
+		if (!e2)
+			e2 = upcie_nvme_ioq_hw_create_(io);
+		if (e2) {
+			err = e2;
+			c->state = UPCIE_NVME_CTRL_FAILED;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: reset failed", c->name);
+	return 0;
+}
+
+/*
+ * Delete the I/O queues still open (their structs must still exist; no thread may use them),
+ * disable the CMB and interrupts, shut the controller down (CC.SHN normal, wait for CSTS.SHST
+ * complete) and disable it, then release memory and the PCI function. Returns 0, or the
+ * shutdown's error (-ETIMEDOUT); everything is released regardless. A zeroed controller is a
+ * no-op returning 0.
+ */
+static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
+{
+	int err = 0;
+
+	if (!c)
+		return 0;
+	if (c->lock_live) {
+		pthread_mutex_lock(&c->lock);
+		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+			if (c->ioqs[q])
+				upcie_nvme_ioq_delete_locked_(c->ioqs[q]);
+		upcie_vfio_irq_disable(&c->irqs);
+		upcie_nvme_ctrl_cmb_disable_(c);
+		if (c->state == UPCIE_NVME_CTRL_READY)
+			err = upcie_nvme_ctrl_shutdown_locked_(c);
+		if (c->state != UPCIE_NVME_CTRL_CLOSED && c->regs) {
+			int e2 = upcie_nvme_ctrl_disable_(c);
+
+			if (!err)
+				err = e2;
+		}
+		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_destroy(&c->lock);
+	}
+	upcie_nvme_qpair_fini(&c->admin);
+	upcie_heap_fini(&c->heap);
+	upcie_dmamem_destroy(&c->host_own);
+	free(c->ioqs);
+	if (c->dev.open) {
+		upcie_nvme_dev_bus_master(&c->dev, false);
+		upcie_nvme_dev_close(&c->dev);
+	}
+	upcie_nvme_ctrl_zero_(c);
+	return err;
+}
+
+#endif /* UPCIE_NVME_CTRL_H */

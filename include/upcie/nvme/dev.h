@@ -1,0 +1,543 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * How an NVMe controller is reached from user space: one of three paths, behind one object.
+ *
+ *   uio     the function bound to uio_pci_generic; BAR0 mapped through sysfs; bus mastering set
+ *           in config space through sysfs; DMA memory is hugepages described by a LUT of
+ *           physical addresses (the device sees physical addresses: IOMMU off or passthrough).
+ *   type1   the function bound to vfio-pci, reached through its IOMMU group in a type1
+ *           container; BAR0 and config space through vfio regions; DMA memory is hugepages
+ *           mapped at IOVAs the container's allocator picks (never the physical address).
+ *   iommufd the function's vfio cdev bound to an iommufd and attached to an IOAS (Linux >= 6.6
+ *           with CONFIG_VFIO_DEVICE_CDEV); DMA memory is mapped at IOVAs the kernel picks.
+ *
+ * Everything above this header (nvme/ctrl.h, nvme/ns.h) sees only a register mapping and
+ * dmamem objects, so the controller and data path code never branches on the path. The same
+ * applies to a peer device's BAR (struct upcie_nvme_peer): a slice of, say, GPU memory or an
+ * ivshmem BAR becomes a dmamem this controller can DMA to, on any path.
+ *
+ * Needs root (binding, sysfs resources, pagemap, /dev/vfio). The struct holds pointers into
+ * itself once open: keep it in place. Memory and peers made through a dev must be destroyed
+ * before the dev is closed. Does not: choose a path for you beyond UPCIE_NVME_PATH_AUTO (type1
+ * when the function has an IOMMU group, uio otherwise), or share one container among devices
+ * unless you pass one in the options.
+ */
+#ifndef UPCIE_NVME_DEV_H
+#define UPCIE_NVME_DEV_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <linux/vfio.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <upcie/base/log.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/mem/dmamem_bar.h>
+#include <upcie/mem/dmamem_iommufd.h>
+#include <upcie/mem/dmamem_type1.h>
+#include <upcie/mem/hugepage.h>
+#include <upcie/pci/bar.h>
+#include <upcie/pci/bdf.h>
+#include <upcie/pci/config.h>
+#include <upcie/pci/driver.h>
+#include <upcie/pci/func.h>
+#include <upcie/vfio/cdev.h>
+#include <upcie/vfio/device.h>
+#include <upcie/vfio/iommufd.h>
+#include <upcie/vfio/irq.h>
+#include <upcie/vfio/type1.h>
+
+enum upcie_nvme_path {
+	UPCIE_NVME_PATH_AUTO = 0, /* type1 when the function has an IOMMU group, else uio */
+	UPCIE_NVME_PATH_UIO = 1,
+	UPCIE_NVME_PATH_TYPE1 = 2,
+	UPCIE_NVME_PATH_IOMMUFD = 3,
+};
+
+struct upcie_nvme_dev_opts {
+	enum upcie_nvme_path path;
+	bool bind; /* bind the function to the path's driver first (uio_pci_generic, vfio-pci) */
+	/* type1: join this container (so peers in other groups share its IOVA space); NULL: own */
+	struct upcie_vfio_container *container;
+	/* iommufd: use this context and IOAS (shared with peers); NULL: own ones */
+	struct upcie_vfio_iommufd *iommufd;
+	struct upcie_vfio_ioas *ioas;
+	/* source of the DMA memory upcie_nvme_dev_dmamem() allocates; NULL: hugetlb memfd of
+	 * the default hugepage size */
+	const struct upcie_hugepage_opts *hugepage;
+};
+
+struct upcie_nvme_dev {
+	volatile void *regs; /* BAR0 */
+	size_t regs_size;
+	enum upcie_nvme_path path;
+	struct upcie_pci_bdf bdf;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	struct upcie_hugepage_opts hp;
+	bool open;
+	/* uio */
+	struct upcie_pci_bar bar0;
+	/* vfio, both paths */
+	struct upcie_vfio_device vdev;
+	struct upcie_vfio_region bar0r;
+	/* type1 */
+	struct upcie_vfio_container own_container;
+	struct upcie_vfio_container *container;
+	struct upcie_vfio_group group;
+	/* iommufd */
+	struct upcie_vfio_iommufd own_iommufd;
+	struct upcie_vfio_iommufd *iommufd;
+	struct upcie_vfio_ioas own_ioas;
+	struct upcie_vfio_ioas *ioas;
+};
+
+/* A mapped BAR of the controller (the CMB lives in one). */
+struct upcie_nvme_dev_bar {
+	void *addr; /* CPU mapping of the whole BAR, NULL when not mapped */
+	size_t size;
+	uint64_t bus; /* the BAR's address as sysfs reports it (CPU physical = bus on x86) */
+	struct upcie_pci_bar sysfs;
+	struct upcie_vfio_region region;
+};
+
+/* A slice of a peer device's BAR as DMA memory for the controller of a dev. */
+struct upcie_nvme_peer {
+	struct upcie_dmamem mem; /* what I/O helpers take; CPU view where the BAR can be mapped */
+	struct upcie_vfio_group group;
+	struct upcie_vfio_device vdev;
+	enum upcie_nvme_path path;
+};
+
+static inline const char *upcie_nvme_path_name(enum upcie_nvme_path path)
+{
+	switch (path) {
+	case UPCIE_NVME_PATH_UIO:
+		return "uio";
+	case UPCIE_NVME_PATH_TYPE1:
+		return "vfio-type1";
+	case UPCIE_NVME_PATH_IOMMUFD:
+		return "vfio-iommufd";
+	default:
+		return "auto";
+	}
+}
+
+/* Parse "uio", "type1"/"vfio-type1", "iommufd"/"vfio-iommufd" or "auto". -EINVAL otherwise. */
+static inline int upcie_nvme_path_parse(const char *s, enum upcie_nvme_path *path)
+{
+	if (!s || !path)
+		return -EINVAL;
+	if (!strcmp(s, "auto"))
+		*path = UPCIE_NVME_PATH_AUTO;
+	else if (!strcmp(s, "uio"))
+		*path = UPCIE_NVME_PATH_UIO;
+	else if (!strcmp(s, "type1") || !strcmp(s, "vfio-type1") || !strcmp(s, "vfio"))
+		*path = UPCIE_NVME_PATH_TYPE1;
+	else if (!strcmp(s, "iommufd") || !strcmp(s, "vfio-iommufd") || !strcmp(s, "cdev"))
+		*path = UPCIE_NVME_PATH_IOMMUFD;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* Close what open set up, in reverse. A zeroed or closed dev is a no-op. */
+static inline void upcie_nvme_dev_close(struct upcie_nvme_dev *dev)
+{
+	if (!dev)
+		return;
+	upcie_pci_bar_unmap(&dev->bar0);
+	upcie_vfio_region_unmap(&dev->bar0r);
+	/* closing the cdev detaches it, so the IOAS can go after it */
+	upcie_vfio_device_close(&dev->vdev);
+	upcie_vfio_group_close(&dev->group);
+	if (dev->container == &dev->own_container)
+		upcie_vfio_container_close(&dev->own_container);
+	if (dev->ioas == &dev->own_ioas)
+		upcie_vfio_ioas_destroy(&dev->own_ioas);
+	if (dev->iommufd == &dev->own_iommufd)
+		upcie_vfio_iommufd_close(&dev->own_iommufd);
+	memset(dev, 0, sizeof(*dev));
+	dev->bar0.index = -1;
+	dev->vdev.fd = -1;
+	dev->group.fd = -1;
+}
+
+/* Refuse a function another driver owns: both would program the same queues. */
+static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev, const char *want)
+{
+	char drv[64];
+	int err = upcie_pci_driver_get(&dev->bdf, drv, sizeof(drv));
+
+	if (err)
+		return err;
+	if (!drv[0] || !strcmp(drv, want))
+		return 0;
+	return UPCIE_FAIL(-EBUSY,
+			  "nvme: %s is bound to %s, not %s: bind it first (upcie-setup bind %s %s, "
+			  "or the bind option)",
+			  dev->name, drv, want, dev->name, want);
+}
+
+static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
+					    const struct upcie_nvme_dev_opts *o)
+{
+	int err, gid;
+
+	if (dev->path == UPCIE_NVME_PATH_TYPE1) {
+		gid = upcie_vfio_group_id(&dev->bdf);
+		if (gid < 0)
+			return gid;
+		if (o->container) {
+			dev->container = o->container;
+		} else {
+			err = upcie_vfio_container_open(&dev->own_container);
+			if (err)
+				return err;
+			dev->container = &dev->own_container;
+		}
+		err = upcie_vfio_group_open(&dev->group, dev->container, gid);
+		if (err)
+			return err;
+		err = upcie_vfio_device_open(&dev->vdev, &dev->group, &dev->bdf);
+		if (err)
+			return err;
+	} else {
+		if (o->iommufd) {
+			dev->iommufd = o->iommufd;
+		} else {
+			err = upcie_vfio_iommufd_open(&dev->own_iommufd);
+			if (err)
+				return err;
+			dev->iommufd = &dev->own_iommufd;
+		}
+		if (o->ioas) {
+			dev->ioas = o->ioas;
+		} else {
+			err = upcie_vfio_ioas_alloc(&dev->own_ioas, dev->iommufd);
+			if (err)
+				return err;
+			dev->ioas = &dev->own_ioas;
+		}
+		err = upcie_vfio_cdev_open(&dev->vdev, dev->iommufd, &dev->bdf);
+		if (err)
+			return err;
+		err = upcie_vfio_cdev_attach(&dev->vdev, dev->ioas);
+		if (err)
+			return err;
+	}
+	err = upcie_vfio_region_map(&dev->vdev, VFIO_PCI_BAR0_REGION_INDEX, &dev->bar0r);
+	if (err)
+		return err;
+	dev->regs = dev->bar0r.addr;
+	dev->regs_size = dev->bar0r.size;
+	return 0;
+}
+
+/*
+ * Open NVMe function `bdf` on the path in `opts` (NULL: AUTO, no binding, own container or
+ * IOAS, default hugepages) and map BAR0. Bus mastering is left as it is (the controller layer
+ * turns it on). Returns 0; -EINVAL; -EBUSY when another driver owns the function; -ENXIO when
+ * a vfio path is asked for a function without an IOMMU group; or the error of the failing
+ * step (with a message). `dev` is zeroed on failure.
+ */
+static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct upcie_pci_bdf *bdf,
+				      const struct upcie_nvme_dev_opts *opts)
+{
+	struct upcie_nvme_dev_opts def;
+	struct upcie_pci_func fn;
+	const char *driver;
+	int err;
+
+	if (!dev)
+		return UPCIE_FAIL(-EINVAL, "nvme: dev open: NULL dev");
+	memset(dev, 0, sizeof(*dev));
+	dev->bar0.index = -1;
+	dev->vdev.fd = -1;
+	dev->group.fd = -1;
+	if (!bdf)
+		return UPCIE_FAIL(-EINVAL, "nvme: dev open: NULL address");
+	if (!opts) {
+		memset(&def, 0, sizeof(def));
+		opts = &def;
+	}
+	dev->bdf = *bdf;
+	upcie_pci_bdf_format(bdf, dev->name, sizeof(dev->name));
+	if (opts->hugepage)
+		dev->hp = *opts->hugepage;
+	else
+		dev->hp.src = UPCIE_HUGEPAGE_MEMFD;
+	err = upcie_pci_func_read(bdf, &fn);
+	if (err)
+		goto fail;
+	dev->path = opts->path;
+	if (dev->path == UPCIE_NVME_PATH_AUTO)
+		dev->path = fn.iommu_group >= 0 ? UPCIE_NVME_PATH_TYPE1 : UPCIE_NVME_PATH_UIO;
+	if (dev->path != UPCIE_NVME_PATH_UIO && dev->path != UPCIE_NVME_PATH_TYPE1 &&
+	    dev->path != UPCIE_NVME_PATH_IOMMUFD) {
+		err = UPCIE_FAIL(-EINVAL, "nvme: %s: unknown path %d", dev->name, (int)opts->path);
+		goto fail;
+	}
+	if (dev->path != UPCIE_NVME_PATH_UIO && fn.iommu_group < 0) {
+		err = UPCIE_FAIL(-ENXIO,
+				 "nvme: %s has no IOMMU group, so vfio cannot take it: enable the "
+				 "IOMMU, or use the uio path",
+				 dev->name);
+		goto fail;
+	}
+	driver = dev->path == UPCIE_NVME_PATH_UIO ? "uio_pci_generic" : "vfio-pci";
+	if (opts->bind) {
+		err = upcie_pci_driver_bind(bdf, driver);
+		if (err)
+			goto fail;
+	}
+	err = upcie_nvme_dev_driver_check_(dev, driver);
+	if (err)
+		goto fail;
+	if (dev->path == UPCIE_NVME_PATH_UIO) {
+		err = upcie_pci_bar_map(bdf, 0, 0, &dev->bar0);
+		if (err)
+			goto fail;
+		dev->regs = dev->bar0.addr;
+		dev->regs_size = dev->bar0.size;
+	} else {
+		err = upcie_nvme_dev_open_vfio_(dev, opts);
+		if (err)
+			goto fail;
+	}
+	if (dev->regs_size < 0x2000) {
+		err = UPCIE_FAIL(-ENODEV,
+				 "nvme: %s: BAR0 is %zu bytes, too small for an NVMe "
+				 "controller",
+				 dev->name, dev->regs_size);
+		goto fail;
+	}
+	dev->open = true;
+	UPCIE_DBG("nvme: %s open on the %s path", dev->name, upcie_nvme_path_name(dev->path));
+	return 0;
+fail:
+	upcie_nvme_dev_close(dev);
+	return err;
+}
+
+/* Set or clear bus mastering (and memory decoding when setting): sysfs for uio, vfio else. */
+static inline int upcie_nvme_dev_bus_master(const struct upcie_nvme_dev *dev, bool enable)
+{
+	uint16_t cmd = 0;
+	int err;
+
+	if (!dev || !dev->open)
+		return UPCIE_FAIL(-EINVAL, "nvme: bus master: dev not open");
+	if (dev->path == UPCIE_NVME_PATH_UIO)
+		return upcie_pci_bus_master_set(&dev->bdf, enable, NULL);
+	err = upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX, UPCIE_PCI_CFG_COMMAND,
+				   &cmd, 2, 0);
+	if (err)
+		return err;
+	if (enable)
+		cmd |= UPCIE_PCI_CMD_MASTER | UPCIE_PCI_CMD_MEMORY;
+	else
+		cmd &= (uint16_t)~UPCIE_PCI_CMD_MASTER;
+	return upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX, UPCIE_PCI_CFG_COMMAND,
+				    &cmd, 2, 1);
+}
+
+/*
+ * `size` bytes of host memory the controller can DMA to and from, with a CPU view: hugepages
+ * with a physical-address LUT (uio), or mapped into the container (type1) or IOAS (iommufd) at
+ * an IOVA. The size is rounded up to the page size of the memory. Destroy it with
+ * upcie_dmamem_destroy() before closing the dev. `mem` is zeroed on failure.
+ */
+static inline int upcie_nvme_dev_dmamem(const struct upcie_nvme_dev *dev, size_t size,
+					struct upcie_dmamem *mem)
+{
+	if (!mem)
+		return UPCIE_FAIL(-EINVAL, "nvme: dmamem: NULL dmamem");
+	if (!dev || !dev->open) {
+		memset(mem, 0, sizeof(*mem));
+		mem->fd = -1;
+		return UPCIE_FAIL(-EINVAL, "nvme: dmamem: dev not open");
+	}
+	switch (dev->path) {
+	case UPCIE_NVME_PATH_UIO:
+		return upcie_dmamem_hugepage_lut(mem, size, &dev->hp);
+	case UPCIE_NVME_PATH_TYPE1:
+		return upcie_dmamem_type1_hugepage(mem, dev->container, size, &dev->hp);
+	default:
+		return upcie_dmamem_iommufd_memfd(mem, dev->ioas, size, &dev->hp, false);
+	}
+}
+
+/*
+ * Map BAR `bar` of the controller itself (for the CMB): sysfs resource for uio, vfio region
+ * otherwise. out->bus is the BAR's address from sysfs. Unmap with upcie_nvme_dev_bar_unmap().
+ */
+static inline int upcie_nvme_dev_bar_map(const struct upcie_nvme_dev *dev, uint32_t bar,
+					 struct upcie_nvme_dev_bar *out)
+{
+	struct upcie_pci_resource res[UPCIE_PCI_NUM_RES];
+	int err;
+
+	if (!out)
+		return UPCIE_FAIL(-EINVAL, "nvme: bar map: NULL output");
+	memset(out, 0, sizeof(*out));
+	out->sysfs.index = -1;
+	if (!dev || !dev->open || bar >= UPCIE_PCI_NUM_BARS)
+		return UPCIE_FAIL(-EINVAL, "nvme: bar map: dev not open or BAR %u", bar);
+	err = upcie_pci_func_resources(&dev->bdf, res);
+	if (err)
+		return UPCIE_FAIL(err, "nvme: %s: cannot read resources", dev->name);
+	if (dev->path == UPCIE_NVME_PATH_UIO) {
+		err = upcie_pci_bar_map(&dev->bdf, (int)bar, 0, &out->sysfs);
+		if (err)
+			return err;
+		out->addr = out->sysfs.addr;
+		out->size = out->sysfs.size;
+	} else {
+		err = upcie_vfio_region_map(&dev->vdev, bar, &out->region);
+		if (err)
+			return err;
+		out->addr = out->region.addr;
+		out->size = out->region.size;
+	}
+	out->bus = res[bar].start;
+	return 0;
+}
+
+static inline void upcie_nvme_dev_bar_unmap(struct upcie_nvme_dev_bar *b)
+{
+	if (!b)
+		return;
+	upcie_pci_bar_unmap(&b->sysfs);
+	upcie_vfio_region_unmap(&b->region);
+	memset(b, 0, sizeof(*b));
+	b->sysfs.index = -1;
+}
+
+/*
+ * Reserve `size` bytes (a power of two) of the controller's device address space where no
+ * memory will ever be mapped, aligned to `size`: for the CMB's controller base address, which
+ * the controller claims for itself before any IOMMU lookup. type1: from the container's IOVA
+ * allocator (released by upcie_nvme_dev_addr_release()); iommufd: just above the highest
+ * IOVA the IOAS allows (the kernel never maps there); uio: -EOPNOTSUPP (use the BAR address).
+ */
+static inline int upcie_nvme_dev_addr_reserve(const struct upcie_nvme_dev *dev, uint64_t size,
+					      uint64_t *addr)
+{
+	struct upcie_vfio_iova_ranges r;
+	uint64_t top = 0;
+	int err;
+
+	if (!dev || !dev->open || !addr || !upcie_is_pow2(size))
+		return UPCIE_FAIL(-EINVAL, "nvme: address reserve: bad arguments");
+	if (dev->path == UPCIE_NVME_PATH_UIO)
+		return -EOPNOTSUPP;
+	if (dev->path == UPCIE_NVME_PATH_TYPE1)
+		return upcie_vfio_iova_alloc(&dev->container->iovas, size, size, addr);
+	err = upcie_vfio_ioas_iova_ranges(dev->ioas, &r);
+	if (err)
+		return err;
+	for (uint32_t i = 0; i < r.n; i++)
+		if (r.r[i].last > top)
+			top = r.r[i].last;
+	if (top >= UINT64_MAX - 2 * size)
+		return UPCIE_FAIL(-ENOSPC, "nvme: %s: no device address above the IOAS ranges",
+				  dev->name);
+	*addr = upcie_align_up(top + 1, size);
+	return 0;
+}
+
+static inline void upcie_nvme_dev_addr_release(const struct upcie_nvme_dev *dev, uint64_t addr,
+					       uint64_t size)
+{
+	if (dev && dev->open && dev->path == UPCIE_NVME_PATH_TYPE1 && size)
+		upcie_vfio_iova_free(&dev->container->iovas, addr, size);
+}
+
+/*
+ * Enable `count` MSI-X vectors of the controller, each signalling its own eventfd (vfio paths
+ * only: -EOPNOTSUPP under uio). Disable with upcie_vfio_irq_disable().
+ */
+static inline int upcie_nvme_dev_irq_enable(const struct upcie_nvme_dev *dev, uint32_t count,
+					    struct upcie_vfio_irqs *irqs)
+{
+	if (!dev || !dev->open || !irqs)
+		return UPCIE_FAIL(-EINVAL, "nvme: irq enable: dev not open");
+	if (dev->path == UPCIE_NVME_PATH_UIO)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme: %s: MSI-X needs vfio (uio_pci_generic only forwards INTx)",
+				  dev->name);
+	return upcie_vfio_irq_enable(irqs, &dev->vdev, VFIO_PCI_MSIX_IRQ_INDEX, count);
+}
+
+/* Release the peer's memory and vfio handles. A zeroed peer is a no-op. */
+static inline void upcie_nvme_peer_close(struct upcie_nvme_peer *p)
+{
+	if (!p)
+		return;
+	upcie_dmamem_destroy(&p->mem);
+	upcie_vfio_device_close(&p->vdev);
+	upcie_vfio_group_close(&p->group);
+	memset(p, 0, sizeof(*p));
+	p->mem.fd = -1;
+	p->vdev.fd = -1;
+	p->group.fd = -1;
+}
+
+/*
+ * Make [off, off + size) of BAR `bar` of peer function `bdf` DMA memory for the controller of
+ * `dev`, on dev's path: the sysfs bus address under uio (no translating IOMMU; the caveats of
+ * mem/dmamem_bar.h apply), the peer's group joined to dev's container and the BAR mmap mapped
+ * at an allocated IOVA under type1, the BAR exported as a vfio dma-buf and mapped into dev's
+ * IOAS under iommufd (Linux >= 6.19). The peer must be bound to vfio-pci on the vfio paths and
+ * be unbound (or bound to a driver that leaves its BAR alone) under uio. off and size are page
+ * multiples. Close the peer before the dev. `p` is zeroed on failure.
+ */
+static inline int upcie_nvme_peer_open(struct upcie_nvme_peer *p, const struct upcie_nvme_dev *dev,
+				       const struct upcie_pci_bdf *bdf, uint32_t bar, uint64_t off,
+				       size_t size)
+{
+	int err, gid;
+
+	if (!p)
+		return UPCIE_FAIL(-EINVAL, "nvme: peer open: NULL peer");
+	memset(p, 0, sizeof(*p));
+	p->mem.fd = -1;
+	p->vdev.fd = -1;
+	p->group.fd = -1;
+	if (!dev || !dev->open || !bdf)
+		return UPCIE_FAIL(-EINVAL, "nvme: peer open: dev not open or NULL address");
+	p->path = dev->path;
+	switch (dev->path) {
+	case UPCIE_NVME_PATH_UIO:
+		err = upcie_dmamem_bar_uio(&p->mem, bdf, bar, off, size);
+		break;
+	case UPCIE_NVME_PATH_TYPE1:
+		gid = upcie_vfio_group_id(bdf);
+		if (gid < 0) {
+			err = gid;
+			break;
+		}
+		err = upcie_vfio_group_open(&p->group, dev->container, gid);
+		if (!err)
+			err = upcie_vfio_device_open(&p->vdev, &p->group, bdf);
+		if (!err)
+			err = upcie_dmamem_bar_type1(&p->mem, dev->container, &p->vdev, bar, off,
+						     size);
+		break;
+	default:
+		err = upcie_vfio_cdev_open(&p->vdev, dev->iommufd, bdf);
+		if (!err)
+			err =
+			    upcie_dmamem_bar_iommufd(&p->mem, dev->ioas, &p->vdev, bar, off, size);
+		break;
+	}
+	if (err)
+		upcie_nvme_peer_close(p);
+	return err;
+}
+
+#endif /* UPCIE_NVME_DEV_H */

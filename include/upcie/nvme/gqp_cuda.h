@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * GPU-resident NVMe queue pair: commands submitted and completions reaped by CUDA device code.
+ *
+ * Model. A queue pair has one owner warp at a time (the GPU form of the core's one owner thread,
+ * nvme/qpair.h). Every function below is warp-collective: all 32 lanes of the owning warp call it
+ * together, converged, with the same `struct upcie_nvme_gqp_warp`; each lane brings its own
+ * command (or none) and gets its own result. Lanes claim SQ slots and CIDs by rank within the
+ * warp, so a lane may keep any number of commands outstanding and the queue depth is independent
+ * of the block size. Warps share a queue pair by taking its lock (upcie_nvme_gqp_begin(..., true));
+ * a kernel gets throughput from several queue pairs, one warp each.
+ *
+ * Protocol, as in the portable core (qpair_port.h primitives): an SQE is written as four 16-byte
+ * stores cached at L2 only (st.global.cg), a batch is published with one system-scope fence and
+ * one doorbell write (upcie_nvme_gqp_ring()); completions are found by phase tag, 32 entries per
+ * load round, and matched by CID, so a controller may complete in any order; the CQ head doorbell
+ * is written once per reap; each CQE records the SQ head the controller reported, which bounds
+ * the free SQ slots. Submission is pipelined: enqueue, ring and reap interleave freely, nothing
+ * waits for a round of commands to drain. Deadlines use %globaltimer (nanoseconds), not SM clocks.
+ *
+ * CQE loads are 16 bytes at once (ld.volatile.v4): a controller writes an entry with one 16-byte
+ * write, which the GPU's L2 keeps whole, so the phase tag and the rest come from the same write.
+ *
+ * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
+ * (nvme/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
+ * in registers; _end() writes them back. PRP lists, when enabled, are one 4 KiB page per CID
+ * (512 entries: with PRP1 at most 513 pages, about 2 MiB, per command).
+ *
+ * Kernels that drive a queue pair while another kernel spins waiting for them (a test controller,
+ * a resident consumer) must be loaded before that kernel starts: with lazy module loading the
+ * first launch may wait for the device to go idle (CUDA_MODULE_LOADING=EAGER, or
+ * cudaFuncGetAttributes() first), and the same holds for growing the local-memory reservation
+ * (cudaDeviceSetLimit(cudaLimitStackSize) first). A command passed through a pointer that some
+ * lanes set to NULL lives in local memory (64 bytes of stack per thread).
+ *
+ * The struct compiles as C for the host; the device functions only under nvcc.
+ */
+#ifndef UPCIE_NVME_GQP_CUDA_H
+#define UPCIE_NVME_GQP_CUDA_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <upcie/base/compiler.h>
+#include <upcie/gpu/xlate_cuda.h>
+#include <upcie/nvme/qpair_port.h>
+#include <upcie/nvme/spec.h>
+
+#define UPCIE_NVME_GQP_CID_NONE 0xffffu /* "this lane has no command" */
+
+/* Per-CID states. */
+#define UPCIE_NVME_GQP_FREE	 0u
+#define UPCIE_NVME_GQP_PENDING	 1u /* submitted, no completion yet */
+#define UPCIE_NVME_GQP_DONE	 2u /* completion in cpl[cid], not yet taken */
+#define UPCIE_NVME_GQP_CANCELLED 3u /* given up; a late completion frees it */
+
+#define UPCIE_NVME_GQP_PAGE_SHIFT      12 /* PRPs at 4 KiB */
+#define UPCIE_NVME_GQP_PAGE	       (1u << UPCIE_NVME_GQP_PAGE_SHIFT)
+#define UPCIE_NVME_GQP_LIST_ENTRIES    512u
+#define UPCIE_NVME_GQP_MAX_XFER_NOLIST (2u * UPCIE_NVME_GQP_PAGE)
+
+/* CQ entries examined per reap: UPCIE_NVME_GQP_REAP_ROUNDS loads of 32. */
+#ifndef UPCIE_NVME_GQP_REAP_ROUNDS
+#define UPCIE_NVME_GQP_REAP_ROUNDS 4
+#endif
+
+/* How an SQE reaches its slot; a test may substitute another store sequence. */
+#ifndef UPCIE_NVME_GQP_SQE_STORE
+#define UPCIE_NVME_GQP_SQE_STORE(dst, src, cid) upcie_nvme_port_sqe_store(dst, src, cid)
+#endif
+
+/* One queue pair, in device memory. Addresses are as GPU code uses them. */
+struct upcie_nvme_gqp {
+	struct upcie_nvme_sqe *sq;  /* SQ ring (device memory, or host memory mapped) */
+	struct upcie_nvme_cqe *cq;  /* CQ ring */
+	volatile uint32_t *sqdb;    /* SQ tail doorbell */
+	volatile uint32_t *cqdb;    /* CQ head doorbell */
+	struct upcie_nvme_cqe *cpl; /* [ncids] completion of each CID in state DONE */
+	uint8_t *state;		    /* [ncids] UPCIE_NVME_GQP_* */
+	uint16_t *cid_free;	    /* [ncids] stack of free CIDs */
+	char *list_va;		    /* PRP list page of CID c at list_va + c * list_stride */
+	const uint64_t *list_iova;  /* [ncids] device address of each list page; NULL: none */
+	uint64_t list_stride;
+	uint32_t depth; /* SQ and CQ entries */
+	uint32_t ncids; /* at most depth - 1 */
+	uint16_t qid;
+	uint16_t flags;
+	uint32_t lock;
+	/* Ring state, kept by the owner warp (written back by upcie_nvme_gqp_end()). */
+	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
+	/* Completions for CIDs not outstanding; SQ heads outside the ring; late completions. */
+	unsigned long long nbad, nbad_sqhd, nlate;
+};
+
+#if defined(__CUDACC__)
+
+/* The owner warp's view: constants and ring indices in registers, identical in every lane. */
+struct upcie_nvme_gqp_warp {
+	struct upcie_nvme_gqp *q;
+	struct upcie_nvme_sqe *sq;
+	struct upcie_nvme_cqe *cq;
+	volatile uint32_t *sqdb;
+	volatile uint32_t *cqdb;
+	struct upcie_nvme_cqe *cpl;
+	uint8_t *state;
+	uint16_t *cid_free;
+	char *list_va;
+	const uint64_t *list_iova;
+	uint64_t list_stride;
+	uint32_t depth, ncids;
+	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
+	uint32_t nbad, nbad_sqhd, nlate;
+	bool locked;
+};
+
+#define UPCIE_NVME_GQP_FULL_ 0xffffffffu
+
+__device__ static inline uint32_t upcie_nvme_gqp_lane_(void)
+{
+	uint32_t l;
+
+	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+	return l;
+}
+
+__device__ static inline uint4 upcie_nvme_gqp_ld16_(const void *p)
+{
+	uint4 v;
+
+	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p)
+		     : "memory");
+	return v;
+}
+
+/*
+ * Take the queue pair for this warp: with `lock`, wait for the queue's lock first (for queue
+ * pairs shared by several warps). Loads the ring state into *w.
+ */
+__device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w,
+						   struct upcie_nvme_gqp *q, bool lock)
+{
+	if (lock) {
+		if (upcie_nvme_gqp_lane_() == 0)
+			while (atomicCAS(&q->lock, 0u, 1u) != 0u)
+				__nanosleep(64);
+		__syncwarp();
+	}
+	__threadfence(); /* acquire: see what the previous owner wrote */
+	w->q = q;
+	w->sq = q->sq;
+	w->cq = q->cq;
+	w->sqdb = q->sqdb;
+	w->cqdb = q->cqdb;
+	w->cpl = q->cpl;
+	w->state = q->state;
+	w->cid_free = q->cid_free;
+	w->list_va = q->list_va;
+	w->list_iova = q->list_iova;
+	w->list_stride = q->list_stride;
+	w->depth = q->depth;
+	w->ncids = q->ncids;
+	w->sq_tail = q->sq_tail;
+	w->sq_db = q->sq_db;
+	w->sq_head = q->sq_head;
+	w->cq_head = q->cq_head;
+	w->phase = q->phase;
+	w->nfree = q->nfree;
+	w->nbad = w->nbad_sqhd = w->nlate = 0;
+	w->locked = lock;
+	__syncwarp();
+}
+
+/* Write the ring state back and release the lock if begin took it. */
+__device__ static inline void upcie_nvme_gqp_end(struct upcie_nvme_gqp_warp *w)
+{
+	struct upcie_nvme_gqp *q = w->q;
+
+	__syncwarp();
+	if (upcie_nvme_gqp_lane_() == 0) {
+		q->sq_tail = w->sq_tail;
+		q->sq_db = w->sq_db;
+		q->sq_head = w->sq_head;
+		q->cq_head = w->cq_head;
+		q->phase = w->phase;
+		q->nfree = w->nfree;
+		if (w->nbad)
+			atomicAdd(&q->nbad, (unsigned long long)w->nbad);
+		if (w->nbad_sqhd)
+			atomicAdd(&q->nbad_sqhd, (unsigned long long)w->nbad_sqhd);
+		if (w->nlate)
+			atomicAdd(&q->nlate, (unsigned long long)w->nlate);
+		__threadfence(); /* release */
+		if (w->locked)
+			atomicExch(&q->lock, 0u);
+	}
+	__syncwarp();
+}
+
+/* Commands that could be enqueued now: free SQ slots (per the last SQ head) and free CIDs. */
+__device__ static inline uint32_t upcie_nvme_gqp_room(const struct upcie_nvme_gqp_warp *w)
+{
+	uint32_t used =
+	    w->sq_tail >= w->sq_head ? w->sq_tail - w->sq_head : w->sq_tail + w->depth - w->sq_head;
+	uint32_t room = w->depth - 1 - used;
+
+	return room < w->nfree ? room : w->nfree;
+}
+
+/* Commands outstanding: CIDs taken and not yet returned (DONE ones not taken count too). */
+__device__ static inline uint32_t upcie_nvme_gqp_inflight(const struct upcie_nvme_gqp_warp *w)
+{
+	return w->ncids - w->nfree;
+}
+
+/* Fill PRP1/PRP2 of *sqe for `len` bytes at `buf` (list page of `cid` when needed). */
+__device__ static inline void upcie_nvme_gqp_prp_fill_(const struct upcie_nvme_gqp_warp *w,
+						       struct upcie_nvme_sqe *sqe, uint16_t cid,
+						       const struct upcie_gpu_xlate *x,
+						       const char *buf, uint32_t len)
+{
+	uint64_t a = upcie_gpu_xlate_iova(x, buf);
+	uint32_t first = UPCIE_NVME_GQP_PAGE - (uint32_t)(a & (UPCIE_NVME_GQP_PAGE - 1));
+
+	sqe->flags &= 0x3f; /* PSDT = PRP */
+	sqe->prp1 = a;
+	sqe->prp2 = 0;
+	if (len <= first)
+		return;
+	if (len - first <= UPCIE_NVME_GQP_PAGE) {
+		sqe->prp2 = upcie_gpu_xlate_iova(x, buf + first);
+		return;
+	}
+	{
+		uint64_t *list = (uint64_t *)(w->list_va + (uint64_t)cid * w->list_stride);
+		uint32_t n = (len - first + UPCIE_NVME_GQP_PAGE - 1) >> UPCIE_NVME_GQP_PAGE_SHIFT;
+
+		for (uint32_t i = 0; i < n; i++)
+			list[i] = upcie_gpu_xlate_iova(
+			    x, buf + first + ((uint64_t)i << UPCIE_NVME_GQP_PAGE_SHIFT));
+		sqe->prp2 = w->list_iova[cid];
+	}
+}
+
+/* Whether `len` bytes at `buf` can be described for this queue (0 or -EINVAL). */
+__device__ static inline int upcie_nvme_gqp_prp_check_(const struct upcie_nvme_gqp_warp *w,
+						       const struct upcie_gpu_xlate *x,
+						       const void *buf, uint32_t len)
+{
+	uint64_t a, pages;
+
+	if (!x)
+		return 0;
+	if (!len || !upcie_gpu_xlate_contains(x, buf, len))
+		return -EINVAL;
+	a = upcie_gpu_xlate_iova(x, buf);
+	if (a & 3)
+		return -EINVAL; /* PRP1 must be dword aligned */
+	pages = ((a & (UPCIE_NVME_GQP_PAGE - 1)) + len + UPCIE_NVME_GQP_PAGE - 1) >>
+		UPCIE_NVME_GQP_PAGE_SHIFT;
+	if (pages > 2 && (!w->list_iova || pages - 1 > UPCIE_NVME_GQP_LIST_ENTRIES))
+		return -EINVAL;
+	return 0;
+}
+
+__device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w,
+						     const struct upcie_nvme_sqe *sqe,
+						     const struct upcie_gpu_xlate *x,
+						     const void *buf, uint32_t len, uint16_t *cid)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	int ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
+	bool want = sqe && !ret;
+	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, want);
+	uint32_t n = __popc(m), rank = __popc(m & lt), room = upcie_nvme_gqp_room(w);
+	uint32_t grant = n < room ? n : room;
+
+	if (want) {
+		if (rank < grant) {
+			uint16_t c = w->cid_free[w->nfree - 1 - rank];
+			uint32_t slot = w->sq_tail + rank;
+
+			if (slot >= w->depth)
+				slot -= w->depth;
+			w->state[c] = UPCIE_NVME_GQP_PENDING;
+			if (x) {
+				struct upcie_nvme_sqe s = *sqe;
+
+				upcie_nvme_gqp_prp_fill_(w, &s, c, x, (const char *)buf, len);
+				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &s, c);
+			} else {
+				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], sqe, c);
+			}
+			if (cid)
+				*cid = c;
+		} else {
+			ret = -EBUSY;
+		}
+	}
+	w->sq_tail += grant;
+	if (w->sq_tail >= w->depth)
+		w->sq_tail -= w->depth;
+	w->nfree -= grant;
+	__syncwarp();
+	return ret;
+}
+
+/*
+ * Warp-collective. Each lane with `sqe` non-NULL gets an SQ slot and a CID (in *cid); the command
+ * is copied with that CID, not yet visible to the controller (upcie_nvme_gqp_ring()). Lanes claim
+ * in lane order; those beyond the room get -EBUSY (reap, then retry). Returns 0, -EBUSY; lanes
+ * with sqe NULL return 0 and take nothing.
+ */
+__device__ static inline int upcie_nvme_gqp_enqueue(struct upcie_nvme_gqp_warp *w,
+						    const struct upcie_nvme_sqe *sqe, uint16_t *cid)
+{
+	return upcie_nvme_gqp_enqueue_(w, sqe, NULL, NULL, 0, cid);
+}
+
+/*
+ * As upcie_nvme_gqp_enqueue(), with the data pointer of the command filled for `len` bytes at
+ * `buf`, translated through `x` (gpu/xlate_cuda.h): PRP1/PRP2 at 4 KiB, a PRP list in the CID's
+ * list page beyond two pages. -EINVAL for a lane whose buffer is outside `x`, not dword aligned,
+ * empty, or longer than the queue's lists allow (2 pages without lists, 513 with).
+ */
+__device__ static inline int upcie_nvme_gqp_enqueue_data(struct upcie_nvme_gqp_warp *w,
+							 const struct upcie_nvme_sqe *sqe,
+							 const struct upcie_gpu_xlate *x,
+							 const void *buf, uint32_t len,
+							 uint16_t *cid)
+{
+	bool bad = sqe && !x;
+	int r = upcie_nvme_gqp_enqueue_(w, bad ? NULL : sqe, x, buf, len, cid);
+
+	return bad ? -EINVAL : r;
+}
+
+/*
+ * Warp-collective. Publish everything enqueued since the last ring: a system-scope fence in
+ * every lane (the SQEs and PRP lists reach memory the controller reads), then one doorbell write.
+ * Nothing when nothing new was enqueued.
+ */
+__device__ static inline void upcie_nvme_gqp_ring(struct upcie_nvme_gqp_warp *w)
+{
+	if (w->sq_tail == w->sq_db)
+		return;
+	upcie_nvme_port_wmb();
+	__syncwarp();
+	if (upcie_nvme_gqp_lane_() == 0)
+		upcie_nvme_port_doorbell(w->sqdb, w->sq_tail);
+	w->sq_db = w->sq_tail;
+	__syncwarp();
+}
+
+/* What reap does with a completion it keeps for upcie_nvme_gqp_complete(). */
+struct upcie_nvme_gqp_keep_ {
+	__device__ void operator()(const struct upcie_nvme_cqe &) const
+	{
+	}
+};
+
+template <bool Each, typename F>
+__device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
+{
+	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	uint4 v[UPCIE_NVME_GQP_REAP_ROUNDS];
+	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS];
+	uint32_t n = 0, nfreed = 0, last_dw2;
+	bool stop = false;
+
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos, ph = w->phase;
+		bool valid = pos < w->depth;
+
+		if (idx >= w->depth) {
+			idx -= w->depth;
+			ph ^= 1u;
+		}
+		v[r] = valid ? upcie_nvme_gqp_ld16_(&w->cq[idx]) : make_uint4(0, 0, 0, 0);
+		m[r] = __ballot_sync(UPCIE_NVME_GQP_FULL_, valid && ((v[r].w >> 16) & 1u) == ph);
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		if (stop)
+			break;
+		if (m[r] == UPCIE_NVME_GQP_FULL_) {
+			n += 32;
+		} else {
+			n += __ffs(~m[r]) - 1;
+			stop = true;
+		}
+	}
+	if (!n)
+		return 0;
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane;
+		bool mine = pos < n, freeing = false, bad = false, late = false;
+		uint32_t fm, bm, lm;
+
+		if (r * 32 >= n)
+			break;
+		if (mine) {
+			uint16_t c = (uint16_t)v[r].w;
+			uint8_t st = c < w->ncids ? w->state[c] : (uint8_t)UPCIE_NVME_GQP_FREE;
+
+			if (st == UPCIE_NVME_GQP_PENDING) {
+				if (Each) {
+					struct upcie_nvme_cqe e;
+
+					e.dw0 = v[r].x;
+					e.dw1 = v[r].y;
+					e.dw2 = v[r].z;
+					e.dw3 = v[r].w;
+					w->state[c] = UPCIE_NVME_GQP_FREE;
+					freeing = true;
+					f(e);
+				} else {
+					*(uint4 *)&w->cpl[c] = v[r];
+					w->state[c] = UPCIE_NVME_GQP_DONE;
+				}
+			} else if (st == UPCIE_NVME_GQP_CANCELLED) {
+				w->state[c] = UPCIE_NVME_GQP_FREE;
+				freeing = true;
+				late = true;
+			} else {
+				bad = true;
+			}
+		}
+		fm = __ballot_sync(UPCIE_NVME_GQP_FULL_, freeing);
+		bm = __ballot_sync(UPCIE_NVME_GQP_FULL_, bad);
+		lm = __ballot_sync(UPCIE_NVME_GQP_FULL_, late);
+		if (freeing)
+			w->cid_free[w->nfree + nfreed + __popc(fm & lt)] = (uint16_t)v[r].w;
+		nfreed += __popc(fm);
+		w->nbad += __popc(bm);
+		w->nlate += __popc(lm);
+	}
+	w->nfree += nfreed;
+	/* The SQ head the controller reported last: in the newest entry consumed. */
+	{
+		uint32_t lr = (n - 1) >> 5, ll = (n - 1) & 31, mine_dw2 = 0;
+
+#pragma unroll
+		for (uint32_t r = 0; r < R; r++)
+			if (r == lr)
+				mine_dw2 = v[r].z;
+		last_dw2 = __shfl_sync(UPCIE_NVME_GQP_FULL_, mine_dw2, ll);
+	}
+	if ((last_dw2 & 0xffffu) < w->depth)
+		w->sq_head = last_dw2 & 0xffffu;
+	else
+		w->nbad_sqhd++;
+	w->cq_head += n;
+	if (w->cq_head >= w->depth) {
+		w->cq_head -= w->depth;
+		w->phase ^= 1u;
+	}
+	__syncwarp();
+	if (lane == 0)
+		upcie_nvme_port_doorbell(w->cqdb, w->cq_head);
+	return n;
+}
+
+/*
+ * Warp-collective. Consume the completions that have arrived, up to 32 x
+ * UPCIE_NVME_GQP_REAP_ROUNDS: each goes to its CID's slot (state DONE; take it with
+ * upcie_nvme_gqp_complete()); a late completion of a cancelled CID frees that CID; a completion
+ * for a CID not outstanding is counted (q->nbad). Writes the CQ head doorbell once. Returns the
+ * number of entries consumed (the same in every lane).
+ */
+__device__ static inline uint32_t upcie_nvme_gqp_reap(struct upcie_nvme_gqp_warp *w)
+{
+	struct upcie_nvme_gqp_keep_ keep;
+
+	return upcie_nvme_gqp_reap_<false>(w, keep);
+}
+
+/*
+ * Warp-collective. As upcie_nvme_gqp_reap(), but each completion of an outstanding command is
+ * handed to f(const struct upcie_nvme_cqe &) in the lane that found it, and its CID is freed at
+ * once: the GPU form of the core's completion callbacks, for code that does not wait on
+ * particular CIDs. `f` runs divergently (some lanes only) and must not call collective functions.
+ */
+template <typename F>
+__device__ static inline uint32_t upcie_nvme_gqp_reap_each(struct upcie_nvme_gqp_warp *w, F f)
+{
+	return upcie_nvme_gqp_reap_<true>(w, f);
+}
+
+/*
+ * Warp-collective. Each lane passing an outstanding `cid` learns whether it has completed: 1 and
+ * the completion in *cqe (the CID is then free again), or 0 (not yet; also for
+ * UPCIE_NVME_GQP_CID_NONE). -EINVAL for a CID out of range or not outstanding. Reaps nothing
+ * itself: call upcie_nvme_gqp_reap() in the same loop.
+ */
+__device__ static inline int upcie_nvme_gqp_complete(struct upcie_nvme_gqp_warp *w, uint16_t cid,
+						     struct upcie_nvme_cqe *cqe)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	bool has = cid != UPCIE_NVME_GQP_CID_NONE;
+	uint8_t st = has && cid < w->ncids ? w->state[cid] : (uint8_t)UPCIE_NVME_GQP_FREE;
+	bool done = st == UPCIE_NVME_GQP_DONE;
+	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, done);
+	int ret = 0;
+
+	if (done) {
+		uint4 e = *(const uint4 *)&w->cpl[cid];
+
+		cqe->dw0 = e.x;
+		cqe->dw1 = e.y;
+		cqe->dw2 = e.z;
+		cqe->dw3 = e.w;
+		w->state[cid] = UPCIE_NVME_GQP_FREE;
+		w->cid_free[w->nfree + __popc(m & lt)] = cid;
+		ret = 1;
+	} else if (has && st != UPCIE_NVME_GQP_PENDING) {
+		ret = -EINVAL;
+	}
+	w->nfree += __popc(m);
+	__syncwarp();
+	return ret;
+}
+
+/*
+ * Warp-collective. Reap until every lane's `cid` has completed or `timeout_ns` has passed since the
+ * call (on %globaltimer). Returns per lane 0 (completion in *cqe, CID free again), -ETIMEDOUT (the
+ * command is still outstanding: cancel it), -EINVAL (bad CID); lanes passing
+ * UPCIE_NVME_GQP_CID_NONE return 0 at once. Rings nothing: ring before waiting.
+ */
+__device__ static inline int upcie_nvme_gqp_wait(struct upcie_nvme_gqp_warp *w, uint16_t cid,
+						 uint64_t timeout_ns, struct upcie_nvme_cqe *cqe)
+{
+	uint64_t t0 = __shfl_sync(UPCIE_NVME_GQP_FULL_, upcie_nvme_port_time_ns(), 0);
+	bool pending = cid != UPCIE_NVME_GQP_CID_NONE;
+	int ret = 0;
+
+	for (;;) {
+		int r = upcie_nvme_gqp_complete(
+		    w, pending ? cid : (uint16_t)UPCIE_NVME_GQP_CID_NONE, cqe);
+		uint64_t now;
+
+		if (pending && r != 0) {
+			ret = r < 0 ? r : 0;
+			pending = false;
+		}
+		if (!__any_sync(UPCIE_NVME_GQP_FULL_, pending))
+			return ret;
+		if (!upcie_nvme_gqp_reap(w))
+			upcie_nvme_port_relax();
+		now = __shfl_sync(UPCIE_NVME_GQP_FULL_, upcie_nvme_port_time_ns(), 0);
+		if (now - t0 >= timeout_ns)
+			return pending ? -ETIMEDOUT : ret;
+	}
+}
+
+/*
+ * Warp-collective. Give up on each lane's outstanding `cid` (after a timeout, and after asking the
+ * controller to abort it): the CID stays reserved until its late completion arrives, so it can
+ * never be taken for a newer command's; a completion already reaped is discarded and the CID
+ * freed. Returns 0, -EINVAL (not outstanding), 0 for UPCIE_NVME_GQP_CID_NONE.
+ */
+__device__ static inline int upcie_nvme_gqp_cancel(struct upcie_nvme_gqp_warp *w, uint16_t cid)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	bool has = cid != UPCIE_NVME_GQP_CID_NONE;
+	uint8_t st = has && cid < w->ncids ? w->state[cid] : (uint8_t)UPCIE_NVME_GQP_FREE;
+	bool done = st == UPCIE_NVME_GQP_DONE;
+	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, done);
+	int ret = 0;
+
+	if (st == UPCIE_NVME_GQP_PENDING) {
+		w->state[cid] = UPCIE_NVME_GQP_CANCELLED;
+	} else if (done) {
+		w->state[cid] = UPCIE_NVME_GQP_FREE;
+		w->cid_free[w->nfree + __popc(m & lt)] = cid;
+	} else if (has) {
+		ret = -EINVAL;
+	}
+	w->nfree += __popc(m);
+	__syncwarp();
+	return ret;
+}
+
+/*
+ * Warp-collective. Free every cancelled CID: only once the controller can no longer complete them
+ * (the queue was deleted, the controller reset). Returns how many were freed.
+ */
+__device__ static inline uint32_t upcie_nvme_gqp_reclaim(struct upcie_nvme_gqp_warp *w)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1, total = 0;
+
+	for (uint32_t base = 0; base < w->ncids; base += 32) {
+		uint32_t c = base + lane;
+		bool canc = c < w->ncids && w->state[c] == UPCIE_NVME_GQP_CANCELLED;
+		uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, canc);
+
+		if (canc) {
+			w->state[c] = UPCIE_NVME_GQP_FREE;
+			w->cid_free[w->nfree + __popc(m & lt)] = (uint16_t)c;
+		}
+		w->nfree += __popc(m);
+		total += __popc(m);
+	}
+	__syncwarp();
+	return total;
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* UPCIE_NVME_GQP_CUDA_H */

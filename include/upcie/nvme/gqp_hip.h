@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * GPU-issued NVMe queue pair for HIP: the portable queue-pair core (nvme/qpair.h) compiled as
+ * HIP device code, plus waits on the GPU's wall clock. One GPU thread owns a queue pair at a
+ * time, as one CPU thread owns one in host code; the state lives in memory that outlives a
+ * kernel (device memory, set up by nvme/gqp_host_hip.h), so a queue pair is driven by one
+ * kernel launch after another with no host work in between.
+ *
+ * The same code serves both placements the host side sets up:
+ * - bridged: the SQ in host memory, the doorbells `sqdb`/`cqdb` are shadow cells in host memory
+ *   that a host poller mirrors to the controller's doorbells, and `cq` is the shadow CQ the
+ *   poller relays completions into (nvme/bridge_hip.h: GPUs that cannot map a peer's BAR, and
+ *   CQs whose peer writes the GPU would not see);
+ * - direct: the doorbells are the controller's own (BAR0 mapped for the GPU with
+ *   hipHostRegisterIoMemory) and the CQ lives in device memory.
+ * The GPU code cannot tell them apart. The doorbell store, the completion poll load, the fences
+ * and the clock are those of nvme/qpair_port.h through gpu/arch_hip.h (the RDNA store sequence
+ * on GFX10/GFX11, GL0/GL1 invalidation before each completion load there).
+ *
+ * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
+ * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and every wait is capped
+ * at `max_wait_ns` (default 2 s), well under the GPU watchdog (~10 s), so a lost completion
+ * fails the wait instead of hanging the GPU into a reset. A clock that does not move at all
+ * (as ROCm 5.2's wall_clock64() on GFX11 would) ends the wait with -EOPNOTSUPP rather than
+ * spinning forever.
+ *
+ * Everything here is UPCIE_HD and also compiles as plain C: on the host the clock is
+ * CLOCK_MONOTONIC at UPCIE_NVME_GQP_HIP_HOST_KHZ, which is how the guest tests run this very
+ * code in CPU threads that play the GPU (tests/guest/progs/t_hip_bridge.c).
+ */
+#ifndef UPCIE_NVME_GQP_HIP_H
+#define UPCIE_NVME_GQP_HIP_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <upcie/base/compiler.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/qpair_port.h>
+#include <upcie/nvme/spec.h>
+
+#if !defined(__HIPCC__)
+#include <upcie/base/clock.h>
+#endif
+
+/* The cap on every wait: well under the GPU's hang watchdog (about 10 s). */
+#ifndef UPCIE_NVME_GQP_HIP_WAIT_MAX_NS
+#define UPCIE_NVME_GQP_HIP_WAIT_MAX_NS (UINT64_C(2) * 1000000000u)
+#endif
+/* Rounds of an unmoving clock after which a wait gives up (-EOPNOTSUPP). */
+#ifndef UPCIE_NVME_GQP_HIP_CLOCK_STUCK
+#define UPCIE_NVME_GQP_HIP_CLOCK_STUCK (UINT32_C(1) << 20)
+#endif
+/* The host stand-in's clock: nanoseconds, 10^6 kHz. */
+#define UPCIE_NVME_GQP_HIP_HOST_KHZ UINT64_C(1000000)
+
+#define UPCIE_NVME_GQP_HIP_BRIDGED 0x1u /* doorbells are shadow cells (nvme/bridge_hip.h) */
+#define UPCIE_NVME_GQP_HIP_RELAYED 0x2u /* cq is the relayed shadow of a host CQ */
+
+/* One queue pair as GPU code drives it; every address in `qp` is a GPU address. */
+struct upcie_nvme_gqp_hip {
+	struct upcie_nvme_qpair qp;
+	uint64_t wall_khz; /* wall-clock ticks per millisecond (hipDeviceAttributeWallClockRate) */
+	uint64_t max_wait_ns;  /* cap on every wait; 0: UPCIE_NVME_GQP_HIP_WAIT_MAX_NS */
+	uint32_t flags;	       /* UPCIE_NVME_GQP_HIP_* */
+	uint32_t nclock_stuck; /* waits ended because the clock did not move */
+};
+
+/* Where one command's completion lands (the queue pair's callback context). */
+struct upcie_nvme_gqp_hip_cpl {
+	struct upcie_nvme_cqe cqe;
+	int err; /* 0: completed (status in cqe); -ECANCELED: cancelled */
+	uint32_t done;
+};
+
+UPCIE_HD static inline uint64_t upcie_nvme_gqp_hip_clock_(void)
+{
+#if defined(__HIP_DEVICE_COMPILE__)
+	return upcie_gpu_hip_wall_clock();
+#elif defined(__HIPCC__)
+	return 0; /* host pass of hipcc: never called on the host */
+#else
+	return upcie_time_ns();
+#endif
+}
+
+/* Ticks of a wait of `ns`, after the cap; 0 when the rate is unknown. */
+UPCIE_HD static inline uint64_t upcie_nvme_gqp_hip_ticks_(const struct upcie_nvme_gqp_hip *q,
+							  uint64_t ns)
+{
+	uint64_t cap = q->max_wait_ns ? q->max_wait_ns : UPCIE_NVME_GQP_HIP_WAIT_MAX_NS;
+
+	if (ns > cap)
+		ns = cap;
+	/* ns <= a few seconds and khz <= a few GHz: no overflow */
+	return ns / 1000u * q->wall_khz / 1000u + (ns % 1000u) * q->wall_khz / 1000000u;
+}
+
+UPCIE_HD static inline void upcie_nvme_gqp_hip_cpl_cb_(void *ctx, const struct upcie_nvme_cqe *cqe,
+						       int err)
+{
+	struct upcie_nvme_gqp_hip_cpl *c = (struct upcie_nvme_gqp_hip_cpl *)ctx;
+
+	c->cqe = *cqe;
+	c->err = err;
+	c->done = 1;
+}
+
+/*
+ * Copy `sqe` into the SQ with a fresh CID; its completion will land in *c. Not visible to the
+ * controller before upcie_nvme_gqp_hip_ring(). Returns 0 (CID in *cid when not NULL), -EBUSY
+ * (queue full: reap and retry), -EINVAL.
+ */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_enqueue(struct upcie_nvme_gqp_hip *q,
+						      const struct upcie_nvme_sqe *sqe,
+						      struct upcie_nvme_gqp_hip_cpl *c,
+						      uint16_t *cid)
+{
+	if (!c)
+		return -EINVAL;
+	c->done = 0;
+	c->err = 0;
+	return upcie_nvme_qpair_enqueue(&q->qp, sqe, upcie_nvme_gqp_hip_cpl_cb_, c, cid);
+}
+
+/* Publish what was enqueued: one fence and one doorbell store, none when nothing is new. */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_ring(struct upcie_nvme_gqp_hip *q)
+{
+	return upcie_nvme_qpair_ring(&q->qp);
+}
+
+/* Process up to `max` completions (see upcie_nvme_qpair_reap()). */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_reap(struct upcie_nvme_gqp_hip *q, unsigned max)
+{
+	return upcie_nvme_qpair_reap(&q->qp, max);
+}
+
+/*
+ * Reap until `done` says so (cpl non-NULL: that command; NULL: nothing outstanding) or the wait
+ * of timeout_ns (capped) ends. Returns 0, -ETIMEDOUT, -EOPNOTSUPP (the clock does not move),
+ * -EINVAL (no clock rate).
+ */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_wait_(struct upcie_nvme_gqp_hip *q,
+						    const struct upcie_nvme_gqp_hip_cpl *cpl,
+						    uint64_t timeout_ns)
+{
+	uint64_t ticks = upcie_nvme_gqp_hip_ticks_(q, timeout_ns);
+	uint64_t t0 = upcie_nvme_gqp_hip_clock_(), now;
+	uint32_t still = 0;
+
+	if (!q->wall_khz)
+		return -EINVAL;
+	for (;;) {
+		if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) == 0)
+			upcie_nvme_port_relax();
+		if (cpl ? *(const volatile uint32_t *)&cpl->done != 0
+			: upcie_nvme_qpair_inflight(&q->qp) == 0)
+			return 0;
+		now = upcie_nvme_gqp_hip_clock_();
+		if (now - t0 >= ticks)
+			return -ETIMEDOUT;
+		if (now == t0 && ++still >= UPCIE_NVME_GQP_HIP_CLOCK_STUCK) {
+			q->nclock_stuck++;
+			return -EOPNOTSUPP;
+		}
+	}
+}
+
+/*
+ * Wait for the command whose completion goes to *c. On -ETIMEDOUT the command is cancelled in
+ * the queue pair (its CID stays reserved until a late completion or reclaim) and *c holds the
+ * synthesized abort completion. Returns 0 (check upcie_nvme_cqe_ok(&c->cqe)), -ETIMEDOUT,
+ * -EOPNOTSUPP, -EINVAL.
+ */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_wait(struct upcie_nvme_gqp_hip *q, uint16_t cid,
+						   struct upcie_nvme_gqp_hip_cpl *c,
+						   uint64_t timeout_ns)
+{
+	int err = upcie_nvme_gqp_hip_wait_(q, c, timeout_ns);
+
+	if (err == -ETIMEDOUT || err == -EOPNOTSUPP)
+		upcie_nvme_qpair_cancel(&q->qp, cid);
+	return err;
+}
+
+/* Reap until nothing is outstanding or the wait ends: 0, -ETIMEDOUT, -EOPNOTSUPP, -EINVAL. */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_drain(struct upcie_nvme_gqp_hip *q,
+						    uint64_t timeout_ns)
+{
+	return upcie_nvme_gqp_hip_wait_(q, (const struct upcie_nvme_gqp_hip_cpl *)0, timeout_ns);
+}
+
+/*
+ * One command, submitted and waited for. Returns 0, -EIO (completed with an error status: see
+ * *cqe), -EBUSY (queue full), -ETIMEDOUT, -EOPNOTSUPP, -EINVAL. *cqe (may be NULL) gets the
+ * completion.
+ */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_io(struct upcie_nvme_gqp_hip *q,
+						 const struct upcie_nvme_sqe *sqe,
+						 uint64_t timeout_ns, struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_gqp_hip_cpl c;
+	uint16_t cid = 0;
+	int err;
+
+	err = upcie_nvme_gqp_hip_enqueue(q, sqe, &c, &cid);
+	if (err)
+		return err;
+	upcie_nvme_gqp_hip_ring(q);
+	err = upcie_nvme_gqp_hip_wait(q, cid, &c, timeout_ns);
+	if (cqe && c.done)
+		*cqe = c.cqe;
+	if (err)
+		return err;
+	return upcie_nvme_cqe_ok(&c.cqe) ? 0 : -EIO;
+}
+
+#endif /* UPCIE_NVME_GQP_HIP_H */

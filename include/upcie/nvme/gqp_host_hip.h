@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Host side of GPU-issued queue pairs on AMD GPUs (nvme/gqp_hip.h): the memory, the device
+ * state and, where the GPU needs it, the doorbell bridge of a queue pair that HIP kernels drive.
+ * The HIP counterpart of nvme/gqp_host_cuda.h.
+ *
+ * Two placements, chosen by the caller (the GPU code is the same for both):
+ * - bridged (default; consumer RDNA, where hipHostRegister refuses a peer's BAR and a peer's DMA
+ *   into host memory does not snoop the GPU's caches): the SQ in the host heap (mapped for the
+ *   GPU), the CQ in the host heap where the controller writes it, a shadow CQ and the two
+ *   doorbell shadow cells in fine-grained host memory (hipHostMalloc coherent, touched by CPU and
+ *   GPU only), and one poller thread for the queue's whole life (nvme/bridge_hip.h) that relays
+ *   completions into the shadow and mirrors the cells to the controller's doorbells on change;
+ * - direct (UPCIE_NVME_GQP_HIP_DIRECT; where the runtime maps the BAR, e.g. CDNA): the
+ *   doorbells mapped for the GPU with hipHostRegisterIoMemory, the CQ in the device heap, the SQ
+ *   in the host heap; no bridge.
+ * What it returns (sq_iova, cq_iova, depth) is what Create I/O CQ and Create I/O SQ take; the
+ * controller layer issues those (and deletes the queues before destroy). `dq` is the device
+ * address to hand to kernels; it stays valid across launches, which continue where the last one
+ * left the queue, so nothing here is per launch.
+ *
+ * The device state is the core's struct upcie_nvme_qpair, initialised on the host
+ * (upcie_nvme_qpair_init() on a host image whose pointers are GPU addresses) and copied into
+ * device memory with the per-CID tables, plus the wall-clock rate of gpu/dev_hip.h: a GPU
+ * whose runtime does not report hipDeviceAttributeWallClockRate (ROCm 5.2) gets no queue
+ * unless opts.wall_khz of the provider gave one (-EOPNOTSUPP).
+ *
+ * Creation and destruction are host calls from any thread; the queue pair has one owner GPU
+ * thread at a time. C++ host code with the HIP headers.
+ */
+#ifndef UPCIE_NVME_GQP_HOST_HIP_H
+#define UPCIE_NVME_GQP_HOST_HIP_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <upcie/base/compiler.h>
+#include <upcie/base/log.h>
+#include <upcie/gpu/dev_hip.h>
+#include <upcie/gpu/heap_hip.h>
+#include <upcie/mem/heap.h>
+#include <upcie/nvme/bridge_hip.h>
+#include <upcie/nvme/gqp_hip.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/spec.h>
+
+#define UPCIE_NVME_GQP_HIP_DIRECT 0x100u /* doorbells mapped for the GPU, CQ in device memory */
+
+struct upcie_nvme_gqp_hip_cfg {
+	uint16_t qid;		 /* for messages and synthesized fields */
+	uint32_t depth;		 /* SQ and CQ entries, 2..65536 */
+	uint32_t ncids;		 /* outstanding commands, 1..depth - 1; 0: depth - 1 */
+	unsigned flags;		 /* UPCIE_NVME_GQP_HIP_DIRECT */
+	volatile uint32_t *sqdb; /* the controller's SQ tail doorbell in the process's BAR0 map */
+	volatile uint32_t *cqdb; /* the controller's CQ head doorbell */
+	uint64_t spin_ns, sleep_ns; /* bridge poller idle policy; 0: defaults */
+	uint64_t max_wait_ns;	    /* cap on device-side waits; 0: 2 s */
+};
+
+struct upcie_nvme_gqp_hip_host {
+	struct upcie_nvme_gqp_hip *dq; /* device address of the queue state: pass to kernels */
+	uint64_t sq_iova;	       /* Create I/O SQ: PRP1 */
+	uint64_t cq_iova;	       /* Create I/O CQ: PRP1 */
+	uint32_t depth;
+	uint16_t qid;
+	unsigned flags;
+	struct upcie_gpu_hip gpu; /* borrowed: the caller's handle stays open */
+	struct upcie_heap_buf sq, cq;
+	bool have_sq, have_cq, counted;
+	void *state;  /* device memory: struct upcie_nvme_gqp_hip + CID tables */
+	void *shadow; /* bridged: hipHostMalloc'd cells + shadow CQ (CPU address) */
+	struct upcie_nvme_bridge br;
+	volatile uint32_t *sqdb_host, *cqdb_host; /* direct: as passed in, to unmap */
+};
+
+static inline void upcie_nvme_gqp_hip_release_(struct upcie_nvme_gqp_hip_host *h)
+{
+	struct upcie_gpu_hip *gpu = &h->gpu;
+	struct upcie_gpu_hip_dev_save save;
+	bool entered = !upcie_gpu_hip_dev_enter(&gpu->p->dev, &save);
+
+	upcie_nvme_bridge_stop(&h->br, NULL);
+	if (entered) {
+		if (h->state)
+			upcie_gpu_hip_check_(hipFree(h->state), "hipFree");
+		if (h->shadow)
+			upcie_gpu_hip_check_(hipHostFree(h->shadow), "hipHostFree");
+		upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
+	}
+	if (h->have_sq)
+		upcie_gpu_hip_host_free(gpu, &h->sq);
+	if (h->have_cq) {
+		if (h->flags & UPCIE_NVME_GQP_HIP_DIRECT)
+			upcie_gpu_hip_free(gpu, &h->cq);
+		else
+			upcie_gpu_hip_host_free(gpu, &h->cq);
+	}
+	if (h->sqdb_host)
+		upcie_gpu_hip_iomem_unmap(gpu, h->sqdb_host);
+	if (h->cqdb_host)
+		upcie_gpu_hip_iomem_unmap(gpu, h->cqdb_host);
+	if (h->counted) {
+		pthread_mutex_lock(&upcie_gpu_hip_lock_g);
+		gpu->p->ngqp--;
+		pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
+	}
+	memset(h, 0, sizeof(*h));
+}
+
+/*
+ * Create the memory, device state and (bridged) poller of a GPU-issued queue pair. The rings
+ * start at tail 0, head 0, phase 1, matching queues the controller is about to create. Returns
+ * 0; -EINVAL (bad depth, CIDs or doorbells); -EOPNOTSUPP (no wall-clock rate); -ENOMEM (heap
+ * full); a HIP error (direct: hipHostRegister refusing the BAR). `h` is zeroed on failure.
+ */
+static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
+					    struct upcie_gpu_hip *gpu,
+					    const struct upcie_nvme_gqp_hip_cfg *cfg)
+{
+	struct upcie_gpu_hip_dev_save save;
+	struct upcie_nvme_qpair_cfg qc;
+	struct upcie_nvme_gqp_hip st;
+	struct upcie_nvme_bridge_cells *cells = NULL;
+	struct upcie_nvme_cqe *shadow = NULL;
+	size_t tsz, ssz;
+	void *sqdb_dev = NULL, *cqdb_dev = NULL, *sq_dev, *cq_dev, *sh_dev = NULL;
+	char *img = NULL;
+	bool direct, entered = false;
+	uint32_t ncids;
+	hipError_t r;
+	int err;
+
+	if (!h || !gpu || !gpu->p || !cfg)
+		return UPCIE_FAIL(-EINVAL, "nvme: gqp hip: NULL argument or closed provider");
+	memset(h, 0, sizeof(*h));
+	ncids = cfg->ncids ? cfg->ncids : cfg->depth - 1;
+	if (cfg->depth < 2 || cfg->depth > 65536 || !ncids || ncids > cfg->depth - 1 ||
+	    ncids > 65535)
+		return UPCIE_FAIL(-EINVAL, "nvme: gqp hip %u: depth %u with %u CIDs", cfg->qid,
+				  cfg->depth, ncids);
+	if (!cfg->sqdb || !cfg->cqdb || (((uintptr_t)cfg->sqdb | (uintptr_t)cfg->cqdb) & 3))
+		return UPCIE_FAIL(-EINVAL, "nvme: gqp hip %u: doorbells missing or misaligned",
+				  cfg->qid);
+	if (!gpu->p->dev.wall_khz)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme: gqp hip %u: no wall-clock rate for device-side timeouts "
+				  "(the runtime does not report hipDeviceAttributeWallClockRate; "
+				  "give upcie_gpu_hip_opts.wall_khz)",
+				  cfg->qid);
+	direct = cfg->flags & UPCIE_NVME_GQP_HIP_DIRECT;
+	h->gpu = *gpu;
+	h->flags = cfg->flags;
+	h->qid = cfg->qid;
+	h->depth = cfg->depth;
+	pthread_mutex_lock(&upcie_gpu_hip_lock_g);
+	gpu->p->ngqp++;
+	pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
+	h->counted = true;
+
+	/* Rings: each physically contiguous (one LUT granule), page aligned. */
+	err = upcie_heap_alloc_array(&gpu->p->hheap, 1, (uint64_t)cfg->depth * 64, 4096, &h->sq);
+	if (err)
+		goto fail;
+	h->have_sq = true;
+	err = upcie_heap_alloc_array(direct ? &gpu->p->dheap : &gpu->p->hheap, 1,
+				     (uint64_t)cfg->depth * 16, 4096, &h->cq);
+	if (err)
+		goto fail;
+	h->have_cq = true;
+	h->sq_iova = h->sq.iova;
+	h->cq_iova = h->cq.iova;
+	sq_dev = upcie_gpu_hip_host_devptr(gpu, h->sq.vaddr);
+
+	err = upcie_gpu_hip_dev_enter(&gpu->p->dev, &save);
+	if (err)
+		goto fail;
+	entered = true;
+	if (direct) {
+		err = upcie_gpu_hip_iomem_map(gpu, cfg->sqdb, 4, &sqdb_dev);
+		if (err)
+			goto fail;
+		h->sqdb_host = cfg->sqdb;
+		err = upcie_gpu_hip_iomem_map(gpu, cfg->cqdb, 4, &cqdb_dev);
+		if (err)
+			goto fail;
+		h->cqdb_host = cfg->cqdb;
+		cq_dev = h->cq.vaddr; /* device heap: vaddr is the GPU address */
+		r = hipMemset(cq_dev, 0, (size_t)cfg->depth * 16);
+		if (r != hipSuccess) {
+			err = UPCIE_GPU_HIP_FAIL(r, "hipMemset", "gqp hip %u: CQ", cfg->qid);
+			goto fail;
+		}
+	} else {
+		/* Cells and shadow CQ: fine-grained host memory, CPU and GPU only. */
+		ssz = sizeof(*cells) + (size_t)cfg->depth * 16;
+		r = hipHostMalloc(&h->shadow, ssz, hipHostMallocMapped | hipHostMallocCoherent);
+		if (r == hipSuccess)
+			r = hipHostGetDevicePointer(&sh_dev, h->shadow, 0);
+		if (r != hipSuccess) {
+			err = UPCIE_GPU_HIP_FAIL(r, "hipHostMalloc(coherent)",
+						 "gqp hip %u: %zu bytes of shadows", cfg->qid, ssz);
+			goto fail;
+		}
+		cells = (struct upcie_nvme_bridge_cells *)h->shadow;
+		shadow = (struct upcie_nvme_cqe *)(cells + 1);
+		sqdb_dev = (char *)sh_dev + offsetof(struct upcie_nvme_bridge_cells, sq_tail);
+		cqdb_dev = (char *)sh_dev + offsetof(struct upcie_nvme_bridge_cells, cq_head);
+		cq_dev = (char *)sh_dev + sizeof(*cells);
+		memset(h->cq.vaddr, 0, (size_t)cfg->depth * 16);
+	}
+
+	/* The core's state on a host image, pointers rebased to GPU addresses, then copied. */
+	tsz = (sizeof(st) + 15) & ~(size_t)15;
+	img = (char *)aligned_alloc(16, tsz + upcie_nvme_qpair_tables_size(ncids));
+	r = hipMalloc(&h->state, tsz + upcie_nvme_qpair_tables_size(ncids));
+	if (!img || r != hipSuccess) {
+		h->state = r == hipSuccess ? h->state : NULL;
+		err = img ? UPCIE_GPU_HIP_FAIL(r, "hipMalloc", "gqp hip %u: queue state", cfg->qid)
+			  : UPCIE_FAIL(-ENOMEM, "nvme: gqp hip %u: out of host memory", cfg->qid);
+		goto fail;
+	}
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = sq_dev;
+	qc.cq = cq_dev;
+	qc.sqdb = (volatile uint32_t *)sqdb_dev;
+	qc.cqdb = (volatile uint32_t *)cqdb_dev;
+	qc.sq_depth = cfg->depth;
+	qc.ncids = ncids;
+	qc.qid = cfg->qid;
+	qc.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR; /* a GPU address: zeroed above */
+	qc.tables = img + tsz;
+	memset(&st, 0, sizeof(st));
+	err = upcie_nvme_qpair_init(&st.qp, &qc);
+	if (err)
+		goto fail;
+	st.qp.slots = (struct upcie_nvme_cid_slot *)((char *)h->state + tsz);
+	st.qp.cid_free = (uint16_t *)(st.qp.slots + ncids); /* as qpair_init lays them out */
+	st.wall_khz = gpu->p->dev.wall_khz;
+	st.max_wait_ns = cfg->max_wait_ns;
+	st.flags = direct ? 0 : UPCIE_NVME_GQP_HIP_BRIDGED | UPCIE_NVME_GQP_HIP_RELAYED;
+	memcpy(img, &st, sizeof(st));
+	r = hipMemcpy(h->state, img, tsz + upcie_nvme_qpair_tables_size(ncids),
+		      hipMemcpyHostToDevice);
+	if (r != hipSuccess) {
+		err = UPCIE_GPU_HIP_FAIL(r, "hipMemcpy", "gqp hip %u: initial state", cfg->qid);
+		goto fail;
+	}
+	if (!direct) {
+		struct upcie_nvme_bridge_cfg bc;
+
+		memset(&bc, 0, sizeof(bc));
+		bc.qid = cfg->qid;
+		bc.depth = cfg->depth;
+		bc.sqdb = cfg->sqdb;
+		bc.cqdb = cfg->cqdb;
+		bc.sq_cell = &cells->sq_tail;
+		bc.cq_cell = &cells->cq_head;
+		bc.cq = (const struct upcie_nvme_cqe *)h->cq.vaddr;
+		bc.cq_shadow = shadow;
+		bc.spin_ns = cfg->spin_ns;
+		bc.sleep_ns = cfg->sleep_ns;
+		err = upcie_nvme_bridge_start(&h->br, &bc);
+		if (err)
+			goto fail;
+	}
+	upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
+	free(img);
+	h->dq = (struct upcie_nvme_gqp_hip *)h->state;
+	return 0;
+fail:
+	if (entered)
+		upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
+	free(img);
+	upcie_nvme_gqp_hip_release_(h);
+	return err;
+}
+
+/* The bridge's counters (bridged queues; zeros for direct ones). */
+static inline void upcie_nvme_gqp_hip_bridge_stats(const struct upcie_nvme_gqp_hip_host *h,
+						   struct upcie_nvme_bridge_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (h->br.live)
+		upcie_nvme_bridge_stats_get(&h->br, st);
+}
+
+/* Copy the queue pair's device state into *st, for diagnostics once no kernel drives it. */
+static inline int upcie_nvme_gqp_hip_read(struct upcie_nvme_gqp_hip_host *h,
+					  struct upcie_nvme_gqp_hip *st)
+{
+	struct upcie_gpu_hip_dev_save save;
+	hipError_t r;
+	int err = upcie_gpu_hip_dev_enter(&h->gpu.p->dev, &save);
+
+	if (err)
+		return err;
+	r = hipMemcpy(st, h->state, sizeof(*st), hipMemcpyDeviceToHost);
+	upcie_gpu_hip_dev_leave(&h->gpu.p->dev, &save);
+	if (r != hipSuccess)
+		return UPCIE_GPU_HIP_FAIL(r, "hipMemcpy", "gqp hip %u: state", h->qid);
+	return 0;
+}
+
+/*
+ * Free the queue pair: waits for the device's work (hipDeviceSynchronize) so no kernel still
+ * uses it, stops the poller after a last round, frees the memory. The controller must have
+ * deleted its queues, or delete them right after. A zeroed `h` is a no-op.
+ */
+static inline void upcie_nvme_gqp_hip_destroy(struct upcie_nvme_gqp_hip_host *h)
+{
+	struct upcie_gpu_hip_dev_save save;
+
+	if (!h || !h->gpu.p)
+		return;
+	if (!upcie_gpu_hip_dev_enter(&h->gpu.p->dev, &save)) {
+		upcie_gpu_hip_check_(hipDeviceSynchronize(), "hipDeviceSynchronize");
+		upcie_gpu_hip_dev_leave(&h->gpu.p->dev, &save);
+	}
+	upcie_nvme_gqp_hip_release_(h);
+}
+
+#endif /* UPCIE_NVME_GQP_HOST_HIP_H */

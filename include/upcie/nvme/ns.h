@@ -1,0 +1,742 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Namespaces and I/O: Identify Namespace and the active namespace list, and the NVM commands
+ * (Read, Write, Compare, Flush, Write Zeroes, Dataset Management) on an I/O queue pair of
+ * nvme/ctrl.h, asynchronous with a completion callback or synchronous on top of the same path.
+ *
+ * Data is given as (dmamem, offset, length) or as a list of such segments (struct
+ * upcie_nvme_dseg), so host hugepages, IOMMU-mapped memory, the CMB or a peer device's BAR all
+ * work alike. PRPs by default; SGLs on a queue created with `sgl` (when the controller supports
+ * them). Each command takes its PRP list / SGL segment pages from its queue's per-CID pages, so
+ * transfers need no allocation. A request larger than the queue's max_xfer (MDTS or less) is
+ * split with the split helper (nvme/dptr.h) into several commands that complete as one request.
+ * Namespaces with metadata in a separate buffer (ms > 0, not extended LBAs) need a contiguous
+ * metadata buffer of nlb * ms bytes for Read, Write and Compare (MPTR); with extended LBAs the
+ * metadata travels inside the data buffer (block_bytes = lba_bytes + ms). End-to-end protection
+ * information is not set up here (PRINFO is 0).
+ *
+ * Requests (struct upcie_nvme_req, caller-allocated) complete once, through their callback,
+ * when every command of theirs did: err 0, -EIO (the first error status in req->cqe:
+ * upcie_nvme_cqe_code(), upcie_nvme_status_str()) or -ECANCELED. Asynchronous submission
+ * returns -EBUSY, with nothing submitted, when the queue has no room for every command of the
+ * request now; the synchronous helpers instead feed commands as room frees, so a request of any
+ * size works on a queue of any depth. Same threading as the queue: one owner thread.
+ */
+#ifndef UPCIE_NVME_NS_H
+#define UPCIE_NVME_NS_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <upcie/base/bits.h>
+#include <upcie/base/clock.h>
+#include <upcie/base/log.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/nvme/cmd.h>
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/dptr.h>
+#include <upcie/nvme/prp.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/sgl.h>
+#include <upcie/nvme/spec.h>
+
+/* Default timeout of the synchronous helpers. */
+#define UPCIE_NVME_IO_TIMEOUT (30 * UPCIE_NSEC_PER_SEC)
+
+struct upcie_nvme_ns {
+	struct upcie_nvme_ctrl *ctrl;
+	uint32_t nsid;
+	uint64_t nsze;	      /* size in logical blocks */
+	uint64_t ncap;	      /* capacity in logical blocks */
+	uint32_t lba_bytes;   /* data bytes per logical block */
+	uint32_t ms;	      /* metadata bytes per logical block */
+	bool ext;	      /* metadata interleaved with the data (extended LBA) */
+	uint32_t block_bytes; /* bytes per block in a data buffer: lba_bytes (+ ms when ext) */
+	uint8_t block_shift;  /* log2(block_bytes) when a power of two, else 0 */
+	uint8_t lbaf;	      /* LBA format index in use */
+	uint8_t dps;	      /* end-to-end protection settings */
+};
+
+struct upcie_nvme_req;
+typedef void (*upcie_nvme_req_fn)(struct upcie_nvme_req *req);
+
+/* One request: one or more commands that complete together. */
+struct upcie_nvme_req {
+	upcie_nvme_req_fn cb;	   /* called once when the request is done; may be NULL */
+	void *ctx;		   /* for the callback */
+	int err;		   /* 0, -EIO (status in cqe), -ECANCELED */
+	struct upcie_nvme_cqe cqe; /* the first failing completion, else the last one */
+	uint32_t pending;	   /* commands not completed (plus one while submitting) */
+	bool done;
+};
+
+/* One Read, Write or Compare request (data as segments; split when larger than max_xfer). */
+struct upcie_nvme_io {
+	uint8_t opc; /* UPCIE_NVME_NVM_READ, _WRITE, _COMPARE */
+	uint64_t slba;
+	const struct upcie_nvme_dseg *segs; /* a whole number of blocks in total */
+	unsigned nsegs;
+	const struct upcie_dmamem *md; /* separate metadata: nlb * ms contiguous bytes, or NULL */
+	uint64_t md_off;
+	uint32_t flags; /* UPCIE_NVME_RW_FUA, UPCIE_NVME_RW_LR */
+};
+
+/*
+ * Identify namespace `nsid` of `c` into `ns`. Returns 0; -ENODEV when the namespace is not
+ * active (size 0); -EINVAL when its LBA format is unusable; -EIO with the status logged (for
+ * example Invalid Namespace). `ns` is zeroed on failure.
+ */
+static inline int upcie_nvme_ns_open(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c,
+				     uint32_t nsid)
+{
+	struct upcie_nvme_id_ns *id;
+	int err;
+
+	if (!ns)
+		return UPCIE_FAIL(-EINVAL, "nvme: ns open: NULL namespace");
+	memset(ns, 0, sizeof(*ns));
+	if (!c || !nsid || nsid == UPCIE_NVME_NSID_ALL)
+		return UPCIE_FAIL(-EINVAL, "nvme: ns open: no controller or NSID %u", nsid);
+	id = (struct upcie_nvme_id_ns *)malloc(sizeof(*id));
+	if (!id)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, nsid, id);
+	if (err)
+		goto out;
+	if (!id->nsze) {
+		err = UPCIE_FAIL(-ENODEV, "nvme %s: namespace %u is not active", c->name, nsid);
+		goto out;
+	}
+	ns->lba_bytes = (uint32_t)upcie_nvme_id_ns_lba_bytes(id);
+	if (!ns->lba_bytes || ns->lba_bytes > (UINT32_C(1) << 24)) {
+		err = UPCIE_FAIL(-EINVAL, "nvme %s: namespace %u: unusable LBA format %u", c->name,
+				 nsid, upcie_nvme_id_ns_lbaf_index(id));
+		goto out;
+	}
+	ns->ctrl = c;
+	ns->nsid = nsid;
+	ns->nsze = id->nsze;
+	ns->ncap = id->ncap;
+	ns->ms = upcie_nvme_id_ns_ms(id);
+	ns->ext = ns->ms && upcie_nvme_id_ns_extended_lba(id);
+	ns->block_bytes = ns->lba_bytes + (ns->ext ? ns->ms : 0);
+	ns->block_shift = upcie_is_pow2(ns->block_bytes) ? (uint8_t)upcie_log2(ns->block_bytes) : 0;
+	ns->lbaf = (uint8_t)upcie_nvme_id_ns_lbaf_index(id);
+	ns->dps = id->dps;
+out:
+	free(id);
+	if (err)
+		memset(ns, 0, sizeof(*ns));
+	return err;
+}
+
+/* Nothing to release; zeroes `ns`. */
+static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
+{
+	if (ns)
+		memset(ns, 0, sizeof(*ns));
+}
+
+/*
+ * Active namespace IDs of `c`, ascending, into nsids[0..max): *count gets how many there are
+ * (may exceed max). Returns 0 or the Identify error.
+ */
+static inline int upcie_nvme_ctrl_ns_list(struct upcie_nvme_ctrl *c, uint32_t *nsids, uint32_t max,
+					  uint32_t *count)
+{
+	struct upcie_nvme_ns_list *l;
+	uint32_t after = 0, n = 0;
+	int err = 0;
+
+	if (!c || !count || (max && !nsids))
+		return UPCIE_FAIL(-EINVAL, "nvme: ns list: bad arguments");
+	l = (struct upcie_nvme_ns_list *)malloc(sizeof(*l));
+	if (!l)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	for (;;) {
+		struct upcie_nvme_sqe sqe;
+		uint32_t i;
+
+		err = upcie_nvme_cmd_identify_ns_list(&sqe, after);
+		if (!err)
+			err = upcie_nvme_ctrl_admin_buf(c, &sqe, l, sizeof(*l),
+							UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
+		if (err)
+			break;
+		for (i = 0; i < 1024 && l->nsid[i]; i++) {
+			if (n < max)
+				nsids[n] = l->nsid[i];
+			n++;
+			after = l->nsid[i];
+		}
+		if (i < 1024 || after >= 0xfffffffeu)
+			break;
+	}
+	free(l);
+	*count = n;
+	return err;
+}
+
+/* Start a request: no commands yet, one "submitting" reference. */
+static inline void upcie_nvme_req_begin_(struct upcie_nvme_req *r)
+{
+	r->err = 0;
+	r->done = false;
+	r->pending = 1;
+	memset(&r->cqe, 0, sizeof(r->cqe));
+}
+
+static inline void upcie_nvme_req_put_(struct upcie_nvme_req *r)
+{
+	if (--r->pending)
+		return;
+	r->done = true;
+	if (r->cb)
+		r->cb(r);
+}
+
+/* Queue-pair callback of every command of a request. */
+static inline void upcie_nvme_req_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_nvme_req *r = (struct upcie_nvme_req *)ctx;
+
+	if (!r->err) {
+		if (err)
+			r->err = err;
+		else if (UPCIE_UNLIKELY(!upcie_nvme_cqe_ok(cqe)))
+			r->err = -EIO;
+		r->cqe = *cqe;
+	}
+	upcie_nvme_req_put_(r);
+}
+
+/*
+ * Enqueue one prepared command with data `segs` (may be NULL for none) for request `r`; fills
+ * the data pointer from the per-CID list pages. Does not ring. The queue must have room.
+ */
+static inline int upcie_nvme_ioq_enqueue_(struct upcie_nvme_ioq *q, struct upcie_nvme_sqe *sqe,
+					  const struct upcie_nvme_dseg *segs, unsigned nsegs,
+					  struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_lists lists;
+	uint16_t cid;
+	int err;
+
+	if (UPCIE_UNLIKELY(upcie_nvme_qpair_next_cid(&q->qp, &cid)))
+		return -EBUSY;
+	if (nsegs) {
+		lists = upcie_nvme_ioq_lists(q, cid);
+		if (q->sgl)
+			err = upcie_nvme_sgl_build(sqe, segs, nsegs, &q->dptr, &lists);
+		else if (nsegs == 1)
+			err = upcie_nvme_prp_build_buf(sqe, segs[0].mem, segs[0].off, segs[0].len,
+						       &q->dptr, &lists);
+		else
+			err = upcie_nvme_prp_build(sqe, segs, nsegs, &q->dptr, &lists);
+		if (UPCIE_UNLIKELY(err < 0))
+			return err;
+	}
+	err = upcie_nvme_qpair_enqueue(&q->qp, sqe, upcie_nvme_req_cpl_, r, NULL);
+	if (UPCIE_UNLIKELY(err))
+		return err;
+	r->pending++;
+	return 0;
+}
+
+/*
+ * Submit any command `sqe` (opcode, NSID and command dwords filled; the data pointer is built
+ * here from `segs`, which may be NULL) as a one-command request. For commands this header has
+ * no helper for. Returns 0 (the callback comes), -EBUSY (queue full: reap and retry), -EINVAL.
+ */
+static inline int upcie_nvme_ioq_submit_cmd(struct upcie_nvme_ioq *q,
+					    const struct upcie_nvme_sqe *sqe,
+					    const struct upcie_nvme_dseg *segs, unsigned nsegs,
+					    struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_sqe cmd;
+	int err;
+
+	if (!q || !q->live || !sqe || !r)
+		return UPCIE_FAIL(-EINVAL, "nvme: submit: queue not live or NULL argument");
+	if (!upcie_nvme_qpair_room(&q->qp))
+		return -EBUSY;
+	cmd = *sqe;
+	upcie_nvme_req_begin_(r);
+	err = upcie_nvme_ioq_enqueue_(q, &cmd, segs, segs ? nsegs : 0, r);
+	if (err) {
+		r->pending = 0;
+		return err;
+	}
+	upcie_nvme_qpair_ring(&q->qp);
+	upcie_nvme_req_put_(r);
+	return 0;
+}
+
+/* Bytes per command for `ns` on `q`: max_xfer in whole blocks, at most 65536 blocks. */
+static inline uint64_t upcie_nvme_ioq_chunk_(const struct upcie_nvme_ioq *q,
+					     const struct upcie_nvme_ns *ns)
+{
+	uint64_t chunk = q->dptr.max_bytes - q->dptr.max_bytes % ns->block_bytes;
+	uint64_t cap = (uint64_t)UPCIE_NVME_MAX_BLOCKS_PER_CMD * ns->block_bytes;
+
+	return chunk < cap ? chunk : cap;
+}
+
+/* Checks of a whole request that every piece of it then passes. Sets *total. */
+static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
+				       const struct upcie_nvme_ns *ns,
+				       const struct upcie_nvme_io *io, uint64_t *total)
+{
+	uint64_t sum = 0, nlb, first, pages;
+	int err;
+
+	if (!io->segs || !io->nsegs)
+		return UPCIE_FAIL(-EINVAL, "nvme: I/O without data segments");
+	if (io->opc != UPCIE_NVME_NVM_READ && io->opc != UPCIE_NVME_NVM_WRITE &&
+	    io->opc != UPCIE_NVME_NVM_COMPARE)
+		return UPCIE_FAIL(-EINVAL, "nvme: I/O opcode 0x%02x is not Read, Write or Compare",
+				  io->opc);
+	if (io->opc == UPCIE_NVME_NVM_COMPARE && !(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_COMPARE))
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Compare not supported (ONCS)",
+				  ns->ctrl->name);
+	for (unsigned i = 0; i < io->nsegs; i++) {
+		if (q->sgl) {
+			err = upcie_nvme_dseg_check_(&io->segs[i], i);
+			if (!err && q->dptr.sgl_dword &&
+			    ((upcie_dmamem_iova_fast(io->segs[i].mem, io->segs[i].off) |
+			      io->segs[i].len) &
+			     3))
+				err = UPCIE_FAIL(
+				    -EINVAL, "nvme: SGL segment %u not dword aligned and sized", i);
+		} else {
+			err = upcie_nvme_prp_seg_check_(&io->segs[i], i, io->nsegs,
+							q->dptr.page_shift, &first, &pages);
+		}
+		if (err)
+			return err;
+		sum += io->segs[i].len;
+	}
+	if (sum % ns->block_bytes)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: %" PRIu64 " bytes is not a whole number of %u-byte blocks",
+				  sum, ns->block_bytes);
+	nlb = sum / ns->block_bytes;
+	if (io->slba >= ns->nsze || nlb > ns->nsze - io->slba)
+		UPCIE_DBG("nvme: LBA %" PRIu64 " + %" PRIu64 " beyond namespace %u (%" PRIu64
+			  " blocks): the controller will say so",
+			  io->slba, nlb, ns->nsid, ns->nsze);
+	if (ns->ms && !ns->ext) {
+		uint64_t mlen = nlb * ns->ms, a;
+
+		if (!io->md)
+			return UPCIE_FAIL(
+			    -EINVAL,
+			    "nvme: namespace %u has %u bytes of metadata per block in a "
+			    "separate buffer: give one (md)",
+			    ns->nsid, ns->ms);
+		if (io->md_off >= io->md->size || mlen > io->md->size - io->md_off ||
+		    upcie_dmamem_contig(io->md, io->md_off) < mlen)
+			return UPCIE_FAIL(-EINVAL,
+					  "nvme: metadata buffer must hold %" PRIu64
+					  " device-contiguous bytes at offset %" PRIu64,
+					  mlen, io->md_off);
+		a = upcie_dmamem_iova_fast(io->md, io->md_off);
+		if (a & 3)
+			return UPCIE_FAIL(-EINVAL, "nvme: metadata buffer not dword aligned");
+	}
+	*total = sum;
+	return 0;
+}
+
+/* Whole blocks in `bytes` (a shift for the usual power-of-two block sizes). */
+static inline uint64_t upcie_nvme_ns_blocks_(const struct upcie_nvme_ns *ns, uint64_t bytes)
+{
+	return ns->block_shift ? bytes >> ns->block_shift : bytes / ns->block_bytes;
+}
+
+/* Build and enqueue the command for [off, off + len) of the request. */
+static inline int upcie_nvme_io_piece_(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+				       const struct upcie_nvme_io *io,
+				       const struct upcie_nvme_dseg *segs, unsigned nsegs,
+				       uint64_t off, uint64_t len, struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_sqe sqe;
+	uint64_t blk = upcie_nvme_ns_blocks_(ns, off);
+	int err;
+
+	err = upcie_nvme_cmd_rw_(&sqe, io->opc, ns->nsid, io->slba + blk,
+				 (uint32_t)upcie_nvme_ns_blocks_(ns, len), io->flags);
+	if (UPCIE_UNLIKELY(err))
+		return UPCIE_FAIL(err, "nvme: bad Read/Write fields");
+	if (io->md && ns->ms && !ns->ext)
+		sqe.mptr = upcie_dmamem_iova_fast(io->md, io->md_off + blk * ns->ms);
+	return upcie_nvme_ioq_enqueue_(q, &sqe, segs, nsegs, r);
+}
+
+/*
+ * The engine of both submission styles. wait_ns == 0: everything must fit now (-EBUSY
+ * otherwise, nothing submitted); else commands are fed as room frees, until wait_ns passes.
+ */
+static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+					const struct upcie_nvme_io *io, struct upcie_nvme_req *r,
+					uint64_t wait_ns)
+{
+	struct upcie_nvme_dseg stack[8], *piece = stack;
+	struct upcie_nvme_split sp;
+	struct upcie_deadline dl;
+	uint64_t total = 0, chunk, npieces, off, len;
+	int n, err;
+
+	if (!q || !q->live || !ns || !ns->ctrl || !io || !r)
+		return UPCIE_FAIL(-EINVAL, "nvme: I/O: queue not live or NULL argument");
+	/* the hot path: one segment, one command, power-of-two blocks, no division */
+	if (io->nsegs == 1 && io->segs && ns->block_shift && !wait_ns && !q->sgl &&
+	    !(ns->ms && !ns->ext) && io->opc != UPCIE_NVME_NVM_COMPARE && io->segs[0].len &&
+	    !(io->segs[0].len & (ns->block_bytes - 1)) && io->segs[0].len <= q->dptr.max_bytes &&
+	    (io->segs[0].len >> ns->block_shift) <= UPCIE_NVME_MAX_BLOCKS_PER_CMD) {
+		if (UPCIE_UNLIKELY(!upcie_nvme_qpair_room(&q->qp)))
+			return -EBUSY;
+		upcie_nvme_req_begin_(r);
+		err = upcie_nvme_io_piece_(q, ns, io, io->segs, 1, 0, io->segs[0].len, r);
+		if (UPCIE_UNLIKELY(err)) {
+			r->pending = 0;
+			return err;
+		}
+		upcie_nvme_qpair_ring(&q->qp);
+		upcie_nvme_req_put_(r);
+		return 0;
+	}
+	chunk = upcie_nvme_ioq_chunk_(q, ns);
+	err = upcie_nvme_io_check_(q, ns, io, &total);
+	if (err)
+		return err;
+	npieces = (total + chunk - 1) / chunk;
+	if (!wait_ns && npieces > upcie_nvme_qpair_room(&q->qp)) {
+		if (npieces > q->qp.ncids)
+			return UPCIE_FAIL(-EINVAL,
+					  "nvme: request of %" PRIu64 " bytes needs %" PRIu64
+					  " commands, the queue holds %u: use the sync helper, a "
+					  "deeper queue or a larger max_xfer",
+					  total, npieces, q->qp.ncids);
+		return -EBUSY;
+	}
+	if (io->nsegs > UPCIE_ARRAY_SIZE(stack)) {
+		piece = (struct upcie_nvme_dseg *)malloc(io->nsegs * sizeof(*piece));
+		if (!piece)
+			return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	}
+	err = upcie_nvme_split_init(&sp, io->segs, io->nsegs, chunk, ns->block_bytes);
+	if (err)
+		goto out;
+	upcie_nvme_req_begin_(r);
+	upcie_deadline_set(&dl, wait_ns);
+	while ((n = upcie_nvme_split_next(&sp, piece, io->nsegs, &off, &len)) > 0) {
+		while (!upcie_nvme_qpair_room(&q->qp)) {
+			/* sync path only (the async path checked the room): let the controller
+			 * see what is queued and make room */
+			upcie_nvme_qpair_ring(&q->qp);
+			if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) > 0)
+				continue;
+			if (upcie_deadline_passed(&dl)) {
+				err = -ETIMEDOUT;
+				break;
+			}
+			upcie_cpu_relax();
+		}
+		if (!err)
+			err = upcie_nvme_io_piece_(q, ns, io, piece, (unsigned)n, off, len, r);
+		if (err) {
+			/* cannot happen after the checks above; the request ends with it */
+			if (!r->err)
+				r->err = err;
+			break;
+		}
+	}
+	upcie_nvme_qpair_ring(&q->qp);
+	if (r->pending == 1 && err) {
+		/* nothing was submitted: no callback */
+		r->pending = 0;
+		goto out;
+	}
+	err = 0;
+	upcie_nvme_req_put_(r);
+out:
+	if (piece != stack)
+		free(piece);
+	return err;
+}
+
+/*
+ * Submit Read/Write/Compare request `io` on `q` for `ns`; `r` completes (callback) when all its
+ * commands did. Returns 0 (the callback will come, also for errors of a request that was
+ * partly submitted), -EBUSY (not enough room now: reap and retry; nothing submitted), -EINVAL
+ * (request that breaks the PRP/SGL rules, not whole blocks, missing metadata buffer, more
+ * commands than the queue can ever hold), -EOPNOTSUPP.
+ */
+static inline int upcie_nvme_ioq_submit_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+					   const struct upcie_nvme_io *io, struct upcie_nvme_req *r)
+{
+	return upcie_nvme_io_submit_(q, ns, io, r, 0);
+}
+
+/* Read `len` bytes (whole blocks) at `slba` into [off, off + len) of `mem`. */
+static inline int upcie_nvme_ioq_read(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+				      uint64_t slba, const struct upcie_dmamem *mem, uint64_t off,
+				      uint64_t len, struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+
+	seg.mem = mem;
+	seg.off = off;
+	seg.len = len;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_READ;
+	io.slba = slba;
+	io.segs = &seg;
+	io.nsegs = 1;
+	return upcie_nvme_io_submit_(q, ns, &io, r, 0);
+}
+
+/* Write `len` bytes (whole blocks) at `slba` from [off, off + len) of `mem`. */
+static inline int upcie_nvme_ioq_write(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+				       uint64_t slba, const struct upcie_dmamem *mem, uint64_t off,
+				       uint64_t len, struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+
+	seg.mem = mem;
+	seg.off = off;
+	seg.len = len;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_WRITE;
+	io.slba = slba;
+	io.segs = &seg;
+	io.nsegs = 1;
+	return upcie_nvme_io_submit_(q, ns, &io, r, 0);
+}
+
+/* Flush the namespace's volatile write cache. */
+static inline int upcie_nvme_ioq_flush(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+				       struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_sqe sqe;
+
+	if (!ns)
+		return UPCIE_FAIL(-EINVAL, "nvme: flush: NULL namespace");
+	upcie_nvme_cmd_flush(&sqe, ns->nsid);
+	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
+}
+
+/* Write Zeroes of `nlb` blocks (1..65536) at `slba`; flags may add UPCIE_NVME_WZ_DEAC. */
+static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
+					      const struct upcie_nvme_ns *ns, uint64_t slba,
+					      uint32_t nlb, uint32_t flags,
+					      struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_sqe sqe;
+	int err;
+
+	if (!ns || !ns->ctrl)
+		return UPCIE_FAIL(-EINVAL, "nvme: write zeroes: NULL namespace");
+	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_WRITE_ZEROES))
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Write Zeroes not supported (ONCS)",
+				  ns->ctrl->name);
+	err = upcie_nvme_cmd_write_zeroes(&sqe, ns->nsid, slba, nlb, flags);
+	if (err)
+		return UPCIE_FAIL(err, "nvme: write zeroes: %u blocks (1..65536)", nlb);
+	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
+}
+
+/*
+ * Dataset Management over `nr` ranges (struct upcie_nvme_dsm_range, filled by the caller) at
+ * [off, off + nr * 16) of `mem`, attributes `attrs` (UPCIE_NVME_DSM_AD: deallocate).
+ */
+static inline int upcie_nvme_ioq_dsm(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+				     const struct upcie_dmamem *mem, uint64_t off, uint32_t nr,
+				     uint32_t attrs, struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_sqe sqe;
+	int err;
+
+	if (!ns || !ns->ctrl)
+		return UPCIE_FAIL(-EINVAL, "nvme: dsm: NULL namespace");
+	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_DSM))
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Dataset Management not supported (ONCS)",
+				  ns->ctrl->name);
+	err = upcie_nvme_cmd_dsm(&sqe, ns->nsid, nr, attrs);
+	if (err)
+		return UPCIE_FAIL(err, "nvme: dsm: %u ranges (1..256)", nr);
+	seg.mem = mem;
+	seg.off = off;
+	seg.len = (uint64_t)nr * sizeof(struct upcie_nvme_dsm_range);
+	return upcie_nvme_ioq_submit_cmd(q, &sqe, &seg, 1, r);
+}
+
+/* Process up to `max` completions of `q`; returns how many commands completed, or -EPROTO. */
+static inline int upcie_nvme_ioq_poll(struct upcie_nvme_ioq *q, unsigned max)
+{
+	return upcie_nvme_qpair_reap(&q->qp, max);
+}
+
+/*
+ * Wait until request `r` is done or timeout_ns passed (polling; sleeping on the interrupt for
+ * an `irq` queue). On a timeout each of its commands still outstanding is aborted and then
+ * cancelled (see upcie_nvme_ioq_wait_cid()): the request ends with -ECANCELED and this returns
+ * -ETIMEDOUT. Returns r->err otherwise (0, -EIO, -ECANCELED).
+ */
+static inline int upcie_nvme_ioq_wait(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
+				      uint64_t timeout_ns)
+{
+	struct upcie_deadline dl;
+	bool timed_out = false;
+
+	if (!q || !q->live || !r)
+		return UPCIE_FAIL(-EINVAL, "nvme: wait: queue not live or NULL request");
+	upcie_deadline_set(&dl, timeout_ns);
+	for (unsigned spins = 0; !r->done; spins++) {
+		if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) > 0)
+			continue;
+		if (r->done)
+			break;
+		if (!(spins & 15) && upcie_deadline_passed(&dl)) {
+			timed_out = true;
+			break;
+		}
+		if (q->irq)
+			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));
+		else
+			upcie_cpu_relax();
+	}
+	if (!timed_out)
+		return r->err;
+	UPCIE_ERR("nvme %s: request on queue %u not done after %" PRIu64 " us: aborting its "
+		  "%u outstanding commands",
+		  q->ctrl->name, q->qid, timeout_ns / UPCIE_NSEC_PER_USEC, r->pending);
+	/* the request's commands are the outstanding CIDs whose context is r */
+	for (uint32_t c = 0; c < q->qp.ncids && !r->done; c++) {
+		void *ctx;
+
+		if (upcie_nvme_qpair_cid_ctx(&q->qp, (uint16_t)c, &ctx) || ctx != r)
+			continue;
+		upcie_nvme_ioq_abort(q, (uint16_t)c, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+/* Describe a failed synchronous request in the log: what, where, and the status. */
+static inline int upcie_nvme_io_report_(const struct upcie_nvme_ioq *q,
+					const struct upcie_nvme_ns *ns, const char *what,
+					uint64_t slba, const struct upcie_nvme_req *r, int err)
+{
+	uint16_t code = upcie_nvme_cqe_code(&r->cqe);
+
+	if (err == -EIO)
+		UPCIE_ERR("nvme %s: %s on namespace %u at LBA %" PRIu64 " (queue %u): %s (status "
+			  "0x%03x%s)",
+			  q->ctrl->name, what, ns->nsid, slba, q->qid, upcie_nvme_status_str(code),
+			  code, upcie_nvme_cqe_dnr(&r->cqe) ? ", DNR" : "");
+	else if (err)
+		UPCIE_ERR("nvme %s: %s on namespace %u at LBA %" PRIu64 " (queue %u): %s",
+			  q->ctrl->name, what, ns->nsid, slba, q->qid, upcie_errno_name(err));
+	return err;
+}
+
+/*
+ * Synchronous Read/Write/Compare: submits `io` (feeding commands as room frees, so any size
+ * works) and waits up to timeout_ns (0: 30 s). The completion goes to *cqe (may be NULL): on
+ * -EIO it is the first error status. Returns 0, -EIO (status logged), -ETIMEDOUT (aborted and
+ * cancelled), -EINVAL, -EOPNOTSUPP. Other commands in flight on `q` keep completing through
+ * their own callbacks meanwhile.
+ */
+static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+					 const struct upcie_nvme_io *io, uint64_t timeout_ns,
+					 struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_req r;
+	int err;
+
+	if (!timeout_ns)
+		timeout_ns = UPCIE_NVME_IO_TIMEOUT;
+	memset(&r, 0, sizeof(r));
+	err = upcie_nvme_io_submit_(q, ns, io, &r, timeout_ns);
+	if (err)
+		return err;
+	err = upcie_nvme_ioq_wait(q, &r, timeout_ns);
+	if (cqe)
+		*cqe = r.cqe;
+	return upcie_nvme_io_report_(q, ns,
+				     io->opc == UPCIE_NVME_NVM_READ    ? "Read"
+				     : io->opc == UPCIE_NVME_NVM_WRITE ? "Write"
+								       : "Compare",
+				     io->slba, &r, err);
+}
+
+static inline int upcie_nvme_ioq_rw_sync_(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+					  uint8_t opc, uint64_t slba,
+					  const struct upcie_dmamem *mem, uint64_t off,
+					  uint64_t len, struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+
+	seg.mem = mem;
+	seg.off = off;
+	seg.len = len;
+	memset(&io, 0, sizeof(io));
+	io.opc = opc;
+	io.slba = slba;
+	io.segs = &seg;
+	io.nsegs = 1;
+	return upcie_nvme_ioq_io_sync(q, ns, &io, 0, cqe);
+}
+
+/* Synchronous Read of `len` bytes at `slba` into [off, off + len) of `mem`. */
+static inline int upcie_nvme_ioq_read_sync(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
+					   uint64_t slba, const struct upcie_dmamem *mem,
+					   uint64_t off, uint64_t len, struct upcie_nvme_cqe *cqe)
+{
+	return upcie_nvme_ioq_rw_sync_(q, ns, UPCIE_NVME_NVM_READ, slba, mem, off, len, cqe);
+}
+
+/* Synchronous Write of `len` bytes at `slba` from [off, off + len) of `mem`. */
+static inline int upcie_nvme_ioq_write_sync(struct upcie_nvme_ioq *q,
+					    const struct upcie_nvme_ns *ns, uint64_t slba,
+					    const struct upcie_dmamem *mem, uint64_t off,
+					    uint64_t len, struct upcie_nvme_cqe *cqe)
+{
+	return upcie_nvme_ioq_rw_sync_(q, ns, UPCIE_NVME_NVM_WRITE, slba, mem, off, len, cqe);
+}
+
+/*
+ * Synchronous form of a one-command request made by a submit function (flush, write zeroes,
+ * dsm, submit_cmd): pass the submit's return value and the request. Returns as
+ * upcie_nvme_ioq_io_sync().
+ */
+static inline int upcie_nvme_ioq_sync(struct upcie_nvme_ioq *q, int submit_err,
+				      struct upcie_nvme_req *r, uint64_t timeout_ns,
+				      struct upcie_nvme_cqe *cqe)
+{
+	int err = submit_err;
+
+	if (err)
+		return err;
+	err = upcie_nvme_ioq_wait(q, r, timeout_ns ? timeout_ns : UPCIE_NVME_IO_TIMEOUT);
+	if (cqe)
+		*cqe = r->cqe;
+	if (err == -EIO)
+		UPCIE_ERR("nvme %s: command on queue %u: %s (status 0x%03x)", q->ctrl->name, q->qid,
+			  upcie_nvme_status_str(upcie_nvme_cqe_code(&r->cqe)),
+			  upcie_nvme_cqe_code(&r->cqe));
+	return err;
+}
+
+#endif /* UPCIE_NVME_NS_H */

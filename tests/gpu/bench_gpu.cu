@@ -1,0 +1,623 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * GPU benchmarks against the GPU null controller (docs/results/gpu-queues.md has the figures and
+ * the commands that produced them). Parts, chosen by the arguments (default: all):
+ *   rate    commands/s of GPU-resident queue pairs (Flush, no data), 1..128 queue pairs, several
+ *           depths, SQ in device memory; pipelined submission and reaping by one warp per queue
+ *   hostsq  the same with the SQ in host memory (UPCIE_NVME_GQP_SQ_HOSTMEM)
+ *   stores  SQEs written into host memory by N warps: 4 x 16-byte stores (the library's
+ *           upcie_nvme_port_sqe_store) against 16 x 4-byte volatile stores
+ *   mirror  completion mirror: added round-trip latency (GPU -> CPU ping-pong, CQE written to the
+ *           host CQ directly vs into device memory and mirrored) and completions/s to CPU threads
+ * Built a second time as bench_gpu_store4 with the SQE stores of the queue path made 4-byte ones
+ * (BENCH_STORE4) to compare "hostsq" at the queue level. Prints tables; CI only compiles this.
+ */
+#include <upcie/gpu/heap_cuda.h>
+#include <upcie/nvme/cmd.h>
+#include <upcie/nvme/cqmirror_host_cuda.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef BENCH_STORE4
+/* Sixteen 4-byte volatile stores per SQE: what the queue path would cost without 16-byte ones. */
+__device__ static inline void bench_sqe_store4(struct upcie_nvme_sqe *dst,
+					       const struct upcie_nvme_sqe *src, uint16_t cid)
+{
+	volatile uint32_t *d = (volatile uint32_t *)dst;
+
+	d[0] = src->opc | ((uint32_t)src->flags << 8) | ((uint32_t)cid << 16);
+	d[1] = src->nsid;
+	d[2] = src->cdw2;
+	d[3] = src->cdw3;
+	d[4] = (uint32_t)src->mptr;
+	d[5] = (uint32_t)(src->mptr >> 32);
+	d[6] = (uint32_t)src->prp1;
+	d[7] = (uint32_t)(src->prp1 >> 32);
+	d[8] = (uint32_t)src->prp2;
+	d[9] = (uint32_t)(src->prp2 >> 32);
+	d[10] = src->cdw10;
+	d[11] = src->cdw11;
+	d[12] = src->cdw12;
+	d[13] = src->cdw13;
+	d[14] = src->cdw14;
+	d[15] = src->cdw15;
+}
+#define UPCIE_NVME_GQP_SQE_STORE(dst, src, cid) bench_sqe_store4(dst, src, cid)
+#endif
+
+#include <upcie/nvme/gqp_cuda.h>
+#include <upcie/nvme/gqp_host_cuda.h>
+
+#include "rig.cuh"
+
+#define MiB (UINT64_C(1) << 20)
+
+__device__ static inline uint64_t gnow(void)
+{
+	return upcie_nvme_port_time_ns();
+}
+
+/* ---------------- rate ---------------- */
+
+struct bres {
+	unsigned long long n, bad, t_ns;
+};
+
+struct okcount {
+	unsigned *bad;
+	__device__ void operator()(const struct upcie_nvme_cqe &e) const
+	{
+		if (!upcie_nvme_cqe_ok(&e))
+			(*bad)++;
+	}
+};
+
+__global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t dur_ns,
+			    struct bres *res)
+{
+	uint32_t lane = threadIdx.x & 31, inflight = 0;
+	struct upcie_nvme_gqp_warp w;
+	struct upcie_nvme_sqe sqe;
+	unsigned bad = 0;
+	struct okcount f = { &bad };
+	unsigned long long n = 0;
+	uint64_t t0, deadline, t1;
+
+	upcie_nvme_cmd_flush(&sqe, 1);
+	upcie_nvme_gqp_begin(&w, qs[blockIdx.x], false);
+	t0 = __shfl_sync(0xffffffffu, gnow(), 0);
+	deadline = t0 + dur_ns;
+	for (;;) {
+		while (inflight < qd) {
+			uint32_t k = qd - inflight < 32 ? qd - inflight : 32, g;
+			uint16_t cid;
+			int r = upcie_nvme_gqp_enqueue(&w, lane < k ? &sqe : NULL, &cid);
+
+			g = __popc(__ballot_sync(0xffffffffu, lane < k && r == 0));
+			inflight += g;
+			if (g < k)
+				break;
+		}
+		upcie_nvme_gqp_ring(&w);
+		{
+			uint32_t c = upcie_nvme_gqp_reap_each(&w, f);
+
+			inflight -= c;
+			n += c;
+		}
+		if (__shfl_sync(0xffffffffu, gnow(), 0) >= deadline)
+			break;
+	}
+	t1 = __shfl_sync(0xffffffffu, gnow(), 0);
+	while (inflight && __shfl_sync(0xffffffffu, gnow(), 0) < t1 + 100 * UPCIE_NSEC_PER_MSEC)
+		inflight -= upcie_nvme_gqp_reap_each(&w, f);
+	upcie_nvme_gqp_end(&w);
+	for (int o = 16; o; o >>= 1)
+		bad += __shfl_down_sync(0xffffffffu, bad, o);
+	if (lane == 0) {
+		res[blockIdx.x].n = n;
+		res[blockIdx.x].bad = bad + inflight;
+		res[blockIdx.x].t_ns = t1 - t0;
+	}
+}
+
+static void rate_case(struct rig *r, struct bres *res, int nq, uint32_t depth, uint32_t qd,
+		      unsigned flags, const char *label)
+{
+	unsigned long long n = 0, bad = 0, tmax = 0;
+	double mps;
+	int err = rig_queues_create(r, nq, depth, flags);
+
+	if (err) {
+		printf("| %s | %d | %u | %u | - | - | create failed %d |\n", label, nq, depth, qd,
+		       err);
+		return;
+	}
+	rig_ctl_start(r, 0, 0);
+	rate_kernel<<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 100 * UPCIE_NSEC_PER_MSEC, res);
+	rig_sync(r->s_run, "bench kernel");
+	rig_ctl_stop(r);
+	for (int i = 0; i < nq; i++) {
+		n += res[i].n;
+		bad += res[i].bad;
+		if (res[i].t_ns > tmax)
+			tmax = res[i].t_ns;
+	}
+	mps = tmax ? n * 1e3 / tmax : 0;
+	printf("| %s | %d | %u | %u | %.2f | %.2f | %llu |\n", label, nq, depth, qd, mps, mps / nq,
+	       bad);
+	rig_queues_destroy(r);
+}
+
+static void part_rate(struct rig *r, unsigned flags, const char *label)
+{
+	struct bres *res;
+	static const struct {
+		int nq;
+		uint32_t depth, qd;
+	} cases[] = { { 1, 64, 32 },	{ 1, 256, 128 },   { 1, 1024, 1023 },
+		      { 64, 256, 128 }, { 128, 256, 128 }, { 128, 1024, 1023 } };
+
+	res = (struct bres *)rig_pinned(128 * sizeof(*res));
+	printf("\n| SQ | queue pairs | depth | QD | Mcmd/s total | Mcmd/s per queue pair | "
+	       "errors |\n|---|---|---|---|---|---|---|\n");
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if ((flags & UPCIE_NVME_GQP_SQ_HOSTMEM) && cases[i].nq > 64)
+			continue;
+		rate_case(r, res, cases[i].nq, cases[i].depth, cases[i].qd, flags, label);
+	}
+	cudaFreeHost(res);
+}
+
+/* ---------------- stores ---------------- */
+
+template <int W>
+__global__ void store_kernel(struct upcie_nvme_sqe *rings, uint64_t dur_ns,
+			     unsigned long long *count, unsigned long long *tns)
+{
+	uint32_t warp = blockIdx.x, lane = threadIdx.x & 31;
+	struct upcie_nvme_sqe *ring = rings + (uint64_t)warp * 1024;
+	struct upcie_nvme_sqe sqe;
+	unsigned long long it = 0;
+	uint64_t t0 = gnow(), t1;
+
+	upcie_nvme_cmd_read(&sqe, 1, lane, 1, 0);
+	for (;;) {
+		for (int k = 0; k < 64; k++) {
+			struct upcie_nvme_sqe *d = &ring[((it + k) * 32 + lane) & 1023];
+
+			sqe.cdw2 = (uint32_t)(it + k);
+			if (W == 16) {
+				upcie_nvme_port_sqe_store(d, &sqe, (uint16_t)lane);
+			} else {
+				volatile uint32_t *v = (volatile uint32_t *)d;
+
+				v[0] = sqe.opc | (lane << 16);
+				v[1] = sqe.nsid;
+				v[2] = sqe.cdw2;
+				v[3] = sqe.cdw3;
+				v[4] = 0;
+				v[5] = 0;
+				v[6] = (uint32_t)sqe.prp1;
+				v[7] = (uint32_t)(sqe.prp1 >> 32);
+				v[8] = (uint32_t)sqe.prp2;
+				v[9] = (uint32_t)(sqe.prp2 >> 32);
+				v[10] = sqe.cdw10;
+				v[11] = sqe.cdw11;
+				v[12] = sqe.cdw12;
+				v[13] = sqe.cdw13;
+				v[14] = sqe.cdw14;
+				v[15] = sqe.cdw15;
+			}
+		}
+		it += 64;
+		if (__shfl_sync(0xffffffffu, gnow(), 0) - t0 >= dur_ns)
+			break;
+	}
+	__threadfence_system();
+	t1 = gnow();
+	if (lane == 0) {
+		count[warp] = it * 32;
+		tns[warp] = t1 - t0;
+	}
+}
+
+static void part_stores(struct rig *r)
+{
+	static const int warps[] = { 1, 4, 32, 132, 264, 528 };
+	const uint64_t dur = 40 * UPCIE_NSEC_PER_MSEC;
+	struct upcie_heap_buf hb;
+	unsigned long long *cnt, *tns;
+	struct upcie_nvme_sqe *rings;
+	double rate[2][6];
+
+	if (upcie_gpu_cuda_host_alloc(&r->gpu, 528 * 1024 * 64, 4096, &hb)) {
+		printf("stores: host heap too small\n");
+		return;
+	}
+	rings = (struct upcie_nvme_sqe *)upcie_gpu_cuda_host_devptr(&r->gpu, hb.vaddr);
+	cnt = (unsigned long long *)rig_pinned(528 * sizeof(*cnt));
+	tns = (unsigned long long *)rig_pinned(528 * sizeof(*tns));
+	for (int v = 0; v < 2; v++)
+		for (int i = 0; i < 6; i++) {
+			unsigned long long n = 0, t = 0;
+
+			if (v == 0)
+				store_kernel<16>
+				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
+			else
+				store_kernel<4>
+				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
+			rig_sync(r->s_run, "bench kernel");
+			for (int k = 0; k < warps[i]; k++) {
+				n += cnt[k];
+				if (tns[k] > t)
+					t = tns[k];
+			}
+			rate[v][i] = n * 1e3 / t;
+		}
+	printf("\n| writer warps | 4 x 16-B stores: M SQE/s | GB/s | 16 x 4-B stores: M SQE/s | "
+	       "GB/s | ratio |\n|---|---|---|---|---|---|\n");
+	for (int i = 0; i < 6; i++)
+		printf("| %d | %.1f | %.2f | %.1f | %.2f | %.2f |\n", warps[i], rate[0][i],
+		       rate[0][i] * 64 / 1e3, rate[1][i], rate[1][i] * 64 / 1e3,
+		       rate[0][i] / rate[1][i]);
+	cudaFreeHost(cnt);
+	cudaFreeHost(tns);
+	upcie_gpu_cuda_host_free(&r->gpu, &hb);
+}
+
+/* ---------------- mirror ---------------- */
+
+__device__ static inline void st16(void *p, uint4 v)
+{
+	asm volatile("st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+		     "r"(v.z), "r"(v.w)
+		     : "memory");
+}
+
+/* One thread: write CQE i, wait for the CPU's reply i + 1, record the round trip. */
+__global__ void pingpong_kernel(struct upcie_nvme_cqe *cq, uint32_t depth, volatile uint32_t *reply,
+				uint32_t iters, uint64_t *rt, unsigned long long *timeouts)
+{
+	uint32_t phase = 1, slot = 0;
+
+	for (uint32_t i = 0; i < iters; i++) {
+		uint64_t t0 = gnow(), t;
+		uint4 e = make_uint4(i, 0, 0, (i & 0xffffu) | (phase << 16));
+
+		st16(&cq[slot], e);
+		__threadfence_system();
+		while (*reply != i + 1) {
+			if (gnow() - t0 > 100 * UPCIE_NSEC_PER_MSEC) {
+				(*timeouts)++;
+				return;
+			}
+		}
+		t = gnow();
+		rt[i] = t - t0;
+		if (++slot == depth) {
+			slot = 0;
+			phase ^= 1;
+		}
+	}
+}
+
+struct pp_cpu {
+	const struct upcie_nvme_cqe *cq;
+	uint32_t depth, iters;
+	volatile uint32_t *reply;
+	unsigned long long bad;
+};
+
+static void *pp_cpu_thread(void *arg)
+{
+	struct pp_cpu *p = (struct pp_cpu *)arg;
+	uint32_t phase = 1, slot = 0;
+
+	for (uint32_t i = 0; i < p->iters; i++) {
+		const volatile uint32_t *dw3 = &p->cq[slot].dw3;
+		uint64_t t0 = upcie_time_ns();
+
+		while (((*dw3 >> 16) & 1u) != phase)
+			if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
+				return NULL;
+		upcie_dma_rmb();
+		if (p->cq[slot].dw0 != i)
+			p->bad++;
+		*p->reply = i + 1;
+		if (++slot == p->depth) {
+			slot = 0;
+			phase ^= 1;
+		}
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Pinned buffers of the mirror part, allocated before the first attach and freed after the last
+ * detach: freeing pinned memory (cudaFreeHost) while the mirror kernel runs waits for it forever.
+ */
+struct mbufs {
+	volatile uint32_t *reply;
+	uint32_t *reply_dev;
+	uint64_t *rt;
+	unsigned long long *to;
+	volatile uint32_t *heads;
+	uint32_t *heads_dev;
+	struct upcie_nvme_cqe **cqs_dev;
+};
+
+#define PP_ITERS 10000
+
+/* Median and p99 round trip (ns) through `gpu_cq` (what the GPU writes) / `cpu_cq` (read). */
+static void pingpong(struct rig *r, struct mbufs *b, struct upcie_nvme_cqe *gpu_cq,
+		     const struct upcie_nvme_cqe *cpu_cq, uint32_t depth, const char *label,
+		     double *median)
+{
+	const uint32_t iters = PP_ITERS;
+	struct pp_cpu p;
+	pthread_t th;
+
+	*b->reply = 0;
+	*b->to = 0;
+	memset(&p, 0, sizeof(p));
+	p.cq = cpu_cq;
+	p.depth = depth;
+	p.iters = iters;
+	p.reply = b->reply;
+	pthread_create(&th, NULL, pp_cpu_thread, &p);
+	pingpong_kernel<<<1, 1, 0, r->s_run>>>(gpu_cq, depth, b->reply_dev, iters, b->rt, b->to);
+	rig_sync(r->s_run, "bench kernel");
+	pthread_join(th, NULL);
+	qsort(b->rt, iters, sizeof(*b->rt), cmp_u64);
+	*median = b->rt[iters / 2] / 1e3;
+	printf("| %s | %.2f | %.2f | %.2f | %.2f | %llu |\n", label, b->rt[iters / 100] / 1e3,
+	       b->rt[iters / 2] / 1e3, b->rt[iters * 99 / 100] / 1e3, b->rt[iters - 1] / 1e3,
+	       p.bad + *b->to);
+}
+
+/* Throughput: a producer warp fills the CQ at full speed, flow-controlled by the CPU's head. */
+__global__ void producer_kernel(struct upcie_nvme_cqe **cqs, uint32_t depth,
+				volatile uint32_t *heads, unsigned long long total)
+{
+	struct upcie_nvme_cqe *cq = cqs[blockIdx.x];
+	volatile uint32_t *head = heads + 32 * blockIdx.x;
+	uint32_t lane = threadIdx.x & 31, tail = 0, phase = 1, hs = 0;
+	unsigned long long seq = 0;
+	uint64_t waited = 0;
+
+	while (seq < total) {
+		uint32_t used = tail >= hs ? tail - hs : tail + depth - hs, slot, ph;
+
+		if (depth - 1 - used < 32) {
+			uint64_t t = __shfl_sync(0xffffffffu, gnow(), 0);
+
+			if (!waited)
+				waited = t;
+			else if (t - waited > 2 * UPCIE_NSEC_PER_SEC)
+				return; /* the consumer gave up */
+			hs = __shfl_sync(0xffffffffu, lane == 0 ? *head : 0u, 0);
+			continue;
+		}
+		waited = 0;
+		slot = tail + lane;
+		ph = phase;
+		if (slot >= depth) {
+			slot -= depth;
+			ph ^= 1;
+		}
+		st16(&cq[slot], make_uint4((uint32_t)(seq + lane), 0, 0,
+					   ((uint32_t)(seq + lane) & 0xffffu) | (ph << 16)));
+		tail += 32;
+		if (tail >= depth) {
+			tail -= depth;
+			phase ^= 1;
+		}
+		seq += 32;
+	}
+}
+
+struct tp_cpu {
+	const struct upcie_nvme_cqe *cq;
+	uint32_t depth;
+	volatile uint32_t *head;
+	unsigned long long total, bad;
+	uint64_t t0, t1;
+};
+
+static void *tp_cpu_thread(void *arg)
+{
+	struct tp_cpu *p = (struct tp_cpu *)arg;
+	uint32_t phase = 1, slot = 0;
+	uint64_t last = upcie_time_ns();
+
+	for (unsigned long long i = 0; i < p->total; i++) {
+		const volatile uint32_t *dw3 = &p->cq[slot].dw3;
+
+		while (((*dw3 >> 16) & 1u) != phase) {
+			if (upcie_time_ns() - last > UPCIE_NSEC_PER_SEC) {
+				p->bad += p->total - i;
+				p->t1 = upcie_time_ns();
+				return NULL;
+			}
+		}
+		last = upcie_time_ns();
+		if (i == 0)
+			p->t0 = last;
+		upcie_dma_rmb();
+		if (p->cq[slot].dw0 != (uint32_t)i)
+			p->bad++;
+		if (++slot == p->depth) {
+			slot = 0;
+			phase ^= 1;
+		}
+		if ((slot & 31) == 0)
+			*p->head = slot;
+	}
+	p->t1 = upcie_time_ns();
+	return NULL;
+}
+
+static void throughput(struct rig *r, struct mbufs *b, int nq, struct upcie_nvme_cqe **gpu_cqs,
+		       const struct upcie_nvme_cqe **cpu_cqs, uint32_t depth, const char *label)
+{
+	const unsigned long long total = 4ull << 20;
+	volatile uint32_t *heads = b->heads;
+	struct upcie_nvme_cqe **cqs_dev = b->cqs_dev;
+	struct tp_cpu p[8];
+	pthread_t th[8];
+	uint64_t t0 = UINT64_MAX, t1 = 0;
+	unsigned long long bad = 0;
+
+	memset((void *)heads, 0, 4096);
+	for (int i = 0; i < nq; i++) {
+		cqs_dev[i] = gpu_cqs[i];
+		memset(&p[i], 0, sizeof(p[i]));
+		p[i].cq = cpu_cqs[i];
+		p[i].depth = depth;
+		p[i].head = heads + 32 * i;
+		p[i].total = total;
+		pthread_create(&th[i], NULL, tp_cpu_thread, &p[i]);
+	}
+	producer_kernel<<<nq, 32, 0, r->s_run>>>(cqs_dev, depth, b->heads_dev, total);
+	rig_sync(r->s_run, "bench kernel");
+	for (int i = 0; i < nq; i++) {
+		pthread_join(th[i], NULL);
+		bad += p[i].bad;
+		if (p[i].t0 < t0)
+			t0 = p[i].t0;
+		if (p[i].t1 > t1)
+			t1 = p[i].t1;
+	}
+	printf("| %s | %d | %.1f | %.1f | %llu |\n", label, nq, total * nq * 1e3 / (t1 - t0),
+	       total * 1e3 / (t1 - t0), bad);
+}
+
+static void part_mirror(struct rig *r)
+{
+	const uint32_t depth = 1024;
+	struct upcie_nvme_cqmirror_cq m[4];
+	struct upcie_heap_buf direct[4];
+	struct upcie_nvme_cqe *gq[4];
+	const struct upcie_nvme_cqe *cq[4];
+	double d_med = 0, m_med = 0, mf_med = 0;
+	struct mbufs b;
+
+	b.reply = (volatile uint32_t *)rig_pinned(4096);
+	b.reply_dev = (uint32_t *)(uintptr_t)b.reply;
+	b.rt = (uint64_t *)rig_pinned(PP_ITERS * sizeof(uint64_t));
+	b.to = (unsigned long long *)rig_pinned(sizeof(unsigned long long));
+	b.heads = (volatile uint32_t *)rig_pinned(4096);
+	b.heads_dev = (uint32_t *)(uintptr_t)b.heads;
+	b.cqs_dev = (struct upcie_nvme_cqe **)rig_pinned(8 * sizeof(void *));
+
+	printf("\n| path | RT min-ish (p1) us | median us | p99 us | max us | errors |\n"
+	       "|---|---|---|---|---|---|\n");
+	for (int i = 0; i < 4; i++) {
+		upcie_gpu_cuda_host_alloc(&r->gpu, depth * 16, 4096, &direct[i]);
+		memset(direct[i].vaddr, 0, depth * 16);
+		gq[i] =
+		    (struct upcie_nvme_cqe *)upcie_gpu_cuda_host_devptr(&r->gpu, direct[i].vaddr);
+		cq[i] = (const struct upcie_nvme_cqe *)direct[i].vaddr;
+	}
+	pingpong(r, &b, gq[0], cq[0], depth, "direct: GPU writes the host CQ (+ system fence)",
+		 &d_med);
+	for (int f = 0; f < 2; f++) {
+		double *med = f ? &mf_med : &m_med;
+
+		upcie_nvme_cqmirror_set_flags(&r->gpu, f ? UPCIE_NVME_CQMIRROR_F_FENCE : 0);
+		if (upcie_nvme_cqmirror_attach(&m[0], &r->gpu, depth)) {
+			printf("mirror attach failed\n");
+			return;
+		}
+		pingpong(
+		    r, &b, (struct upcie_nvme_cqe *)rig_ptr(m[0].dev_cq_iova), m[0].host_cq, depth,
+		    f ? "mirrored (fence after each copy step)" : "mirrored (default, no fence)",
+		    med);
+		upcie_nvme_cqmirror_detach(&m[0]);
+	}
+	printf("\nmirror added latency (median - median): %.2f us (default), %.2f us (fence)\n",
+	       m_med - d_med, mf_med - d_med);
+	upcie_nvme_cqmirror_set_flags(&r->gpu, 0);
+
+	printf("\n| path | queues (CPU threads) | M completions/s total | per queue | errors "
+	       "|\n|---|---|---|---|---|\n");
+	for (int nq = 1; nq <= 4; nq *= 4) {
+		for (int i = 0; i < nq; i++)
+			memset(direct[i].vaddr, 0, depth * 16);
+		throughput(r, &b, nq, gq, cq, depth, "direct: producer writes the host CQ");
+	}
+	for (int nq = 1; nq <= 4; nq *= 4) {
+		struct upcie_nvme_cqe *mg[4];
+		const struct upcie_nvme_cqe *mc[4];
+
+		for (int i = 0; i < nq; i++) {
+			if (upcie_nvme_cqmirror_attach(&m[i], &r->gpu, depth)) {
+				printf("mirror attach failed\n");
+				return;
+			}
+			mg[i] = (struct upcie_nvme_cqe *)rig_ptr(m[i].dev_cq_iova);
+			mc[i] = m[i].host_cq;
+		}
+		throughput(r, &b, nq, mg, mc, depth, "mirrored: producer writes device memory");
+		for (int i = 0; i < nq; i++)
+			upcie_nvme_cqmirror_detach(&m[i]);
+	}
+	for (int i = 0; i < 4; i++)
+		upcie_gpu_cuda_host_free(&r->gpu, &direct[i]);
+	/* Every mirrored queue is detached: the kernel is gone, freeing is safe again. */
+	cudaFreeHost((void *)b.reply);
+	cudaFreeHost(b.rt);
+	cudaFreeHost(b.to);
+	cudaFreeHost((void *)b.heads);
+	cudaFreeHost(b.cqs_dev);
+}
+
+int main(int argc, char **argv)
+{
+	struct rig r;
+	bool all = argc < 2;
+	int err;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	rig_eager();
+	rig_watchdog(19);
+	err = rig_open(&r, 2048 * MiB, 256 * MiB, 64 * MiB);
+	if (err) {
+		printf("provider open failed: %d\n", err);
+		return 1;
+	}
+	for (int i = 1; i < argc || all; i++) {
+		const char *p = all ? "all" : argv[i];
+
+		if (!strcmp(p, "rate") || !strcmp(p, "all"))
+			part_rate(&r, 0, "device");
+		if (!strcmp(p, "hostsq") || !strcmp(p, "all"))
+			part_rate(&r, UPCIE_NVME_GQP_SQ_HOSTMEM,
+#ifdef BENCH_STORE4
+				  "host, 16 x 4-B stores"
+#else
+				  "host, 4 x 16-B stores"
+#endif
+			);
+		if (!strcmp(p, "stores") || !strcmp(p, "all"))
+			part_stores(&r);
+		if (!strcmp(p, "mirror") || !strcmp(p, "all"))
+			part_mirror(&r);
+		if (all)
+			break;
+	}
+	rig_close(&r);
+	return 0;
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Disassembly check of the HIP device code: compiles tests/hip/kernels.hip for gfx1101 (RDNA3,
+# GFX11), gfx1030 (RDNA2, GFX10), gfx90a (CDNA2, GFX9) and, where the compiler has one, the
+# generic gfx11-generic target, disassembles each code object with llvm-objdump and checks the
+# instructions the queue code depends on (gpu/arch_hip.h), not the #if that is meant to select
+# them:
+#   RDNA  the doorbell store is the drain / glc slc dlc store / drain / buffer_gl1_inv /
+#         buffer_gl0_inv sequence, also inside the whole submit-and-wait path (SQ tail and CQ
+#         head); the completion poll load comes after buffer_gl1_inv + buffer_gl0_inv; the clock
+#         is the realtime counter (s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME on GFX11, s_memrealtime
+#         on GFX10)
+#   CDNA  no buffer_gl0_inv/buffer_gl1_inv and no glc slc dlc store anywhere; a system fence
+#         (buffer_wbl2) before the doorbell store; the poll load is glc; s_memrealtime
+#   all   never clock64(): no s_memtime, no HW_REG_SHADER_CYCLES; no call out of the object
+#         (everything builds with -nogpulib, no device library)
+# Then it proves it can fail: the gfx1101 object built with the gate off
+# (-DUPCIE_GPU_HIP_TEST_GATE_OFF, what gating on a specific __gfxNNNN__ macro does on a generic
+# target) must fail the RDNA rules; the gfx1101 object must fail the CDNA rules (instructions
+# present where they must not be); without __GFX11__ the family is still derived (from
+# __gfx1101__), and without either the build must stop with an error.
+# TAP output; one SKIP line when hipcc or llvm-objdump is missing.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+hipcc=${HIPCC:-$(command -v hipcc || true)}
+[ -z "$hipcc" ] && [ -x /opt/rocm/bin/hipcc ] && hipcc=/opt/rocm/bin/hipcc
+objdump=${LLVM_OBJDUMP:-}
+if [ -z "$objdump" ]; then
+	for c in /opt/rocm/llvm/bin/llvm-objdump llvm-objdump-15 /usr/lib/llvm-15/bin/llvm-objdump \
+		llvm-objdump; do
+		if command -v "$c" >/dev/null 2>&1; then
+			objdump=$(command -v "$c")
+			break
+		fi
+	done
+fi
+if [ -z "$hipcc" ] || [ -z "$objdump" ]; then
+	echo "ok 1 # SKIP hipcc or llvm-objdump not found (apt-get install hipcc)"
+	echo "1..1"
+	exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+src=tests/hip/kernels.hip
+n=0
+fail=0
+ok() {
+	n=$((n + 1))
+	echo "ok $n - $1"
+}
+notok() {
+	n=$((n + 1))
+	fail=$((fail + 1))
+	echo "not ok $n - $1"
+	shift
+	for l in "$@"; do echo "# $l"; done
+}
+skip() {
+	n=$((n + 1))
+	echo "ok $n - $1 # SKIP $2"
+}
+
+# build ARCH OUT [flags...]: device-only code object, linked, no device library
+build() {
+	local arch=$1 out=$2
+	shift 2
+	"$hipcc" -std=c++17 --offload-arch="$arch" -nogpulib --cuda-device-only --no-gpu-bundle-output \
+		-O2 -Wall -Wextra -Werror -Iinclude "$@" -c "$src" -o "$out" >"$out.log" 2>&1
+}
+
+# disasm OBJ: normalised instructions, "## name" before each function
+disasm() {
+	"$objdump" -d "$1" | awk '
+		/^[0-9a-f]+ <[^>]+>:/ { sub(/^[0-9a-f]+ </, ""); sub(/>:.*/, ""); print "## " $0; next }
+		/^\t/ { sub(/\/\/.*/, ""); gsub(/[ \t]+/, " "); sub(/^ /, ""); sub(/ $/, "");
+			if ($0 != "" && $0 != "s_code_end") print }'
+}
+
+# fn DIS NAME: the instructions of one function
+fn() {
+	awk -v f="$2" '/^## / { on = ($2 == f); next } on' "$1"
+}
+
+# seqcount FILE: how many times the RDNA doorbell sequence occurs, exactly, in order
+seqcount() {
+	awk '
+		{ l[NR] = $0 }
+		END {
+			c = 0
+			for (i = 3; i <= NR - 4; i++) {
+				if (l[i] !~ /^global_store_(dword|b32) .* glc slc dlc$/) continue
+				if (l[i-2] != "s_waitcnt vmcnt(0) lgkmcnt(0)") continue
+				if (l[i-1] != "s_waitcnt_vscnt null, 0x0") continue
+				if (l[i+1] != "s_waitcnt vmcnt(0) lgkmcnt(0)") continue
+				if (l[i+2] != "s_waitcnt_vscnt null, 0x0") continue
+				if (l[i+3] != "buffer_gl1_inv" || l[i+4] != "buffer_gl0_inv") continue
+				c++
+			}
+			print c
+		}' "$1"
+}
+
+# invload FILE: vector loads whose closest preceding vector memory instruction is the pair
+# buffer_gl1_inv, buffer_gl0_inv (scalar and ALU instructions may be scheduled in between)
+invload() {
+	awk '
+		/^buffer_gl0_inv$/ && prev == "buffer_gl1_inv" { armed = 1 }
+		/^(global|flat)_load_/ { if (armed) c++; armed = 0 }
+		/^(global|flat|buffer)_(store|atomic)/ { armed = 0 }
+		{ prev = $0 }
+		END { print c + 0 }' "$1"
+}
+
+# rules_rdna DIS GFX: one line per rule, "ok DESC" or "bad DESC | detail"
+rules_rdna() {
+	local d=$1 gfx=$2 t="$tmp/r.$$"
+	fn "$d" upcie_hipchk_doorbell >"$t.db"
+	fn "$d" upcie_hipchk_poll >"$t.poll"
+	fn "$d" upcie_hipchk_clock >"$t.clk"
+	fn "$d" upcie_hipchk_io >"$t.io"
+	local c
+	c=$(seqcount "$t.db")
+	if [ "$c" = 1 ]; then echo "ok doorbell store is the RDNA sequence"; else
+		echo "bad doorbell store is the RDNA sequence | found $c times in upcie_hipchk_doorbell"; fi
+	c=$(seqcount "$t.io")
+	if [ "$c" -ge 2 ]; then echo "ok submit-and-wait path: RDNA sequence for SQ tail and CQ head ($c)"; else
+		echo "bad submit-and-wait path: RDNA sequence for SQ tail and CQ head | found $c"; fi
+	c=$(invload "$t.poll")
+	if [ "$c" -ge 1 ]; then echo "ok completion poll load after buffer_gl1_inv + buffer_gl0_inv"; else
+		echo "bad completion poll load after buffer_gl1_inv + buffer_gl0_inv | $(grep -c . "$t.poll") instructions, none"; fi
+	c=$(invload "$t.io")
+	if [ "$c" -ge 1 ]; then echo "ok submit-and-wait path: invalidate before completion loads ($c)"; else
+		echo "bad submit-and-wait path: invalidate before completion loads | none"; fi
+	if [ "$gfx" = 11 ]; then
+		if grep -q '^s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME' "$t.clk" && grep -q '^s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME' "$t.io"; then
+			echo "ok clock is the realtime counter (s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME)"
+		else
+			echo "bad clock is the realtime counter (s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME) | $(tr '\n' ';' <"$t.clk")"
+		fi
+	else
+		if grep -q '^s_memrealtime' "$t.clk" && grep -q '^s_memrealtime' "$t.io"; then
+			echo "ok clock is the realtime counter (s_memrealtime)"
+		else
+			echo "bad clock is the realtime counter (s_memrealtime) | $(tr '\n' ';' <"$t.clk")"
+		fi
+	fi
+	rules_common "$d"
+}
+
+rules_cdna() {
+	local d=$1 t="$tmp/c.$$" c
+	fn "$d" upcie_hipchk_doorbell >"$t.db"
+	fn "$d" upcie_hipchk_poll >"$t.poll"
+	fn "$d" upcie_hipchk_clock >"$t.clk"
+	fn "$d" upcie_hipchk_io >"$t.io"
+	c=$(grep -Ec '^buffer_gl[01]_inv|glc slc dlc' "$d")
+	if [ "$c" = 0 ]; then echo "ok no RDNA invalidates or glc slc dlc stores"; else
+		echo "bad no RDNA invalidates or glc slc dlc stores | $c present"; fi
+	if awk '/^buffer_wbl2/ { f = 1 } f && /^(global|flat)_store_dword / { s = 1 } END { exit !s }' "$t.db"; then
+		echo "ok doorbell store after a system fence (buffer_wbl2)"
+	else
+		echo "bad doorbell store after a system fence (buffer_wbl2) | $(tr '\n' ';' <"$t.db")"
+	fi
+	if grep -q '^buffer_wbl2' "$t.io"; then echo "ok submit-and-wait path: system fences"; else
+		echo "bad submit-and-wait path: system fences | no buffer_wbl2"; fi
+	if grep -Eq '^(global|flat)_load_dword .* glc' "$t.poll"; then echo "ok completion poll load is glc"; else
+		echo "bad completion poll load is glc | $(tr '\n' ';' <"$t.poll")"; fi
+	if grep -q '^s_memrealtime' "$t.clk" && grep -q '^s_memrealtime' "$t.io"; then
+		echo "ok clock is the realtime counter (s_memrealtime)"
+	else
+		echo "bad clock is the realtime counter (s_memrealtime) | $(tr '\n' ';' <"$t.clk")"
+	fi
+	rules_common "$d"
+}
+
+rules_common() {
+	local d=$1 c
+	c=$(grep -Ec '^s_memtime|SHADER_CYCLES' "$d")
+	if [ "$c" = 0 ]; then echo "ok never clock64() (no s_memtime, no SHADER_CYCLES)"; else
+		echo "bad never clock64() (no s_memtime, no SHADER_CYCLES) | $c found"; fi
+}
+
+# report LABEL RULESOUTPUT: one TAP line per rule
+report() {
+	local label=$1 line
+	while IFS= read -r line; do
+		case $line in
+		ok\ *) ok "$label: ${line#ok }" ;;
+		bad\ *)
+			local rest=${line#bad }
+			notok "$label: ${rest%% | *}" "${rest#* | }"
+			;;
+		esac
+	done <<<"$2"
+}
+
+echo "# $("$hipcc" --version 2>/dev/null | grep -m1 -i 'clang version'), objdump $objdump"
+for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna"; do
+	set -- $t
+	arch=$1 gfx=$2 kind=$3
+	if build "$arch" "$tmp/$arch.co"; then
+		ok "$arch: device code compiles and links without a device library"
+	else
+		notok "$arch: device code compiles and links without a device library" "$(head -20 "$tmp/$arch.co.log")"
+		continue
+	fi
+	disasm "$tmp/$arch.co" >"$tmp/$arch.s"
+	if [ "$kind" = rdna ]; then
+		report "$arch" "$(rules_rdna "$tmp/$arch.s" "$gfx")"
+	else
+		report "$arch" "$(rules_cdna "$tmp/$arch.s")"
+	fi
+done
+
+# generic target: clang 19 and newer only
+if build gfx11-generic "$tmp/gen.co"; then
+	disasm "$tmp/gen.co" >"$tmp/gen.s"
+	report "gfx11-generic" "$(rules_rdna "$tmp/gen.s" 11)"
+elif grep -q "invalid target ID 'gfx11-generic'" "$tmp/gen.co.log"; then
+	skip "gfx11-generic: the RDNA rules" "this compiler has no generic targets (clang 15; they came with LLVM 19); __GFX11__ is what a generic target defines, and gfx1101 above is checked on it"
+else
+	notok "gfx11-generic: device code compiles" "$(head -20 "$tmp/gen.co.log")"
+fi
+
+# The check can fail.
+if [ -f "$tmp/gfx1101.s" ]; then
+	if build gfx1101 "$tmp/off.co" -DUPCIE_GPU_HIP_TEST_GATE_OFF; then
+		disasm "$tmp/off.co" >"$tmp/off.s"
+		out=$(rules_rdna "$tmp/off.s" 11)
+		nbad=$(grep -c '^bad' <<<"$out")
+		if grep -q '^bad doorbell store is the RDNA sequence' <<<"$out" &&
+			grep -q '^bad completion poll load' <<<"$out"; then
+			ok "self-test: gfx1101 with the gate off fails the RDNA rules ($nbad rules report it)"
+		else
+			notok "self-test: gfx1101 with the gate off fails the RDNA rules" "$out"
+		fi
+	else
+		notok "self-test: gfx1101 builds with the gate off" "$(head -10 "$tmp/off.co.log")"
+	fi
+	out=$(rules_cdna "$tmp/gfx1101.s")
+	if grep -q '^bad no RDNA invalidates' <<<"$out"; then
+		ok "self-test: the gfx1101 object fails the CDNA rules (RDNA instructions where they must not be)"
+	else
+		notok "self-test: the gfx1101 object fails the CDNA rules" "$out"
+	fi
+	if build gfx1101 "$tmp/nofam.co" -U__GFX11__; then
+		disasm "$tmp/nofam.co" >"$tmp/nofam.s"
+		out=$(rules_rdna "$tmp/nofam.s" 11)
+		if ! grep -q '^bad' <<<"$out"; then
+			ok "self-test: without __GFX11__ the family comes from __gfx1101__ (RDNA rules pass)"
+		else
+			notok "self-test: without __GFX11__ the family comes from __gfx1101__" "$out"
+		fi
+	else
+		notok "self-test: gfx1101 builds without __GFX11__" "$(head -10 "$tmp/nofam.co.log")"
+	fi
+	if build gfx1101 "$tmp/none.co" -U__GFX11__ -U__gfx1101__; then
+		notok "self-test: a target with no family macro is a build error" "it built"
+	elif grep -q 'cannot tell the GPU family' "$tmp/none.co.log"; then
+		ok "self-test: a target with no family macro is a build error, not the weak path"
+	else
+		notok "self-test: a target with no family macro is a build error" "$(head -10 "$tmp/none.co.log")"
+	fi
+fi
+echo "1..$n"
+[ "$fail" -eq 0 ]

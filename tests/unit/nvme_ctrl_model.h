@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * A controller-level model for unit tests of nvme/ctrl.h and nvme/ns.h: BAR0 registers in
+ * memory (CAP, VS, CC, CSTS, AQA, ASQ, ACQ, CRTO, doorbells with DSTRD 0), the enable /
+ * disable / shutdown handshakes, an admin queue and I/O queues built on nvme_model.h. A test
+ * instrument, never evidence of hardware behaviour.
+ *
+ * Admin commands: Identify (controller, namespace 1, active list), Set Features Number of
+ * Queues, Create/Delete I/O CQ and SQ (checked like a controller: identifiers, sizes, CQ
+ * before SQ, SQ before CQ on delete), Abort (of commands the model holds), Asynchronous Event
+ * Request (held forever). Knobs: ready delay or never ready, CSTS.CFS on enable, VS/CRTO,
+ * MDTS, SGLS, queues granted, a failing Create I/O SQ, I/O commands of one opcode held until
+ * aborted, Abort that does or does not abort. One thread steps everything
+ * (nvme_cmodel_start/stop).
+ */
+#ifndef UPCIE_TEST_NVME_CTRL_MODEL_H
+#define UPCIE_TEST_NVME_CTRL_MODEL_H
+
+#include <upcie/base/feature.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <upcie/base/clock.h>
+#include <upcie/nvme/spec.h>
+
+#include "nvme_model.h"
+
+#define NVME_CMODEL_REGS   0x4000
+#define NVME_CMODEL_MAXQ   64
+#define NVME_CMODEL_MAXHLD 64
+
+struct nvme_cmodel;
+
+struct nvme_cmodel_q {
+	struct nvme_cmodel *cm;
+	bool cq, sq;
+	uint64_t cq_iova;
+	uint32_t cq_depth;
+	bool ien;
+	uint16_t iv;
+	struct nvme_model m; /* live while sq */
+	uint16_t held[NVME_CMODEL_MAXHLD];
+	uint32_t nheld;
+};
+
+struct nvme_cmodel {
+	uint32_t *regs; /* NVME_CMODEL_REGS bytes, 4 KiB aligned */
+	/* knobs, set before start */
+	uint32_t ready_delay_ms;
+	bool never_ready;
+	bool cfs_on_enable;
+	uint32_t crto;
+	uint8_t mdts;
+	uint32_t sgls;
+	uint16_t oncs;
+	uint32_t nqueues;	 /* granted by Set Features */
+	uint16_t fail_create_sq; /* status for Create I/O SQ, 0: succeed */
+	uint8_t hold_opc;	 /* I/O opcode held until aborted; 0: none */
+	bool abort_aborts;	 /* Abort completes a held command (dw0 0) or not (dw0 1) */
+	uint32_t rtd3e;
+	/* namespace 1 */
+	uint8_t *ns;
+	uint64_t ns_blocks;
+	uint32_t lba_bytes;
+	uint16_t ms;
+	struct nvme_model_iomap *iomap;
+	/* state */
+	struct nvme_model admin;
+	bool admin_live;
+	bool rdy;
+	uint64_t en_at_ns;
+	uint16_t held_admin[NVME_CMODEL_MAXHLD];
+	uint32_t nheld_admin;
+	struct nvme_cmodel_q q[NVME_CMODEL_MAXQ + 1];
+	/* records (read after stop, or with care) */
+	uint32_t n_enable, n_disable, n_shutdown, n_create_cq, n_create_sq, n_delete_sq,
+	    n_delete_cq, n_abort, n_set_queues, n_identify;
+	uint16_t last_abort_sqid, last_abort_cid;
+	uint32_t last_cc, last_aqa;
+	uint64_t last_asq, last_acq;
+	uint32_t cq_ien_iv; /* last created CQ: ien << 16 | iv */
+	pthread_t thread;
+	int run;
+};
+
+static inline uint32_t nvme_cmodel_rd(struct nvme_cmodel *cm, uint32_t off)
+{
+	return __atomic_load_n(&cm->regs[off / 4], __ATOMIC_ACQUIRE);
+}
+
+static inline void nvme_cmodel_wr(struct nvme_cmodel *cm, uint32_t off, uint32_t v)
+{
+	__atomic_store_n(&cm->regs[off / 4], v, __ATOMIC_RELEASE);
+}
+
+static inline uint64_t nvme_cmodel_rd64(struct nvme_cmodel *cm, uint32_t off)
+{
+	return nvme_cmodel_rd(cm, off) | ((uint64_t)nvme_cmodel_rd(cm, off + 4) << 32);
+}
+
+/* CAP: MQES, CQR, TO, DSTRD 0, CSS, MPSMIN 0, MPSMAX, CRMS. */
+static inline uint64_t nvme_cmodel_cap(uint32_t mqes_entries, uint32_t to, uint32_t css,
+				       uint32_t mpsmin, uint32_t crms)
+{
+	return (uint64_t)(mqes_entries - 1) | (UINT64_C(1) << 16) | ((uint64_t)to << 24) |
+	       ((uint64_t)css << 37) | ((uint64_t)mpsmin << 48) | ((uint64_t)4 << 52) |
+	       ((uint64_t)crms << 59);
+}
+
+/* Defaults: QEMU-like CAP (MQES 2048, TO 1 = 500 ms, CSS 0xc1), VS 1.4, 8 queues. */
+static inline void nvme_cmodel_init(struct nvme_cmodel *cm, struct nvme_model_iomap *im,
+				    uint8_t *ns, uint64_t blocks, uint32_t lba_bytes)
+{
+	uint64_t cap = nvme_cmodel_cap(2048, 1, 0xc1, 0, 0);
+
+	memset(cm, 0, sizeof(*cm));
+	cm->regs = (uint32_t *)aligned_alloc(4096, NVME_CMODEL_REGS);
+	memset(cm->regs, 0, NVME_CMODEL_REGS);
+	cm->regs[0] = (uint32_t)cap;
+	cm->regs[1] = (uint32_t)(cap >> 32);
+	cm->regs[UPCIE_NVME_REG_VS / 4] = UPCIE_NVME_VS(1, 4, 0);
+	cm->mdts = 7;
+	cm->sgls = 1;
+	cm->oncs = UPCIE_NVME_ONCS_COMPARE | UPCIE_NVME_ONCS_DSM | UPCIE_NVME_ONCS_WRITE_ZEROES;
+	cm->nqueues = 8;
+	cm->ns = ns;
+	cm->ns_blocks = blocks;
+	cm->lba_bytes = lba_bytes;
+	cm->iomap = im;
+	cm->abort_aborts = true;
+}
+
+static inline void nvme_cmodel_set_cap(struct nvme_cmodel *cm, uint64_t cap)
+{
+	cm->regs[0] = (uint32_t)cap;
+	cm->regs[1] = (uint32_t)(cap >> 32);
+}
+
+/* Copy `len` bytes of `src` to wherever the command's PRPs point. */
+struct nvme_cmodel_copy_ {
+	struct nvme_model_iomap *im;
+	const uint8_t *src;
+};
+
+static inline int nvme_cmodel_copy_emit_(void *ctx, uint64_t iova, uint64_t len)
+{
+	struct nvme_cmodel_copy_ *c = (struct nvme_cmodel_copy_ *)ctx;
+
+	while (len) {
+		uint64_t contig, take;
+		uint8_t *p = nvme_model_iomap_find(c->im, iova, &contig);
+
+		if (!p)
+			return UPCIE_NVME_SC_DATA_XFER_ERROR;
+		take = contig < len ? contig : len;
+		memcpy(p, c->src, take);
+		c->src += take;
+		iova += take;
+		len -= take;
+	}
+	return 0;
+}
+
+static inline uint16_t nvme_cmodel_out_(struct nvme_cmodel *cm, const struct upcie_nvme_sqe *sqe,
+					const void *buf, uint64_t len)
+{
+	struct nvme_cmodel_copy_ c;
+
+	c.im = cm->iomap;
+	c.src = (const uint8_t *)buf;
+	return (uint16_t)nvme_model_prp_walk(cm->iomap, sqe->prp1, sqe->prp2, len, 12,
+					     nvme_cmodel_copy_emit_, &c);
+}
+
+static inline void nvme_cmodel_pad_(char *dst, size_t n, const char *s)
+{
+	memset(dst, ' ', n);
+	memcpy(dst, s, strlen(s) < n ? strlen(s) : n);
+}
+
+static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
+					     const struct upcie_nvme_sqe *sqe)
+{
+	uint8_t buf[4096];
+	uint32_t cns = sqe->cdw10 & 0xff;
+
+	memset(buf, 0, sizeof(buf));
+	cm->n_identify++;
+	if (cns == UPCIE_NVME_CNS_CTRL) {
+		struct upcie_nvme_id_ctrl *id = (struct upcie_nvme_id_ctrl *)buf;
+
+		id->vid = 0x1b36;
+		nvme_cmodel_pad_(id->sn, sizeof(id->sn), "MODEL0001");
+		nvme_cmodel_pad_(id->mn, sizeof(id->mn), "upcie model");
+		nvme_cmodel_pad_(id->fr, sizeof(id->fr), "1.0");
+		id->mdts = cm->mdts;
+		id->sgls = cm->sgls;
+		id->oncs = cm->oncs;
+		id->nn = 1;
+		id->sqes = 0x66;
+		id->cqes = 0x44;
+		id->acl = 3;
+		id->rtd3e = cm->rtd3e;
+	} else if (cns == UPCIE_NVME_CNS_NS) {
+		struct upcie_nvme_id_ns *ns = (struct upcie_nvme_id_ns *)buf;
+		uint8_t lbads = 0;
+
+		if (sqe->nsid == 0 || (sqe->nsid > 1 && sqe->nsid != UPCIE_NVME_NSID_ALL))
+			return UPCIE_NVME_SC_INVALID_NS;
+		while ((UINT32_C(1) << lbads) < cm->lba_bytes)
+			lbads++;
+		ns->nsze = ns->ncap = ns->nuse = cm->ns_blocks;
+		ns->nlbaf = 0;
+		ns->flbas = 0;
+		ns->lbaf[0].lbads = lbads;
+		ns->lbaf[0].ms = cm->ms;
+	} else if (cns == UPCIE_NVME_CNS_NS_ACTIVE_LIST) {
+		uint32_t *l = (uint32_t *)buf;
+
+		if (sqe->nsid < 1)
+			l[0] = 1;
+	} else {
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	}
+	return nvme_cmodel_out_(cm, sqe, buf, sizeof(buf));
+}
+
+/* Hold I/O commands of hold_opc (they never complete unless aborted). */
+static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe *sqe,
+					  struct nvme_model_action *act)
+{
+	struct nvme_cmodel_q *q = (struct nvme_cmodel_q *)ctx;
+	struct nvme_cmodel *cm = q->cm;
+
+	if (cm->hold_opc && sqe->opc == cm->hold_opc && q->nheld < NVME_CMODEL_MAXHLD) {
+		act->drop = true;
+		q->held[q->nheld++] = sqe->cid;
+	}
+}
+
+static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
+					      const struct upcie_nvme_sqe *sqe)
+{
+	uint16_t qid = (uint16_t)sqe->cdw10, cqid = (uint16_t)(sqe->cdw11 >> 16);
+	uint32_t depth = (sqe->cdw10 >> 16) + 1;
+	struct nvme_cmodel_q *q;
+	uint64_t contig;
+	uint8_t *sq, *cq;
+
+	cm->n_create_sq++;
+	if (cm->fail_create_sq)
+		return cm->fail_create_sq;
+	if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].sq)
+		return UPCIE_NVME_SC_QID_INVALID;
+	if (cqid != qid || !cm->q[cqid].cq)
+		return UPCIE_NVME_SC_CQ_INVALID;
+	if (depth < 2 || depth > 2048)
+		return UPCIE_NVME_SC_QUEUE_SIZE;
+	q = &cm->q[qid];
+	sq = nvme_model_iomap_find(cm->iomap, sqe->prp1, &contig);
+	if (!sq || contig < (uint64_t)depth * 64)
+		return UPCIE_NVME_SC_DATA_XFER_ERROR;
+	cq = nvme_model_iomap_find(cm->iomap, q->cq_iova, &contig);
+	if (!cq || contig < (uint64_t)q->cq_depth * 16)
+		return UPCIE_NVME_SC_DATA_XFER_ERROR;
+	nvme_model_init(&q->m, sq, depth, cq, q->cq_depth, qid, cm->ns, cm->ns_blocks,
+			cm->lba_bytes, 12, cm->iomap);
+	q->m.sqdbp = &cm->regs[(0x1000 + 8 * qid) / 4];
+	q->m.cqdbp = &cm->regs[(0x1000 + 8 * qid + 4) / 4];
+	/* a new queue starts at head = tail = 0, whatever its doorbells last held */
+	__atomic_store_n(&cm->regs[(0x1000 + 8 * qid) / 4], 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&cm->regs[(0x1000 + 8 * qid + 4) / 4], 0, __ATOMIC_RELEASE);
+	q->m.inject = nvme_cmodel_io_inject_;
+	q->m.inject_ctx = q;
+	q->cm = cm;
+	q->nheld = 0;
+	q->sq = true;
+	return 0;
+}
+
+static inline uint16_t nvme_cmodel_abort_(struct nvme_cmodel *cm, const struct upcie_nvme_sqe *sqe,
+					  struct nvme_model_pend *p)
+{
+	uint16_t sqid = (uint16_t)sqe->cdw10, cid = (uint16_t)(sqe->cdw10 >> 16);
+	uint16_t *held = NULL;
+	uint32_t *nheld = NULL;
+	struct nvme_model *m = NULL;
+
+	cm->n_abort++;
+	cm->last_abort_sqid = sqid;
+	cm->last_abort_cid = cid;
+	p->dw0 = 1; /* not aborted */
+	if (sqid == 0) {
+		held = cm->held_admin;
+		nheld = &cm->nheld_admin;
+		m = &cm->admin;
+	} else if (sqid <= NVME_CMODEL_MAXQ && cm->q[sqid].sq) {
+		held = cm->q[sqid].held;
+		nheld = &cm->q[sqid].nheld;
+		m = &cm->q[sqid].m;
+	} else {
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	}
+	if (!cm->abort_aborts)
+		return 0;
+	for (uint32_t i = 0; i < *nheld; i++) {
+		if (held[i] != cid)
+			continue;
+		held[i] = held[--*nheld];
+		nvme_model_post_raw(m, cid, UPCIE_NVME_SC_ABORT_REQ, false);
+		p->dw0 = 0;
+		break;
+	}
+	return 0;
+}
+
+static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
+					       const struct upcie_nvme_sqe *sqe,
+					       struct nvme_model_pend *p)
+{
+	struct nvme_cmodel *cm = (struct nvme_cmodel *)ctx;
+	uint16_t qid = (uint16_t)sqe->cdw10;
+
+	(void)m;
+	switch (sqe->opc) {
+	case UPCIE_NVME_ADMIN_IDENTIFY:
+		return nvme_cmodel_identify_(cm, sqe);
+	case UPCIE_NVME_ADMIN_SET_FEATURES:
+		if ((sqe->cdw10 & 0xff) != UPCIE_NVME_FEAT_NUM_QUEUES)
+			return UPCIE_NVME_SC_INVALID_FIELD;
+		cm->n_set_queues++;
+		p->dw0 = (cm->nqueues - 1) | ((cm->nqueues - 1) << 16);
+		return 0;
+	case UPCIE_NVME_ADMIN_CREATE_CQ:
+		cm->n_create_cq++;
+		if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].cq)
+			return UPCIE_NVME_SC_QID_INVALID;
+		if ((sqe->cdw10 >> 16) + 1 > 2048)
+			return UPCIE_NVME_SC_QUEUE_SIZE;
+		cm->q[qid].cq = true;
+		cm->q[qid].cq_iova = sqe->prp1;
+		cm->q[qid].cq_depth = (sqe->cdw10 >> 16) + 1;
+		cm->q[qid].ien = (sqe->cdw11 >> 1) & 1;
+		cm->q[qid].iv = (uint16_t)(sqe->cdw11 >> 16);
+		cm->cq_ien_iv = ((uint32_t)cm->q[qid].ien << 16) | cm->q[qid].iv;
+		return 0;
+	case UPCIE_NVME_ADMIN_CREATE_SQ:
+		return nvme_cmodel_create_sq_(cm, sqe);
+	case UPCIE_NVME_ADMIN_DELETE_SQ:
+		cm->n_delete_sq++;
+		if (!qid || qid > NVME_CMODEL_MAXQ || !cm->q[qid].sq)
+			return UPCIE_NVME_SC_QID_INVALID;
+		nvme_model_fini(&cm->q[qid].m);
+		cm->q[qid].sq = false;
+		return 0;
+	case UPCIE_NVME_ADMIN_DELETE_CQ:
+		cm->n_delete_cq++;
+		if (!qid || qid > NVME_CMODEL_MAXQ || !cm->q[qid].cq)
+			return UPCIE_NVME_SC_QID_INVALID;
+		if (cm->q[qid].sq)
+			return UPCIE_NVME_SC_INVALID_QUEUE_DELETE;
+		cm->q[qid].cq = false;
+		return 0;
+	case UPCIE_NVME_ADMIN_ABORT:
+		return nvme_cmodel_abort_(cm, sqe, p);
+	default:
+		return UPCIE_NVME_SC_INVALID_OPCODE;
+	}
+}
+
+/* Asynchronous Event Requests are held (an event never comes). */
+static inline void nvme_cmodel_admin_inject_(void *ctx, const struct upcie_nvme_sqe *sqe,
+					     struct nvme_model_action *act)
+{
+	struct nvme_cmodel *cm = (struct nvme_cmodel *)ctx;
+
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT && cm->nheld_admin < NVME_CMODEL_MAXHLD) {
+		act->drop = true;
+		cm->held_admin[cm->nheld_admin++] = sqe->cid;
+	}
+}
+
+/* Forget every queue (controller reset). */
+static inline void nvme_cmodel_reset_(struct nvme_cmodel *cm)
+{
+	if (cm->admin_live)
+		nvme_model_fini(&cm->admin);
+	cm->admin_live = false;
+	cm->nheld_admin = 0;
+	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ; i++) {
+		if (cm->q[i].sq)
+			nvme_model_fini(&cm->q[i].m);
+		memset(&cm->q[i], 0, sizeof(cm->q[i]));
+	}
+}
+
+static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
+{
+	uint32_t aqa = nvme_cmodel_rd(cm, UPCIE_NVME_REG_AQA);
+	uint64_t asq = nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ASQ);
+	uint64_t acq = nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ACQ), contig;
+	uint32_t sqd = (aqa & 0xfff) + 1, cqd = ((aqa >> 16) & 0xfff) + 1;
+	uint8_t *sq = nvme_model_iomap_find(cm->iomap, asq, &contig);
+	uint8_t *cq = nvme_model_iomap_find(cm->iomap, acq, &contig);
+
+	cm->last_aqa = aqa;
+	cm->last_asq = asq;
+	cm->last_acq = acq;
+	if (!sq || !cq) {
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 2); /* CFS */
+		return;
+	}
+	nvme_model_init(&cm->admin, sq, sqd, cq, cqd, 0, NULL, 0, 512, 12, cm->iomap);
+	cm->admin.sqdbp = &cm->regs[0x1000 / 4];
+	cm->admin.cqdbp = &cm->regs[0x1004 / 4];
+	cm->regs[0x1000 / 4] = cm->regs[0x1004 / 4] = 0;
+	cm->admin.exec = nvme_cmodel_admin_exec_;
+	cm->admin.exec_ctx = cm;
+	cm->admin.inject = nvme_cmodel_admin_inject_;
+	cm->admin.inject_ctx = cm;
+	cm->admin_live = true;
+	cm->rdy = true;
+	cm->n_enable++;
+	nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 1);
+}
+
+static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
+{
+	uint32_t cc = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC);
+	uint32_t csts = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS);
+
+	if (!(cc & 1)) {
+		if (csts & 1 || cm->rdy) {
+			nvme_cmodel_reset_(cm);
+			cm->rdy = false;
+			cm->n_disable++;
+		}
+		cm->en_at_ns = 0;
+		if (csts)
+			nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 0);
+		return;
+	}
+	if (!cm->rdy) {
+		if (csts & 2)
+			return; /* fatal */
+		cm->last_cc = cc;
+		if (cm->cfs_on_enable) {
+			nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 2);
+			return;
+		}
+		if (!cm->en_at_ns)
+			cm->en_at_ns = upcie_time_ns();
+		if (cm->never_ready ||
+		    upcie_time_ns() - cm->en_at_ns < (uint64_t)cm->ready_delay_ms * 1000000)
+			return;
+		nvme_cmodel_enable_(cm);
+		return;
+	}
+	if (((cc >> 14) & 3) && ((csts >> 2) & 3) != UPCIE_NVME_CSTS_SHST_COMPLETE) {
+		cm->n_shutdown++;
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS,
+			       (csts & ~(3u << 2)) | (UPCIE_NVME_CSTS_SHST_COMPLETE << 2));
+	}
+	if (cm->admin_live)
+		nvme_model_step(&cm->admin);
+	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ; i++)
+		if (cm->q[i].sq)
+			nvme_model_step(&cm->q[i].m);
+}
+
+static inline void *nvme_cmodel_thread_(void *arg)
+{
+	struct nvme_cmodel *cm = (struct nvme_cmodel *)arg;
+
+	while (__atomic_load_n(&cm->run, __ATOMIC_ACQUIRE)) {
+		nvme_cmodel_step(cm);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static inline int nvme_cmodel_start(struct nvme_cmodel *cm)
+{
+	__atomic_store_n(&cm->run, 1, __ATOMIC_RELEASE);
+	return pthread_create(&cm->thread, NULL, nvme_cmodel_thread_, cm) ? -1 : 0;
+}
+
+static inline void nvme_cmodel_stop(struct nvme_cmodel *cm)
+{
+	__atomic_store_n(&cm->run, 0, __ATOMIC_RELEASE);
+	pthread_join(cm->thread, NULL);
+}
+
+static inline void nvme_cmodel_fini(struct nvme_cmodel *cm)
+{
+	nvme_cmodel_reset_(cm);
+	free(cm->regs);
+	memset(cm, 0, sizeof(*cm));
+}
+
+#endif /* UPCIE_TEST_NVME_CTRL_MODEL_H */
