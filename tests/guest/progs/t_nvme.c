@@ -708,13 +708,25 @@ static void part_c1_abort(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns 
 		TAP(0, "c1: queue for the abort test (%d)", err);
 		return;
 	}
-	memset(&req, 0, sizeof(req));
-	err = upcie_nvme_ioq_read(&q, ns, 0, mem, 0, 4 * MiB, &req);
-	waited = err ? err : upcie_nvme_ioq_wait(&q, &req, 1000);
-	TAP(err == 0 && waited == -ETIMEDOUT && req.done &&
-		(req.err == -ECANCELED || upcie_nvme_cqe_code(&req.cqe) == UPCIE_NVME_SC_ABORT_REQ),
-	    "c1n1: 4 MiB read given 1 us: Abort (SQID %u), the request ended (%d, %d)", q.qid,
-	    waited, req.err);
+	/*
+	 * The read normally outlives 1 us by far, but a guest vCPU descheduled by a busy host between
+	 * submit and wait can find it complete: that attempt proves nothing, so try again (at most 5).
+	 */
+	for (int attempt = 0; attempt < 5; attempt++) {
+		memset(&req, 0, sizeof(req));
+		err = upcie_nvme_ioq_read(&q, ns, 0, mem, 0, 4 * MiB, &req);
+		waited = err ? err : upcie_nvme_ioq_wait(&q, &req, 1000);
+		if (err || waited != 0)
+			break;
+	}
+	if (err == 0 && waited == 0)
+		SKIP("it completed in time in 5 tries (host busy)", "c1n1: 4 MiB read given 1 us");
+	else
+		TAP(err == 0 && waited == -ETIMEDOUT && req.done &&
+			(req.err == -ECANCELED ||
+			 upcie_nvme_cqe_code(&req.cqe) == UPCIE_NVME_SC_ABORT_REQ),
+		    "c1n1: 4 MiB read given 1 us: Abort (SQID %u), the request ended (%d, %d)",
+		    q.qid, waited, req.err);
 	/* QEMU 7.2 never aborts: the late completion arrives and is consumed silently */
 	upcie_deadline_set(&dl, 10 * UPCIE_NSEC_PER_SEC);
 	while (q.qp.ncancelled && !upcie_deadline_passed(&dl))
