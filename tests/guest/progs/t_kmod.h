@@ -37,26 +37,12 @@
 #include <upcie/pci/bdf.h>
 
 #include "tap.h"
+#include "tb_out.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
 
-#define DIAG(...)                                                                                  \
-	do {                                                                                       \
-		printf("# ");                                                                      \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		fflush(stdout);                                                                    \
-	} while (0)
-/* A fact for the case's host script (tb_guest_info KEY). */
-#define INFO(key, ...)                                                                             \
-	do {                                                                                       \
-		printf("# tb: %s=", key);                                                          \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		fflush(stdout);                                                                    \
-	} while (0)
 #define SKIPPED(why, ...)                                                                          \
 	do {                                                                                       \
 		printf("ok %d - ", ++tap_n_);                                                      \

@@ -20,6 +20,8 @@
 #include <upcie/base/log.h>
 #include <upcie/pci/bdf.h>
 
+#include "tb_out.h"
+
 static int tn_n UPCIE_UNUSED, tn_failed UPCIE_UNUSED;
 static const char *tn_prefix UPCIE_UNUSED = "";
 
@@ -37,21 +39,6 @@ static const char *tn_prefix UPCIE_UNUSED = "";
 		printf("ok %d - %s", ++tn_n, tn_prefix);                                           \
 		printf(__VA_ARGS__);                                                               \
 		printf(" # SKIP %s\n", why);                                                       \
-		fflush(stdout);                                                                    \
-	} while (0)
-#define DIAG(...)                                                                                  \
-	do {                                                                                       \
-		printf("# ");                                                                      \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-		fflush(stdout);                                                                    \
-	} while (0)
-/* a fact for the case's host script: "# tb: KEY=VALUE" */
-#define INFO(key, ...)                                                                             \
-	do {                                                                                       \
-		printf("# tb: %s=", key);                                                          \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
 		fflush(stdout);                                                                    \
 	} while (0)
 

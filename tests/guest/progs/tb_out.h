@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Non-result output of the guest test programs: DIAG(fmt, ...) prints a "# " diagnostic line and
+ * INFO(key, fmt, ...) a "# tb: KEY=VALUE" fact that the case's host script reads back
+ * (tb_guest_info KEY). Flushed per line, like the TAP lines around them.
+ */
+#ifndef UPCIE_GUEST_TB_OUT_H
+#define UPCIE_GUEST_TB_OUT_H
+
+#include <stdio.h>
+
+#define DIAG(...)                                                                                  \
+	do {                                                                                       \
+		printf("# ");                                                                      \
+		printf(__VA_ARGS__);                                                               \
+		printf("\n");                                                                      \
+		fflush(stdout);                                                                    \
+	} while (0)
+
+#define INFO(key, ...)                                                                             \
+	do {                                                                                       \
+		printf("# tb: %s=", key);                                                          \
+		printf(__VA_ARGS__);                                                               \
+		printf("\n");                                                                      \
+		fflush(stdout);                                                                    \
+	} while (0)
+
+#endif /* UPCIE_GUEST_TB_OUT_H */
