@@ -465,6 +465,19 @@ static void t_quiet(void)
 
 		tn_tag(tag, "hq00");
 		TAP(write_read(h, tag, take(4), 0, 4), "quiet: 4 writes + 4 reads verified");
+		/*
+		 * The GPU side is done once it has its completions, but the poller may still owe the
+		 * controller the last CQ head: let it settle (no write for 20 ms, at most 1 s) before
+		 * the quiet window starts.
+		 */
+		upcie_nvme_bridge_stats_get(&h->br, &a);
+		for (int i = 0; i < 50; i++) {
+			upcie_sleep_ns(20 * UPCIE_NSEC_PER_MSEC);
+			upcie_nvme_bridge_stats_get(&h->br, &b);
+			if (b.sq_writes == a.sq_writes && b.cq_writes == a.cq_writes)
+				break;
+			a = b;
+		}
 		upcie_nvme_bridge_stats_get(&h->br, &a);
 		upcie_sleep_ns(200 * UPCIE_NSEC_PER_MSEC);
 		upcie_nvme_bridge_stats_get(&h->br, &b);
