@@ -1,16 +1,24 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU benchmarks against the GPU null controller (docs/results/gpu-queues.md has the figures and
- * the commands that produced them). Parts, chosen by the arguments (default: all):
+ * the commands that produced them). Parts, chosen by the arguments (default: all but mirrorlat;
+ * BENCH_WATCHDOG=seconds overrides the 19 s watchdog):
  *   rate    commands/s of GPU-resident queue pairs (Flush, no data), 1..128 queue pairs, several
  *           depths, SQ in device memory; pipelined submission and reaping by one warp per queue
  *   hostsq  the same with the SQ in host memory (UPCIE_NVME_GQP_SQ_HOSTMEM)
  *   stores  SQEs written into host memory by N warps: 4 x 16-byte stores (the library's
  *           upcie_nvme_port_sqe_store) against 16 x 4-byte volatile stores
- *   mirror  completion mirror: added round-trip latency (GPU -> CPU ping-pong, CQE written to the
- *           host CQ directly vs into device memory and mirrored) and completions/s to CPU threads
+ *   mirror  completion mirror: what the mirror hop adds (the same entries written into a host CQ
+ *           and into a mirrored device CQ, arrival times on the CPU's clock), a GPU -> CPU ->
+ *           GPU ping-pong through each path, and completions/s to CPU threads
+ *   mirrorlat  the latency rows of "mirror" only
+ *   qd32    one queue pair at QD 32 and 128: submission batch sizes, and the null controller's
+ *           ordering (system fences vs GPU-scope acquire/release, "lean")
+ *   l2lat   one-way latency between two SMs through device memory, per load/store flavour
+ *   fence   cost of the fences a submitter can publish a batch with
  * Built a second time as bench_gpu_store4 with the SQE stores of the queue path made 4-byte ones
- * (BENCH_STORE4) to compare "hostsq" at the queue level. Prints tables; CI only compiles this.
+ * (BENCH_STORE4) to compare "hostsq" at the queue level; BENCH_SCFENCE publishes batches with
+ * __threadfence_system() (fence.sc.sys) instead of the library's fence.release.sys. Prints tables; CI only compiles this.
  */
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cmd.h>
@@ -48,6 +56,10 @@ __device__ static inline void bench_sqe_store4(struct upcie_nvme_sqe *dst,
 #define UPCIE_NVME_GQP_SQE_STORE(dst, src, cid) bench_sqe_store4(dst, src, cid)
 #endif
 
+#ifdef BENCH_SCFENCE
+#define UPCIE_NVME_GQP_WMB() __threadfence_system()
+#endif
+
 #include <upcie/nvme/gqp_cuda.h>
 #include <upcie/nvme/gqp_host_cuda.h>
 
@@ -75,8 +87,9 @@ struct okcount {
 	}
 };
 
-__global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t dur_ns,
-			    struct bres *res)
+/* batch: most commands enqueued between two rings (0: up to QD at once). */
+__global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t batch,
+			    uint64_t dur_ns, struct bres *res)
 {
 	uint32_t lane = threadIdx.x & 31, inflight = 0;
 	struct upcie_nvme_gqp_warp w;
@@ -91,13 +104,19 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 	t0 = __shfl_sync(0xffffffffu, gnow(), 0);
 	deadline = t0 + dur_ns;
 	for (;;) {
-		while (inflight < qd) {
+		uint32_t cap = batch ? batch : qd, added = 0;
+
+		while (inflight < qd && added < cap) {
 			uint32_t k = qd - inflight < 32 ? qd - inflight : 32, g;
 			uint16_t cid;
-			int r = upcie_nvme_gqp_enqueue(&w, lane < k ? &sqe : NULL, &cid);
+			int r;
 
+			if (k > cap - added)
+				k = cap - added;
+			r = upcie_nvme_gqp_enqueue(&w, lane < k ? &sqe : NULL, &cid);
 			g = __popc(__ballot_sync(0xffffffffu, lane < k && r == 0));
 			inflight += g;
+			added += g;
 			if (g < k)
 				break;
 		}
@@ -125,7 +144,7 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 }
 
 static void rate_case(struct rig *r, struct bres *res, int nq, uint32_t depth, uint32_t qd,
-		      unsigned flags, const char *label)
+		      uint32_t batch, uint32_t lean, unsigned flags, const char *label)
 {
 	unsigned long long n = 0, bad = 0, tmax = 0;
 	double mps;
@@ -136,10 +155,12 @@ static void rate_case(struct rig *r, struct bres *res, int nq, uint32_t depth, u
 		       err);
 		return;
 	}
+	r->c.lean = lean;
 	rig_ctl_start(r, 0, 0);
-	rate_kernel<<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 100 * UPCIE_NSEC_PER_MSEC, res);
+	rate_kernel<<<nq, 32, 0, r->s_run>>>(r->dqs, qd, batch, 100 * UPCIE_NSEC_PER_MSEC, res);
 	rig_sync(r->s_run, "bench kernel");
 	rig_ctl_stop(r);
+	r->c.lean = 0;
 	for (int i = 0; i < nq; i++) {
 		n += res[i].n;
 		bad += res[i].bad;
@@ -167,8 +188,39 @@ static void part_rate(struct rig *r, unsigned flags, const char *label)
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		if ((flags & UPCIE_NVME_GQP_SQ_HOSTMEM) && cases[i].nq > 64)
 			continue;
-		rate_case(r, res, cases[i].nq, cases[i].depth, cases[i].qd, flags, label);
+		rate_case(r, res, cases[i].nq, cases[i].depth, cases[i].qd, 0, 0, flags, label);
 	}
+	cudaFreeHost(res);
+}
+
+/* One queue pair at QD 32 and 128: batch sizes and the controller's ordering. */
+static void part_qd32(struct rig *r)
+{
+	struct bres *res = (struct bres *)rig_pinned(128 * sizeof(*res));
+	static const struct {
+		uint32_t depth, qd, batch;
+	} cases[] = {
+		{ 64, 32, 0 }, { 64, 32, 16 }, { 64, 32, 8 }, { 256, 128, 0 }, { 256, 128, 32 }
+	};
+	char label[96];
+
+	printf(
+	    "\n| SQ, controller ordering, batch | queue pairs | depth | QD | Mcmd/s total | Mcmd/s "
+	    "per queue pair | errors |\n|---|---|---|---|---|---|---|\n");
+	for (uint32_t lean = 0; lean < 2; lean++)
+		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			snprintf(label, sizeof(label), "device, %s, batch %u%s",
+				 lean ? "lean (acquire/release)" : "system fences",
+				 cases[i].batch ? cases[i].batch : cases[i].qd,
+#ifdef BENCH_SCFENCE
+				 ", submitter fence.sc.sys"
+#else
+				 ""
+#endif
+			);
+			rate_case(r, res, 1, cases[i].depth, cases[i].qd, cases[i].batch, lean, 0,
+				  label);
+		}
 	cudaFreeHost(res);
 }
 
@@ -190,7 +242,28 @@ __global__ void store_kernel(struct upcie_nvme_sqe *rings, uint64_t dur_ns,
 			struct upcie_nvme_sqe *d = &ring[((it + k) * 32 + lane) & 1023];
 
 			sqe.cdw2 = (uint32_t)(it + k);
-			if (W == 16) {
+			if (W == 17) {
+				/* Cooperative: instruction j writes entries 8j..8j+7 of the 32, lane L
+				 * quarter L % 4 of entry L / 4. */
+				for (int j = 0; j < 4; j++) {
+					char *e = (char *)&ring[((it + k) * 32 + j * 8 + lane / 4) &
+								1023];
+
+					upcie_nvme_port_store16(e + 16 * (lane & 3), sqe.prp1 + j,
+								sqe.cdw2);
+				}
+			} else if (W == 5) {
+				/* Cooperative 4-byte: instruction j writes entries 2j, 2j+1, lane L
+				 * dword L % 16 of entry L / 16. */
+				for (int j = 0; j < 16; j++) {
+					volatile uint32_t *e =
+					    (volatile uint32_t
+						 *)&ring[((it + k) * 32 + j * 2 + lane / 16) &
+							 1023];
+
+					e[lane & 15] = sqe.cdw2 + j;
+				}
+			} else if (W == 16) {
 				upcie_nvme_port_sqe_store(d, &sqe, (uint16_t)lane);
 			} else {
 				volatile uint32_t *v = (volatile uint32_t *)d;
@@ -232,7 +305,8 @@ static void part_stores(struct rig *r)
 	struct upcie_heap_buf hb;
 	unsigned long long *cnt, *tns;
 	struct upcie_nvme_sqe *rings;
-	double rate[2][6];
+	double rate[4][6];
+	static const int wv[4] = { 16, 4, 17, 5 };
 
 	if (upcie_gpu_cuda_host_alloc(&r->gpu, 528 * 1024 * 64, 4096, &hb)) {
 		printf("stores: host heap too small\n");
@@ -241,15 +315,21 @@ static void part_stores(struct rig *r)
 	rings = (struct upcie_nvme_sqe *)upcie_gpu_cuda_host_devptr(&r->gpu, hb.vaddr);
 	cnt = (unsigned long long *)rig_pinned(528 * sizeof(*cnt));
 	tns = (unsigned long long *)rig_pinned(528 * sizeof(*tns));
-	for (int v = 0; v < 2; v++)
+	for (int v = 0; v < 4; v++)
 		for (int i = 0; i < 6; i++) {
 			unsigned long long n = 0, t = 0;
 
-			if (v == 0)
+			if (wv[v] == 16)
 				store_kernel<16>
 				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
-			else
+			else if (wv[v] == 4)
 				store_kernel<4>
+				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
+			else if (wv[v] == 17)
+				store_kernel<17>
+				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
+			else
+				store_kernel<5>
 				    <<<warps[i], 32, 0, r->s_run>>>(rings, dur, cnt, tns);
 			rig_sync(r->s_run, "bench kernel");
 			for (int k = 0; k < warps[i]; k++) {
@@ -265,6 +345,13 @@ static void part_stores(struct rig *r)
 		printf("| %d | %.1f | %.2f | %.1f | %.2f | %.2f |\n", warps[i], rate[0][i],
 		       rate[0][i] * 64 / 1e3, rate[1][i], rate[1][i] * 64 / 1e3,
 		       rate[0][i] / rate[1][i]);
+	printf("\n| writer warps | cooperative 16-B: M SQE/s | GB/s | cooperative 4-B: M SQE/s | "
+	       "GB/s | coop 16-B / per-lane 4-B | coop 16-B / coop 4-B |\n"
+	       "|---|---|---|---|---|---|---|\n");
+	for (int i = 0; i < 6; i++)
+		printf("| %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f |\n", warps[i], rate[2][i],
+		       rate[2][i] * 64 / 1e3, rate[3][i], rate[3][i] * 64 / 1e3,
+		       rate[2][i] / rate[1][i], rate[2][i] / rate[3][i]);
 	cudaFreeHost(cnt);
 	cudaFreeHost(tns);
 	upcie_gpu_cuda_host_free(&r->gpu, &hb);
@@ -504,7 +591,146 @@ static void throughput(struct rig *r, struct mbufs *b, int nq, struct upcie_nvme
 	       total * 1e3 / (t1 - t0), bad);
 }
 
-static void part_mirror(struct rig *r)
+/*
+ * Mirror delay on one clock: one GPU thread writes entry i into a host CQ (direct) and into a
+ * mirrored device CQ at the same moment, every DELTA_PERIOD_NS, alternating which store goes
+ * first; one CPU thread per CQ records when it sees the entry turn (CLOCK_MONOTONIC). The
+ * difference of the two arrival times is what the mirror hop adds, with no GPU poll across PCIe
+ * in the measurement (which quantises the ping-pong to reads of about a microsecond).
+ */
+#define DELTA_ITERS	20000
+#define DELTA_PERIOD_NS 5000
+
+__global__ void delta_kernel(struct upcie_nvme_cqe *direct, struct upcie_nvme_cqe *dev,
+			     uint32_t depth, uint32_t iters)
+{
+	uint32_t phase = 1, slot = 0;
+	uint64_t t0 = gnow();
+
+	for (uint32_t i = 0; i < iters; i++) {
+		uint4 e = make_uint4(i, 0, 0, (i & 0xffffu) | (phase << 16));
+
+		while (gnow() < t0 + (uint64_t)i * DELTA_PERIOD_NS)
+			;
+		if (i & 1) {
+			st16(&dev[slot], e);
+			st16(&direct[slot], e);
+		} else {
+			st16(&direct[slot], e);
+			st16(&dev[slot], e);
+		}
+		__threadfence_system();
+		if (++slot == depth) {
+			slot = 0;
+			phase ^= 1;
+		}
+	}
+}
+
+struct delta_cpu {
+	const struct upcie_nvme_cqe *cq;
+	uint32_t depth, iters;
+	uint64_t *t;
+	unsigned long long bad;
+};
+
+static void *delta_cpu_thread(void *arg)
+{
+	struct delta_cpu *p = (struct delta_cpu *)arg;
+	uint32_t phase = 1, slot = 0;
+
+	for (uint32_t i = 0; i < p->iters; i++) {
+		const volatile uint32_t *dw3 = &p->cq[slot].dw3;
+		uint64_t t0 = upcie_time_ns(), now;
+
+		while (((*dw3 >> 16) & 1u) != phase) {
+			now = upcie_time_ns();
+			if (now - t0 > UPCIE_NSEC_PER_SEC) {
+				p->bad += p->iters - i;
+				return NULL;
+			}
+		}
+		p->t[i] = upcie_time_ns();
+		upcie_dma_rmb();
+		if (p->cq[slot].dw0 != i)
+			p->bad++;
+		if (++slot == p->depth) {
+			slot = 0;
+			phase ^= 1;
+		}
+	}
+	return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void delta_row(const char *label, int64_t *d, uint32_t n)
+{
+	qsort(d, n, sizeof(*d), cmp_i64);
+	printf("| %s | %u | %.2f | %.2f | %.2f | %.2f |\n", label, n, d[n / 100] / 1e3,
+	       d[n / 2] / 1e3, d[n * 99 / 100] / 1e3, d[n - 1] / 1e3);
+}
+
+static void mirror_delta(struct rig *r, struct upcie_heap_buf *direct, uint32_t depth)
+{
+	struct upcie_nvme_cqmirror_cq m;
+	struct delta_cpu p[2];
+	pthread_t th[2];
+	int64_t *d[3];
+	uint32_t n[3] = { 0, 0, 0 };
+
+	memset(direct->vaddr, 0, depth * 16);
+	if (upcie_nvme_cqmirror_attach(&m, &r->gpu, depth)) {
+		printf("mirror attach failed\n");
+		return;
+	}
+	for (int k = 0; k < 2; k++) {
+		memset(&p[k], 0, sizeof(p[k]));
+		p[k].cq = k ? m.host_cq : (const struct upcie_nvme_cqe *)direct->vaddr;
+		p[k].depth = depth;
+		p[k].iters = DELTA_ITERS;
+		p[k].t = (uint64_t *)calloc(DELTA_ITERS, sizeof(uint64_t));
+		pthread_create(&th[k], NULL, delta_cpu_thread, &p[k]);
+	}
+	delta_kernel<<<1, 1, 0, r->s_run>>>(
+	    (struct upcie_nvme_cqe *)upcie_gpu_cuda_host_devptr(&r->gpu, direct->vaddr),
+	    (struct upcie_nvme_cqe *)rig_ptr(m.dev_cq_iova), depth, DELTA_ITERS);
+	rig_sync(r->s_run, "bench kernel");
+	for (int k = 0; k < 2; k++)
+		pthread_join(th[k], NULL);
+	upcie_nvme_cqmirror_detach(&m);
+	for (int k = 0; k < 3; k++)
+		d[k] = (int64_t *)calloc(DELTA_ITERS, sizeof(int64_t));
+	for (uint32_t i = 0; i < DELTA_ITERS; i++) {
+		int64_t v = (int64_t)p[1].t[i] - (int64_t)p[0].t[i];
+
+		d[0][n[0]++] = v;
+		d[1 + (i & 1)][n[1 + (i & 1)]++] = v;
+	}
+	printf(
+	    "\n| mirrored arrival - direct arrival (CPU clock), %u entries %u ns apart | entries | "
+	    "p1 us | median us | p99 us | max us |\n|---|---|---|---|---|---|\n",
+	    DELTA_ITERS, DELTA_PERIOD_NS);
+	if (p[0].bad || p[1].bad) {
+		printf("| errors: direct %llu, mirrored %llu | - | - | - | - | - |\n", p[0].bad,
+		       p[1].bad);
+	} else {
+		delta_row("all", d[0], n[0]);
+		delta_row("direct store issued first", d[1], n[1]);
+		delta_row("device store issued first", d[2], n[2]);
+	}
+	for (int k = 0; k < 3; k++)
+		free(d[k]);
+	for (int k = 0; k < 2; k++)
+		free(p[k].t);
+}
+
+static void part_mirror(struct rig *r, bool lat_only)
 {
 	const uint32_t depth = 1024;
 	struct upcie_nvme_cqmirror_cq m[4];
@@ -522,8 +748,6 @@ static void part_mirror(struct rig *r)
 	b.heads_dev = (uint32_t *)(uintptr_t)b.heads;
 	b.cqs_dev = (struct upcie_nvme_cqe **)rig_pinned(8 * sizeof(void *));
 
-	printf("\n| path | RT min-ish (p1) us | median us | p99 us | max us | errors |\n"
-	       "|---|---|---|---|---|---|\n");
 	for (int i = 0; i < 4; i++) {
 		upcie_gpu_cuda_host_alloc(&r->gpu, depth * 16, 4096, &direct[i]);
 		memset(direct[i].vaddr, 0, depth * 16);
@@ -531,6 +755,9 @@ static void part_mirror(struct rig *r)
 		    (struct upcie_nvme_cqe *)upcie_gpu_cuda_host_devptr(&r->gpu, direct[i].vaddr);
 		cq[i] = (const struct upcie_nvme_cqe *)direct[i].vaddr;
 	}
+	printf("\n| path | RT min-ish (p1) us | median us | p99 us | max us | errors |\n"
+	       "|---|---|---|---|---|---|\n");
+	memset(direct[0].vaddr, 0, depth * 16);
 	pingpong(r, &b, gq[0], cq[0], depth, "direct: GPU writes the host CQ (+ system fence)",
 		 &d_med);
 	for (int f = 0; f < 2; f++) {
@@ -547,9 +774,14 @@ static void part_mirror(struct rig *r)
 		    med);
 		upcie_nvme_cqmirror_detach(&m[0]);
 	}
-	printf("\nmirror added latency (median - median): %.2f us (default), %.2f us (fence)\n",
-	       m_med - d_med, mf_med - d_med);
+	printf(
+	    "\nround trip difference (median - median; quantised by the GPU's reply polls, reads "
+	    "of ~1 us across PCIe): %.2f us (default), %.2f us (fence)\n",
+	    m_med - d_med, mf_med - d_med);
 	upcie_nvme_cqmirror_set_flags(&r->gpu, 0);
+	mirror_delta(r, &direct[1], depth);
+	if (lat_only)
+		goto out;
 
 	printf("\n| path | queues (CPU threads) | M completions/s total | per queue | errors "
 	       "|\n|---|---|---|---|---|\n");
@@ -574,6 +806,7 @@ static void part_mirror(struct rig *r)
 		for (int i = 0; i < nq; i++)
 			upcie_nvme_cqmirror_detach(&m[i]);
 	}
+out:
 	for (int i = 0; i < 4; i++)
 		upcie_gpu_cuda_host_free(&r->gpu, &direct[i]);
 	/* Every mirrored queue is detached: the kernel is gone, freeing is safe again. */
@@ -584,6 +817,164 @@ static void part_mirror(struct rig *r)
 	cudaFreeHost(b.cqs_dev);
 }
 
+/* ---------------- l2lat, fence ---------------- */
+
+/* Load/store flavours of the one-way latency test. */
+template <int F> __device__ static inline uint32_t lat_ld(const uint32_t *p)
+{
+	uint32_t v;
+
+	if (F == 1)
+		asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	else if (F == 2)
+		asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	else if (F == 3)
+		asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	else if (F == 5)
+		asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	else
+		asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+template <int F> __device__ static inline void lat_st(uint32_t *p, uint32_t v)
+{
+	if (F == 1)
+		asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	else if (F == 2)
+		asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	else if (F == 3)
+		asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	else if (F == 4)
+		asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	else
+		asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	if (F == 6)
+		__threadfence_system();
+}
+
+/* Blocks 0 and 1 (two SMs) bounce a counter through device memory `iters` times. */
+template <int F>
+__global__ void l2lat_kernel(uint32_t *a2b, uint32_t *b2a, uint32_t iters, unsigned long long *res)
+{
+	uint64_t t0 = gnow();
+
+	if (threadIdx.x)
+		return;
+	for (uint32_t i = 1; i <= iters; i++) {
+		uint32_t *out = blockIdx.x ? b2a : a2b, *in = blockIdx.x ? a2b : b2a;
+		unsigned spins = 0;
+
+		if (!blockIdx.x)
+			lat_st<F>(out, i);
+		while (lat_ld<F>(in) != i)
+			if ((++spins & 1023) == 0 && gnow() - t0 > UPCIE_NSEC_PER_SEC) {
+				res[1] = 1;
+				return;
+			}
+		if (blockIdx.x)
+			lat_st<F>(out, i);
+	}
+	if (!blockIdx.x)
+		res[0] = gnow() - t0;
+}
+
+static void part_l2lat(struct rig *r)
+{
+	static const char *names[] = {
+		"ld.volatile / st.volatile",
+		"ld.relaxed.gpu / st.relaxed.gpu",
+		"ld.acquire.gpu / st.release.gpu",
+		"ld.relaxed.sys / st.relaxed.sys",
+		"ld.volatile / st.global.cg",
+		"ld.global.cg / st.volatile",
+		"ld.volatile / st.volatile + __threadfence_system()",
+	};
+	static void (*const lk[])(uint32_t *, uint32_t *, uint32_t, unsigned long long *) = {
+		l2lat_kernel<0>, l2lat_kernel<1>, l2lat_kernel<2>, l2lat_kernel<3>,
+		l2lat_kernel<4>, l2lat_kernel<5>, l2lat_kernel<6>
+	};
+	const uint32_t iters = 20000;
+	unsigned long long *res = (unsigned long long *)rig_pinned(2 * sizeof(*res));
+	uint32_t *mem;
+
+	RIG_CK(cudaMalloc((void **)&mem, 4096));
+	printf("\n| poll / store flavour | one-way ns (round trip / 2, mean of %u) | errors |\n"
+	       "|---|---|---|\n",
+	       iters);
+	for (int f = 0; f < 7; f++) {
+		RIG_CK(cudaMemset(mem, 0, 4096));
+		res[0] = res[1] = 0;
+		lk[f]<<<2, 32, 0, r->s_run>>>(mem, mem + 256, iters, res);
+		rig_sync(r->s_run, "bench kernel");
+		printf("| %s | %.0f | %llu |\n", names[f], res[0] / 2.0 / iters, res[1]);
+	}
+	RIG_CK(cudaFree(mem));
+	cudaFreeHost(res);
+}
+
+/* One thread: `iters` x (16-byte st.global.cg to `p`, then fence F); mean ns per iteration. */
+template <int F> __global__ void fence_kernel(uint4 *p, uint32_t iters, unsigned long long *res)
+{
+	uint64_t t0 = gnow();
+
+	for (uint32_t i = 0; i < iters; i++) {
+		upcie_nvme_port_store16(&p[i & 63], i, i);
+		if (F == 1)
+			__threadfence();
+		else if (F == 2)
+			asm volatile("fence.acq_rel.gpu;" ::: "memory");
+		else if (F == 3)
+			__threadfence_system();
+		else if (F == 4)
+			asm volatile("fence.acq_rel.sys;" ::: "memory");
+		else if (F == 5)
+			asm volatile("fence.release.gpu;" ::: "memory");
+		else if (F == 6)
+			asm volatile("fence.release.sys;" ::: "memory");
+	}
+	*res = gnow() - t0;
+}
+
+static void part_fence(struct rig *r)
+{
+	static const char *names[] = { "none",
+				       "__threadfence() (fence.sc.gpu)",
+				       "fence.acq_rel.gpu",
+				       "__threadfence_system() (fence.sc.sys)",
+				       "fence.acq_rel.sys",
+				       "fence.release.gpu",
+				       "fence.release.sys" };
+	static void (*const fk[])(uint4 *, uint32_t, unsigned long long *) = {
+		fence_kernel<0>, fence_kernel<1>, fence_kernel<2>, fence_kernel<3>,
+		fence_kernel<4>, fence_kernel<5>, fence_kernel<6>
+	};
+	const uint32_t iters = 20000;
+	unsigned long long *res = (unsigned long long *)rig_pinned(sizeof(*res));
+	uint4 *dev, *host;
+
+	RIG_CK(cudaMalloc((void **)&dev, 4096));
+	host = (uint4 *)rig_pinned(4096);
+	printf(
+	    "\n| fence after a 16-B store | store to device memory: ns per store+fence | store to "
+	    "host memory: ns |\n|---|---|---|\n");
+	for (int f = 0; f < 7; f++) {
+		double ns[2];
+
+		for (int h = 0; h < 2; h++) {
+			uint4 *p = h ? host : dev;
+
+			fk[f]<<<1, 1, 0, r->s_run>>>(p, iters, res);
+			rig_sync(r->s_run, "bench kernel");
+			ns[h] = (double)*res / iters;
+		}
+		printf("| %s | %.1f | %.1f |\n", names[f], ns[0], ns[1]);
+	}
+	RIG_CK(cudaFree(dev));
+	cudaFreeHost(host);
+	cudaFreeHost(res);
+}
+
 int main(int argc, char **argv)
 {
 	struct rig r;
@@ -592,7 +983,7 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rig_eager();
-	rig_watchdog(19);
+	rig_watchdog(getenv("BENCH_WATCHDOG") ? atoi(getenv("BENCH_WATCHDOG")) : 19);
 	err = rig_open(&r, 2048 * MiB, 256 * MiB, 64 * MiB);
 	if (err) {
 		printf("provider open failed: %d\n", err);
@@ -603,18 +994,28 @@ int main(int argc, char **argv)
 
 		if (!strcmp(p, "rate") || !strcmp(p, "all"))
 			part_rate(&r, 0, "device");
-		if (!strcmp(p, "hostsq") || !strcmp(p, "all"))
-			part_rate(&r, UPCIE_NVME_GQP_SQ_HOSTMEM,
+		if (!strcmp(p, "hostsq") || !strcmp(p, "all")) {
 #ifdef BENCH_STORE4
-				  "host, 16 x 4-B stores"
+			part_rate(&r, UPCIE_NVME_GQP_SQ_HOSTMEM, "host, per-lane 16 x 4-B stores");
 #else
-				  "host, 4 x 16-B stores"
+			part_rate(&r, UPCIE_NVME_GQP_SQ_HOSTMEM,
+				  "host, per-lane 4 x 16-B stores (default)");
+			part_rate(&r, UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES,
+				  "host, warp-cooperative 16-B stores");
 #endif
-			);
+		}
 		if (!strcmp(p, "stores") || !strcmp(p, "all"))
 			part_stores(&r);
 		if (!strcmp(p, "mirror") || !strcmp(p, "all"))
-			part_mirror(&r);
+			part_mirror(&r, false);
+		if (!strcmp(p, "mirrorlat"))
+			part_mirror(&r, true);
+		if (!strcmp(p, "qd32") || !strcmp(p, "all"))
+			part_qd32(&r);
+		if (!strcmp(p, "l2lat") || !strcmp(p, "all"))
+			part_l2lat(&r);
+		if (!strcmp(p, "fence") || !strcmp(p, "all"))
+			part_fence(&r);
 		if (all)
 			break;
 	}

@@ -11,7 +11,10 @@
  * or 4 KiB), anything else completes with Invalid Opcode. CQE dw0 echoes CDW2 (a tag the tests
  * check). Knobs: CDW3 bit 0 drops the completion, bit 1 completes with the status code in CDW3
  * bits 26:16 (and DNR), bit 2 delays the completion by `delay_ns`; `ooo` posts each fetched batch
- * in reverse order. A test instrument: it checks what a real controller checks only where the
+ * in reverse order; `lean` (benchmarks) orders with GPU-scope acquire/release instead of two
+ * system-scope fences per batch, valid when every party but the controller is this GPU (it
+ * reads the doorbell with ld.acquire.gpu, and fences before the completions only when the batch
+ * moved data). A test instrument: it checks what a real controller checks only where the
  * tests need it (PRP alignment, LBA range).
  */
 #ifndef UPCIE_TEST_NULLCTL_CUH
@@ -44,7 +47,7 @@ struct nullctl {
 	uint32_t nq;
 	uint32_t ooo;
 	uint32_t lba_shift;
-	uint32_t rsvd;
+	uint32_t lean;
 	volatile uint32_t *stop; /* host-mapped: non-zero ends every warp */
 	uint64_t iova_offset;	 /* device address = virtual address + iova_offset */
 	uint8_t *ns;
@@ -179,15 +182,23 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 {
 	uint32_t lane = threadIdx.x & 31, depth = q->depth;
 	uint32_t sq_head = q->sq_head, cq_tail = q->cq_tail, cq_head = q->cq_head;
-	uint32_t phase = q->phase, idle = 0;
+	uint32_t phase = q->phase, idle = 0, lean = c->lean;
 	unsigned long long ncmd = 0, ncpl = 0, ndrop = 0, nerr = 0, nbytes = 0, nbatch = 0;
 
 	for (;;) {
-		uint32_t tail = *q->sqdb, n, room, used, slot, ncq, rank, pos, ph;
+		uint32_t tail, n, room, used, slot, ncq, rank, pos, ph;
 		struct upcie_nvme_sqe e;
 		uint16_t status = 0;
-		bool act, drop = false, delay = false;
+		bool act, drop = false, delay = false, moved = false;
 		uint32_t keep, dm;
+
+		if (lean)
+			asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+				     : "=r"(tail)
+				     : "l"(q->sqdb)
+				     : "memory");
+		else
+			tail = *q->sqdb;
 
 		if (tail == sq_head || tail >= depth) {
 			if ((++idle & 255) == 0 && *c->stop)
@@ -212,7 +223,8 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			if (room < n)
 				n = room;
 		}
-		__threadfence_system(); /* entries behind the doorbell value we read */
+		if (!lean)
+			__threadfence_system(); /* entries behind the doorbell value we read */
 		act = lane < n;
 		if (act) {
 			const uint4 *src;
@@ -228,7 +240,12 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			dst[3] = nullctl_ld16(src + 3);
 			drop = e.cdw3 & NULLCTL_TAG_DROP;
 			delay = e.cdw3 & NULLCTL_TAG_DELAY;
-			status = nullctl_exec(c, &e, &nbytes);
+			{
+				unsigned long long b0 = nbytes;
+
+				status = nullctl_exec(c, &e, &nbytes);
+				moved = nbytes != b0;
+			}
 		}
 		sq_head += n;
 		if (sq_head >= depth)
@@ -239,7 +256,10 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			while (nullctl_now() < until)
 				;
 		}
-		__threadfence_system(); /* data before completions */
+		if (!lean)
+			__threadfence_system(); /* data before completions */
+		else if (__any_sync(0xffffffffu, moved))
+			__threadfence();
 		keep = __ballot_sync(0xffffffffu, act && !drop);
 		dm = __ballot_sync(0xffffffffu, act && drop);
 		ncq = __popc(keep);

@@ -24,11 +24,14 @@ build() {
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 mkdir -p build-gpu
-for f in test_gpu bench_gpu bench_gpu_store4; do
+for f in test_gpu bench_gpu; do
 	if [ ! -x "build-gpu/$f" ] || ! ldd "build-gpu/$f" >/dev/null 2>&1; then
 		build "$f" || echo "build of $f failed"
 	fi
 done
+if [ ! -x build-gpu/bench_gpu_store4 ] || [ ! -x build-gpu/bench_gpu_scfence ]; then
+	bash tests/gpu/build-variants.sh || echo "build of the variants failed"
+fi
 # Hugepages for the host heap (the provider falls back to plain pages without them).
 echo 1024 >/proc/sys/vm/nr_hugepages 2>/dev/null || true
 grep HugePages_Free /proc/meminfo
@@ -40,7 +43,10 @@ case " $parts " in *" test "*)
 esac
 case " $parts " in *" bench "*)
 	bparts=$(echo " $parts " | sed 's/ test / /; s/ bench / /')
-	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 20 build-gpu/bench_gpu $bparts 2>&1 | tee "$out/bench_gpu.txt"
-	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 6 build-gpu/bench_gpu_store4 hostsq 2>&1 | tee "$out/bench_gpu_store4.txt"
+	export BENCH_WATCHDOG=60
+	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 70 build-gpu/bench_gpu $bparts 2>&1 | tee "$out/bench_gpu.txt"
+	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 30 build-gpu/bench_gpu_store4 hostsq 2>&1 | tee "$out/bench_gpu_store4.txt"
+	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 30 build-gpu/bench_gpu_scfence qd32 2>&1 | tee "$out/bench_gpu_scfence.txt"
+	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 30 build-gpu/bench_gpu mirrorlat 2>&1 | tee "$out/bench_gpu_mirrorlat2.txt"
 	;;
 esac

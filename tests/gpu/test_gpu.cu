@@ -618,6 +618,49 @@ static void test_queues(struct rig *r)
 	      st.nfree);
 	rig_queues_destroy(r);
 
+	/*
+	 * SQ in host memory, entries written by the warp together (UPCIE_NVME_GQP_SQ_COOP_STORES,
+	 * eight per store instruction) from lanes that want in any pattern and with grants cut
+	 * short by the room; depth 13 wraps inside a group of eight. Every completion's dw0 must
+	 * echo the tag its own lane put in CDW2, so an entry assembled from the wrong lane or
+	 * quarter fails. Then per-lane stores (the default), and four warps sharing one queue.
+	 */
+	{
+		static const struct {
+			uint32_t depth;
+			unsigned flags;
+			int warps;
+		} hc[] = { { 8, UPCIE_NVME_GQP_SQ_COOP_STORES, 1 },
+			   { 13, UPCIE_NVME_GQP_SQ_COOP_STORES, 1 },
+			   { 13, 0, 1 },
+			   { 256, UPCIE_NVME_GQP_SQ_COOP_STORES, 4 } };
+
+		for (unsigned i = 0; i < sizeof(hc) / sizeof(hc[0]); i++) {
+			uint32_t total = hc[i].warps > 1 ? 3000 : 20000;
+
+			memset(t, 0, 4 * sizeof(*t));
+			err = rig_queues_create(r, 1, hc[i].depth,
+						UPCIE_NVME_GQP_SQ_HOSTMEM | hc[i].flags);
+			if (!err) {
+				rig_ctl_start(r, 0, 0);
+				traffic_kernel<<<hc[i].warps, 32, 0, r->s_run>>>(
+				    r->dqs, hc[i].warps, total, hc[i].warps > 1, t);
+				rig_sync(r->s_run, "kernel");
+				rig_ctl_stop(r);
+				upcie_nvme_gqp_read(&r->gq[0], &st);
+			}
+			ok = sum_ok(t, hc[i].warps, &bad, &busy);
+			CHECK(err == 0 && ok == total * hc[i].warps && bad == 0 && st.nbad == 0 &&
+				  st.nfree == st.ncids,
+			      "SQ in host memory, %s stores, depth %u, %d warp(s): %llu ok, %llu "
+			      "bad, %llu -EBUSY",
+			      hc[i].flags ? "warp-cooperative" : "per-lane", hc[i].depth,
+			      hc[i].warps, ok, bad, busy);
+			if (!err)
+				rig_queues_destroy(r);
+		}
+	}
+
 	/* Out of order: the controller posts each batch reversed. */
 	memset(t, 0, sizeof(*t));
 	err = rig_queues_create(r, 1, 64, 0);
@@ -870,6 +913,10 @@ static void test_mirror(struct rig *r)
 	gcfg.depth = 16;
 	gcfg.sqdb = r->dbs;
 	gcfg.cqdb = r->dbs + 1;
+	gcfg.flags = 0x80;
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &gcfg);
+	CHECK(err == -EINVAL, "GPU-issued queue pair with an unknown flag: -EINVAL (%d)", err);
+	gcfg.flags = 0;
 	err = upcie_nvme_gqp_create(&g, &r->gpu, &gcfg);
 	CHECK(err == 0, "GPU-issued queue pair created");
 	err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);

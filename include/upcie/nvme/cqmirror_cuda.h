@@ -19,12 +19,17 @@
  * memory, where the warps poll it at L2 cost; the acknowledgements are in host memory, where the
  * host polls them at no PCIe cost.
  *
- * Copying: per step each lane loads 16-byte entries (UPCIE_NVME_CQMIRROR_ROUNDS x 32 slots from
- * the warp's head), the run of entries whose phase tag turned is stored to the host CQ as 16-byte
- * stores, one entry per store, so the CPU sees each entry whole, as a controller would write it.
- * A controller does not overwrite an entry before the CPU's head doorbell passed it, so the host
- * slot is free whenever the device slot turns. An idle warp backs off (__nanosleep) after
- * UPCIE_NVME_CQMIRROR_IDLE_STEPS empty steps.
+ * Copying: the warp keeps two polls of the 32 entries from its head in flight (each lane one
+ * 16-byte load), issuing the next before it examines the last, so the ring is sampled about twice
+ * per load latency instead of once per loop; the run of entries whose phase tag turned is stored
+ * to the host CQ as 16-byte stores, one entry per store, so the CPU sees each entry whole, as a
+ * controller would write it. The generation and stop flag are loaded with each poll, not after it.
+ * (On the H200 this took the mirror's added round trip from about 1 us to below what a round trip
+ * can resolve; docs/results/gpu-queues.md.) A controller does not overwrite an entry before the
+ * CPU's head doorbell passed it, so the host slot is free whenever the device slot turns, and an
+ * entry carrying the phase of the current lap can never be stale. An idle warp backs off
+ * (__nanosleep) after UPCIE_NVME_CQMIRROR_IDLE_STEPS empty rounds. Detach drains with one step of
+ * UPCIE_NVME_CQMIRROR_ROUNDS x 32 entries.
  *
  * The kernel is compiled once to PTX (tests/gpu/gen-cqmirror-ptx.sh writes
  * nvme/cqmirror_ptx_cuda.h) and loaded by the host side (nvme/cqmirror_host_cuda.h) through the
@@ -48,7 +53,6 @@
 #ifndef UPCIE_NVME_CQMIRROR_IDLE_STEPS
 #define UPCIE_NVME_CQMIRROR_IDLE_STEPS 4096
 #endif
-
 /* Table flags (host-set before launch). */
 #define UPCIE_NVME_CQMIRROR_F_FENCE 0x1u /* system-scope fence after each step's copies */
 
@@ -153,6 +157,81 @@ __device__ static inline uint32_t upcie_nvme_cqmirror_step_(const uint4 *dev, ui
 	return n;
 }
 
+/* Poll the 32 entries from `head`: lane L loads entry head + L (none when L >= depth). */
+__device__ static inline uint4 upcie_nvme_cqmirror_poll32_(const uint4 *dev, uint32_t depth,
+							   uint32_t head)
+{
+	uint32_t lane = threadIdx.x & 31, idx = head + lane;
+
+	if (lane >= depth)
+		return make_uint4(0, 0, 0, 0);
+	if (idx >= depth)
+		idx -= depth;
+	return upcie_nvme_cqmirror_ld16_(&dev[idx]);
+}
+
+/*
+ * Copy until the slot's generation is no longer `g` or the stop flag is set, with two polls in
+ * flight: each round issues a poll at the current head, then examines the poll issued the round
+ * before (at the head before that round's copies; shifted down by the entries copied since).
+ * An entry with the phase of the current lap cannot be stale: the controller does not write the
+ * next lap into a slot before the CPU's head doorbell passed it, which needs this copy first.
+ */
+__device__ static inline void upcie_nvme_cqmirror_pipe_(struct upcie_nvme_cqmirror_table *t,
+							struct upcie_nvme_cqmirror_slot *sl,
+							uint32_t g, const uint4 *dev, uint4 *host,
+							uint32_t depth, uint32_t *head,
+							uint32_t *phase, uint32_t flags)
+{
+	uint32_t lane = threadIdx.x & 31, idle = 0, h = *head, ph = *phase;
+	uint4 nxt = upcie_nvme_cqmirror_poll32_(dev, depth, h);
+	uint32_t nh = h;
+
+	for (;;) {
+		uint32_t g2 = upcie_nvme_cqmirror_ld32_(&sl->gen);
+		uint32_t st = upcie_nvme_cqmirror_ld32_(&t->stop);
+		uint4 cur = nxt;
+		uint32_t d = h >= nh ? h - nh : h + depth - nh, m, n, want;
+		bool valid;
+
+		nxt = upcie_nvme_cqmirror_poll32_(dev, depth, h);
+		nh = h;
+		/* Entry h + lane is in lane lane + d of `cur`. */
+		cur.x = __shfl_down_sync(0xffffffffu, cur.x, d);
+		cur.y = __shfl_down_sync(0xffffffffu, cur.y, d);
+		cur.z = __shfl_down_sync(0xffffffffu, cur.z, d);
+		cur.w = __shfl_down_sync(0xffffffffu, cur.w, d);
+		valid = lane + d < 32 && lane + d < depth; /* lanes >= depth loaded nothing */
+		want = ph ^ (h + lane >= depth ? 1u : 0u);
+		m = __ballot_sync(0xffffffffu, valid && ((cur.w >> 16) & 1u) == want);
+		n = m == 0xffffffffu ? 32 : __ffs(~m) - 1;
+		if (n) {
+			if (lane < n) {
+				uint32_t idx = h + lane;
+
+				if (idx >= depth)
+					idx -= depth;
+				upcie_nvme_cqmirror_st16_(&host[idx], cur);
+			}
+			if (flags & UPCIE_NVME_CQMIRROR_F_FENCE)
+				__threadfence_system();
+			h += n;
+			if (h >= depth) {
+				h -= depth;
+				ph ^= 1u;
+			}
+			idle = 0;
+		} else if (++idle > UPCIE_NVME_CQMIRROR_IDLE_STEPS) {
+			__nanosleep(256);
+			idle = UPCIE_NVME_CQMIRROR_IDLE_STEPS;
+		}
+		if (g2 != g || st)
+			break;
+	}
+	*head = h;
+	*phase = ph;
+}
+
 /* The warp serving slot `s` until the table's stop flag is set. */
 __device__ static inline void upcie_nvme_cqmirror_warp(struct upcie_nvme_cqmirror_table *t,
 						       volatile uint32_t *ack, uint32_t s)
@@ -166,7 +245,7 @@ __device__ static inline void upcie_nvme_cqmirror_warp(struct upcie_nvme_cqmirro
 		uint32_t g = upcie_nvme_cqmirror_ld32_(&sl->gen);
 		const uint4 *dev;
 		uint4 *host;
-		uint32_t depth, head = 0, phase = 1, idle = 0;
+		uint32_t depth, head = 0, phase = 1;
 
 		if (!(g & 1u)) {
 			/* Detached, or never attached: acknowledge the odd value before it. */
@@ -184,20 +263,7 @@ __device__ static inline void upcie_nvme_cqmirror_warp(struct upcie_nvme_cqmirro
 		dev = (const uint4 *)upcie_nvme_cqmirror_ld64_(&sl->dev_cq);
 		host = (uint4 *)upcie_nvme_cqmirror_ld64_(&sl->host_cq);
 		depth = upcie_nvme_cqmirror_ld32_(&sl->depth);
-		for (;;) {
-			uint32_t n =
-			    upcie_nvme_cqmirror_step_(dev, host, depth, &head, &phase, flags);
-
-			if (upcie_nvme_cqmirror_ld32_(&sl->gen) != g ||
-			    upcie_nvme_cqmirror_ld32_(&t->stop))
-				break;
-			if (n) {
-				idle = 0;
-			} else if (++idle > UPCIE_NVME_CQMIRROR_IDLE_STEPS) {
-				__nanosleep(256);
-				idle = UPCIE_NVME_CQMIRROR_IDLE_STEPS;
-			}
-		}
+		upcie_nvme_cqmirror_pipe_(t, sl, g, dev, host, depth, &head, &phase, flags);
 		upcie_nvme_cqmirror_step_(dev, host, depth, &head, &phase, flags);
 		__syncwarp();
 		if (lane == 0) {

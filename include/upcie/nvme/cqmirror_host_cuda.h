@@ -48,7 +48,11 @@
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cqmirror_cuda.h>
+/* The kernel's PTX; a test may substitute a variant by defining UPCIE_NVME_CQMIRROR_PTX. */
+#ifndef UPCIE_NVME_CQMIRROR_PTX
 #include <upcie/nvme/cqmirror_ptx_cuda.h>
+#define UPCIE_NVME_CQMIRROR_PTX upcie_nvme_cqmirror_ptx
+#endif
 #include <upcie/nvme/spec.h>
 
 /* How long detach waits for the warp's acknowledgement. */
@@ -157,7 +161,7 @@ static inline int upcie_nvme_cqmirror_init_(struct upcie_gpu_cuda_proc *p)
 		return UPCIE_FAIL(-ENOMEM, "nvme: cqmirror: out of host memory");
 	p->mirror = ms;
 	p->mirror_fini = upcie_nvme_cqmirror_fini_;
-	r = cuModuleLoadData(&ms->mod, upcie_nvme_cqmirror_ptx);
+	r = cuModuleLoadData(&ms->mod, UPCIE_NVME_CQMIRROR_PTX);
 	if (r == CUDA_SUCCESS)
 		r = cuModuleGetFunction(&ms->fn, ms->mod, "upcie_nvme_cqmirror_kernel");
 	if (r != CUDA_SUCCESS)

@@ -11,8 +11,9 @@
  * a kernel gets throughput from several queue pairs, one warp each.
  *
  * Protocol, as in the portable core (qpair_port.h primitives): an SQE is written as four 16-byte
- * stores cached at L2 only (st.global.cg), a batch is published with one system-scope fence and
- * one doorbell write (upcie_nvme_gqp_ring()); completions are found by phase tag, 32 entries per
+ * stores cached at L2 only (st.global.cg; for an SQ in host memory the warp may write eight
+ * entries per store instruction instead, UPCIE_NVME_GQP_SQ_COOP_STORES), a batch is published with one
+ * system-scope release fence and one doorbell write (upcie_nvme_gqp_ring()); completions are found by phase tag, 32 entries per
  * load round, and matched by CID, so a controller may complete in any order; the CQ head doorbell
  * is written once per reap; each CQE records the SQ head the controller reported, which bounds
  * the free SQ slots. Submission is pipelined: enqueue, ring and reap interleave freely, nothing
@@ -67,9 +68,43 @@
 #define UPCIE_NVME_GQP_REAP_ROUNDS 4
 #endif
 
-/* How an SQE reaches its slot; a test may substitute another store sequence. */
+/* Queue flags (struct upcie_nvme_gqp.flags; set at creation, nvme/gqp_host_cuda.h). */
+#define UPCIE_NVME_GQP_SQ_HOSTMEM 0x1u /* SQ (and PRP lists) in the host heap */
+#define UPCIE_NVME_GQP_DB_IOMEM	  0x2u /* sqdb/cqdb are in a host mapping of BAR0 */
+#define UPCIE_NVME_GQP_PRP_LISTS  0x4u /* one PRP list page per CID */
+/*
+ * Host-memory SQ: the warp writes its entries together, eight per 16-byte store instruction
+ * (upcie_nvme_gqp_coop_store_()), instead of each lane its own. Measured on the H200
+ * (docs/results/gpu-queues.md): raw SQE writes into host memory hold 52.7 GB/s at any number of
+ * writer warps (per-lane 16-byte stores: 12-52 GB/s, falling past 32 warps), but a single queue
+ * pair at QD 32 runs 12 % slower; at the queue level with many pairs both are equal there.
+ */
+#define UPCIE_NVME_GQP_SQ_COOP_STORES 0x8u
+
+/*
+ * How an SQE reaches its slot when a lane writes its own; a test may substitute another store
+ * sequence (which then also replaces the warp-cooperative stores).
+ */
 #ifndef UPCIE_NVME_GQP_SQE_STORE
 #define UPCIE_NVME_GQP_SQE_STORE(dst, src, cid) upcie_nvme_port_sqe_store(dst, src, cid)
+#define UPCIE_NVME_GQP_COOP_STORES_		1
+#else
+#define UPCIE_NVME_GQP_COOP_STORES_ 0
+#endif
+
+/*
+ * The fence that publishes a batch before its doorbell write; a test may substitute another. A
+ * system-scope release fence where the toolchain has one (PTX ISA 8.6: CUDA 12.8, sm_90): it
+ * orders the entries before the doorbell like __threadfence_system() but, being release-only,
+ * compiles to MEMBAR.ALL.SYS without the L1 invalidation (CCTL.IVALL) of the full fence.
+ */
+#ifndef UPCIE_NVME_GQP_WMB
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 &&                                              \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+#define UPCIE_NVME_GQP_WMB() asm volatile("fence.release.sys;" ::: "memory")
+#else
+#define UPCIE_NVME_GQP_WMB() upcie_nvme_port_wmb()
+#endif
 #endif
 
 /* One queue pair, in device memory. Addresses are as GPU code uses them. */
@@ -114,6 +149,7 @@ struct upcie_nvme_gqp_warp {
 	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
 	uint32_t nbad, nbad_sqhd, nlate;
 	bool locked;
+	bool coop; /* warp-cooperative SQE stores (UPCIE_NVME_GQP_SQ_COOP_STORES) */
 };
 
 #define UPCIE_NVME_GQP_FULL_ 0xffffffffu
@@ -172,6 +208,9 @@ __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w
 	w->nfree = q->nfree;
 	w->nbad = w->nbad_sqhd = w->nlate = 0;
 	w->locked = lock;
+	w->coop = UPCIE_NVME_GQP_COOP_STORES_ &&
+		  (q->flags & (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES)) ==
+		      (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES);
 	__syncwarp();
 }
 
@@ -267,6 +306,44 @@ __device__ static inline int upcie_nvme_gqp_prp_check_(const struct upcie_nvme_g
 	return 0;
 }
 
+/*
+ * Warp-cooperative SQE stores: the `grant` commands of this round, held by the lanes of `m` in rank
+ * order (lane words `wd`), written eight entries per store instruction, lane L storing 16-byte
+ * quarter L % 4 of entry L / 4. A store instruction then covers 512 contiguous bytes (when the slots
+ * do not wrap) instead of 32 scattered 16-byte pieces, which is what posted writes into host memory
+ * across PCIe need to merge into full lines.
+ */
+__device__ static inline void upcie_nvme_gqp_coop_store_(const struct upcie_nvme_gqp_warp *w,
+							 uint32_t m, uint32_t grant,
+							 const uint64_t wd[8])
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), q = lane & 3;
+
+	for (uint32_t base = 0; base < grant; base += 8) {
+		uint32_t r = base + (lane >> 2);
+		uint32_t src = r < grant ? __fns(m, 0, (int)r + 1) : 0;
+		uint64_t lo = 0, hi = 0;
+
+#pragma unroll
+		for (uint32_t j = 0; j < 4; j++) {
+			uint64_t a = __shfl_sync(UPCIE_NVME_GQP_FULL_, wd[2 * j], (int)src);
+			uint64_t b = __shfl_sync(UPCIE_NVME_GQP_FULL_, wd[2 * j + 1], (int)src);
+
+			if (q == j) {
+				lo = a;
+				hi = b;
+			}
+		}
+		if (r < grant) {
+			uint32_t slot = w->sq_tail + r;
+
+			if (slot >= w->depth)
+				slot -= w->depth;
+			upcie_nvme_port_store16((char *)&w->sq[slot] + 16 * q, lo, hi);
+		}
+	}
+}
+
 __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w,
 						     const struct upcie_nvme_sqe *sqe,
 						     const struct upcie_gpu_xlate *x,
@@ -278,22 +355,31 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, want);
 	uint32_t n = __popc(m), rank = __popc(m & lt), room = upcie_nvme_gqp_room(w);
 	uint32_t grant = n < room ? n : room;
+	uint64_t wd[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 
 	if (want) {
 		if (rank < grant) {
 			uint16_t c = w->cid_free[w->nfree - 1 - rank];
 			uint32_t slot = w->sq_tail + rank;
+			struct upcie_nvme_sqe s = *sqe;
 
 			if (slot >= w->depth)
 				slot -= w->depth;
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
-			if (x) {
-				struct upcie_nvme_sqe s = *sqe;
-
+			if (x)
 				upcie_nvme_gqp_prp_fill_(w, &s, c, x, (const char *)buf, len);
-				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &s, c);
+			if (w->coop) {
+				wd[0] = s.opc | ((uint64_t)s.flags << 8) | ((uint64_t)c << 16) |
+					((uint64_t)s.nsid << 32);
+				wd[1] = s.cdw2 | ((uint64_t)s.cdw3 << 32);
+				wd[2] = s.mptr;
+				wd[3] = s.prp1;
+				wd[4] = s.prp2;
+				wd[5] = s.cdw10 | ((uint64_t)s.cdw11 << 32);
+				wd[6] = s.cdw12 | ((uint64_t)s.cdw13 << 32);
+				wd[7] = s.cdw14 | ((uint64_t)s.cdw15 << 32);
 			} else {
-				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], sqe, c);
+				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &s, c);
 			}
 			if (cid)
 				*cid = c;
@@ -301,6 +387,8 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 			ret = -EBUSY;
 		}
 	}
+	if (w->coop && grant)
+		upcie_nvme_gqp_coop_store_(w, m, grant, wd);
 	w->sq_tail += grant;
 	if (w->sq_tail >= w->depth)
 		w->sq_tail -= w->depth;
@@ -348,7 +436,7 @@ __device__ static inline void upcie_nvme_gqp_ring(struct upcie_nvme_gqp_warp *w)
 {
 	if (w->sq_tail == w->sq_db)
 		return;
-	upcie_nvme_port_wmb();
+	UPCIE_NVME_GQP_WMB();
 	__syncwarp();
 	if (upcie_nvme_gqp_lane_() == 0)
 		upcie_nvme_port_doorbell(w->sqdb, w->sq_tail);
@@ -371,19 +459,30 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 	uint4 v[UPCIE_NVME_GQP_REAP_ROUNDS];
 	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS];
 	uint32_t n = 0, nfreed = 0, last_dw2;
+	/* Rounds worth loading: no more completions can be due than commands are outstanding
+	 * (at least one round, so entries for CIDs not outstanding are still found). */
+	uint32_t rounds = (w->ncids - w->nfree + 31) >> 5;
 	bool stop = false;
 
+	if (!rounds)
+		rounds = 1;
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) { /* every load issued before any result is used */
+		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
+
+		if (idx >= w->depth)
+			idx -= w->depth;
+		v[r] = r < rounds && pos < w->depth ? upcie_nvme_gqp_ld16_(&w->cq[idx])
+						    : make_uint4(0, 0, 0, 0);
+	}
 #pragma unroll
 	for (uint32_t r = 0; r < R; r++) {
-		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos, ph = w->phase;
-		bool valid = pos < w->depth;
+		uint32_t pos = r * 32 + lane,
+			 ph = w->phase ^ (w->cq_head + pos >= w->depth ? 1u : 0u);
 
-		if (idx >= w->depth) {
-			idx -= w->depth;
-			ph ^= 1u;
-		}
-		v[r] = valid ? upcie_nvme_gqp_ld16_(&w->cq[idx]) : make_uint4(0, 0, 0, 0);
-		m[r] = __ballot_sync(UPCIE_NVME_GQP_FULL_, valid && ((v[r].w >> 16) & 1u) == ph);
+		m[r] = r < rounds ? __ballot_sync(UPCIE_NVME_GQP_FULL_,
+						  pos < w->depth && ((v[r].w >> 16) & 1u) == ph)
+				  : 0u;
 	}
 #pragma unroll
 	for (uint32_t r = 0; r < R; r++) {

@@ -44,9 +44,7 @@
 #include <upcie/nvme/gqp_cuda.h>
 #include <upcie/nvme/spec.h>
 
-#define UPCIE_NVME_GQP_SQ_HOSTMEM 0x1u /* SQ (and PRP lists) in the host heap */
-#define UPCIE_NVME_GQP_DB_IOMEM	  0x2u /* sqdb/cqdb are in a host mapping of BAR0 */
-#define UPCIE_NVME_GQP_PRP_LISTS  0x4u /* one PRP list page per CID */
+/* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES: nvme/gqp_cuda.h. */
 
 struct upcie_nvme_gqp_cfg {
 	uint16_t qid;		 /* for messages and synthesized fields */
@@ -152,6 +150,10 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 	    ncids > 65535)
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: depth %u with %u CIDs", cfg->qid,
 				  cfg->depth, ncids);
+	if (cfg->flags & ~(UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_DB_IOMEM |
+			   UPCIE_NVME_GQP_PRP_LISTS | UPCIE_NVME_GQP_SQ_COOP_STORES))
+		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: unknown flags 0x%x", cfg->qid,
+				  cfg->flags);
 	if (!cfg->sqdb || !cfg->cqdb || (((uintptr_t)cfg->sqdb | (uintptr_t)cfg->cqdb) & 3))
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: doorbells missing or misaligned",
 				  cfg->qid);
