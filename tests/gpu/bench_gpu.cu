@@ -104,20 +104,21 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 	t0 = __shfl_sync(0xffffffffu, gnow(), 0);
 	deadline = t0 + dur_ns;
 	for (;;) {
-		uint32_t cap = batch ? batch : qd, added = 0;
+		uint32_t added = 0;
 
-		while (inflight < qd && added < cap) {
+		while (inflight < qd) {
 			uint32_t k = qd - inflight < 32 ? qd - inflight : 32, g;
 			uint16_t cid;
 			int r;
 
-			if (k > cap - added)
-				k = cap - added;
+			if (batch && k > batch - added)
+				k = batch - added;
 			r = upcie_nvme_gqp_enqueue(&w, lane < k ? &sqe : NULL, &cid);
 			g = __popc(__ballot_sync(0xffffffffu, lane < k && r == 0));
 			inflight += g;
-			added += g;
 			if (g < k)
+				break;
+			if (batch && (added += g) >= batch)
 				break;
 		}
 		upcie_nvme_gqp_ring(&w);

@@ -177,12 +177,14 @@ nullctl_exec(const struct nullctl *c, const struct upcie_nvme_sqe *e, unsigned l
 	}
 }
 
-/* One warp serving queue q until *stop. */
+/* One warp serving queue q until *stop (Lean: c->lean, compiled apart so the fenced loop stays
+ * as it was). */
+template <bool Lean>
 __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_queue *q)
 {
 	uint32_t lane = threadIdx.x & 31, depth = q->depth;
 	uint32_t sq_head = q->sq_head, cq_tail = q->cq_tail, cq_head = q->cq_head;
-	uint32_t phase = q->phase, idle = 0, lean = c->lean;
+	uint32_t phase = q->phase, idle = 0;
 	unsigned long long ncmd = 0, ncpl = 0, ndrop = 0, nerr = 0, nbytes = 0, nbatch = 0;
 
 	for (;;) {
@@ -192,7 +194,7 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 		bool act, drop = false, delay = false, moved = false;
 		uint32_t keep, dm;
 
-		if (lean)
+		if (Lean)
 			asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
 				     : "=r"(tail)
 				     : "l"(q->sqdb)
@@ -223,7 +225,7 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			if (room < n)
 				n = room;
 		}
-		if (!lean)
+		if (!Lean)
 			__threadfence_system(); /* entries behind the doorbell value we read */
 		act = lane < n;
 		if (act) {
@@ -240,11 +242,13 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			dst[3] = nullctl_ld16(src + 3);
 			drop = e.cdw3 & NULLCTL_TAG_DROP;
 			delay = e.cdw3 & NULLCTL_TAG_DELAY;
-			{
+			if (Lean) {
 				unsigned long long b0 = nbytes;
 
 				status = nullctl_exec(c, &e, &nbytes);
 				moved = nbytes != b0;
+			} else {
+				status = nullctl_exec(c, &e, &nbytes);
 			}
 		}
 		sq_head += n;
@@ -256,7 +260,7 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			while (nullctl_now() < until)
 				;
 		}
-		if (!lean)
+		if (!Lean)
 			__threadfence_system(); /* data before completions */
 		else if (__any_sync(0xffffffffu, moved))
 			__threadfence();
@@ -315,8 +319,12 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 /* Grid: one block of 32 threads per queue. */
 __global__ void nullctl_kernel(struct nullctl *c)
 {
-	if (blockIdx.x < c->nq)
-		nullctl_serve(c, &c->q[blockIdx.x]);
+	if (blockIdx.x >= c->nq)
+		return;
+	if (c->lean)
+		nullctl_serve<true>(c, &c->q[blockIdx.x]);
+	else
+		nullctl_serve<false>(c, &c->q[blockIdx.x]);
 }
 
 #endif /* UPCIE_TEST_NULLCTL_CUH */

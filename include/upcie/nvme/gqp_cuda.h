@@ -344,10 +344,13 @@ __device__ static inline void upcie_nvme_gqp_coop_store_(const struct upcie_nvme
 	}
 }
 
-__device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w,
-						     const struct upcie_nvme_sqe *sqe,
-						     const struct upcie_gpu_xlate *x,
-						     const void *buf, uint32_t len, uint16_t *cid)
+/* upcie_nvme_gqp_enqueue_() for UPCIE_NVME_GQP_SQ_COOP_STORES queues (kept apart so that the
+ * per-lane path stays as lean as it was). */
+__device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_warp *w,
+							  const struct upcie_nvme_sqe *sqe,
+							  const struct upcie_gpu_xlate *x,
+							  const void *buf, uint32_t len,
+							  uint16_t *cid)
 {
 	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
 	int ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
@@ -360,26 +363,65 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 	if (want) {
 		if (rank < grant) {
 			uint16_t c = w->cid_free[w->nfree - 1 - rank];
-			uint32_t slot = w->sq_tail + rank;
 			struct upcie_nvme_sqe s = *sqe;
+
+			w->state[c] = UPCIE_NVME_GQP_PENDING;
+			if (x)
+				upcie_nvme_gqp_prp_fill_(w, &s, c, x, (const char *)buf, len);
+			wd[0] = s.opc | ((uint64_t)s.flags << 8) | ((uint64_t)c << 16) |
+				((uint64_t)s.nsid << 32);
+			wd[1] = s.cdw2 | ((uint64_t)s.cdw3 << 32);
+			wd[2] = s.mptr;
+			wd[3] = s.prp1;
+			wd[4] = s.prp2;
+			wd[5] = s.cdw10 | ((uint64_t)s.cdw11 << 32);
+			wd[6] = s.cdw12 | ((uint64_t)s.cdw13 << 32);
+			wd[7] = s.cdw14 | ((uint64_t)s.cdw15 << 32);
+			if (cid)
+				*cid = c;
+		} else {
+			ret = -EBUSY;
+		}
+	}
+	if (grant)
+		upcie_nvme_gqp_coop_store_(w, m, grant, wd);
+	w->sq_tail += grant;
+	if (w->sq_tail >= w->depth)
+		w->sq_tail -= w->depth;
+	w->nfree -= grant;
+	__syncwarp();
+	return ret;
+}
+
+__device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w,
+						     const struct upcie_nvme_sqe *sqe,
+						     const struct upcie_gpu_xlate *x,
+						     const void *buf, uint32_t len, uint16_t *cid)
+{
+	if (w->coop) /* warp-uniform */
+		return upcie_nvme_gqp_enqueue_coop_(w, sqe, x, buf, len, cid);
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	int ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
+	bool want = sqe && !ret;
+	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, want);
+	uint32_t n = __popc(m), rank = __popc(m & lt), room = upcie_nvme_gqp_room(w);
+	uint32_t grant = n < room ? n : room;
+
+	if (want) {
+		if (rank < grant) {
+			uint16_t c = w->cid_free[w->nfree - 1 - rank];
+			uint32_t slot = w->sq_tail + rank;
 
 			if (slot >= w->depth)
 				slot -= w->depth;
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
-			if (x)
+			if (x) {
+				struct upcie_nvme_sqe s = *sqe;
+
 				upcie_nvme_gqp_prp_fill_(w, &s, c, x, (const char *)buf, len);
-			if (w->coop) {
-				wd[0] = s.opc | ((uint64_t)s.flags << 8) | ((uint64_t)c << 16) |
-					((uint64_t)s.nsid << 32);
-				wd[1] = s.cdw2 | ((uint64_t)s.cdw3 << 32);
-				wd[2] = s.mptr;
-				wd[3] = s.prp1;
-				wd[4] = s.prp2;
-				wd[5] = s.cdw10 | ((uint64_t)s.cdw11 << 32);
-				wd[6] = s.cdw12 | ((uint64_t)s.cdw13 << 32);
-				wd[7] = s.cdw14 | ((uint64_t)s.cdw15 << 32);
-			} else {
 				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &s, c);
+			} else {
+				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], sqe, c);
 			}
 			if (cid)
 				*cid = c;
@@ -387,8 +429,6 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 			ret = -EBUSY;
 		}
 	}
-	if (w->coop && grant)
-		upcie_nvme_gqp_coop_store_(w, m, grant, wd);
 	w->sq_tail += grant;
 	if (w->sq_tail >= w->depth)
 		w->sq_tail -= w->depth;
