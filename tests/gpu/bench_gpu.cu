@@ -394,29 +394,41 @@ __global__ void pingpong_kernel(struct upcie_nvme_cqe *cq, uint32_t depth, volat
 	}
 }
 
-struct pp_cpu {
+/*
+ * A CPU thread consuming `iters` entries of a CQ in order: waits for each phase tag to turn (1 s
+ * limit), checks that dw0 carries the entry's number, then records the time (t non-NULL) and
+ * answers with the number + 1 (reply non-NULL). Entries not seen count as bad.
+ */
+struct cq_reader {
 	const struct upcie_nvme_cqe *cq;
 	uint32_t depth, iters;
 	volatile uint32_t *reply;
+	uint64_t *t;
 	unsigned long long bad;
 };
 
-static void *pp_cpu_thread(void *arg)
+static void *cq_reader_thread(void *arg)
 {
-	struct pp_cpu *p = (struct pp_cpu *)arg;
+	struct cq_reader *p = (struct cq_reader *)arg;
 	uint32_t phase = 1, slot = 0;
 
 	for (uint32_t i = 0; i < p->iters; i++) {
 		const volatile uint32_t *dw3 = &p->cq[slot].dw3;
 		uint64_t t0 = upcie_time_ns();
 
-		while (((*dw3 >> 16) & 1u) != phase)
-			if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
+		while (((*dw3 >> 16) & 1u) != phase) {
+			if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC) {
+				p->bad += p->iters - i;
 				return NULL;
+			}
+		}
+		if (p->t)
+			p->t[i] = upcie_time_ns();
 		upcie_dma_rmb();
 		if (p->cq[slot].dw0 != i)
 			p->bad++;
-		*p->reply = i + 1;
+		if (p->reply)
+			*p->reply = i + 1;
 		if (++slot == p->depth) {
 			slot = 0;
 			phase ^= 1;
@@ -454,7 +466,7 @@ static void pingpong(struct rig *r, struct mbufs *b, struct upcie_nvme_cqe *gpu_
 		     double *median)
 {
 	const uint32_t iters = PP_ITERS;
-	struct pp_cpu p;
+	struct cq_reader p;
 	pthread_t th;
 
 	*b->reply = 0;
@@ -464,7 +476,7 @@ static void pingpong(struct rig *r, struct mbufs *b, struct upcie_nvme_cqe *gpu_
 	p.depth = depth;
 	p.iters = iters;
 	p.reply = b->reply;
-	pthread_create(&th, NULL, pp_cpu_thread, &p);
+	pthread_create(&th, NULL, cq_reader_thread, &p);
 	pingpong_kernel<<<1, 1, 0, r->s_run>>>(gpu_cq, depth, b->reply_dev, iters, b->rt, b->to);
 	rig_sync(r->s_run, "bench kernel");
 	pthread_join(th, NULL);
@@ -628,41 +640,6 @@ __global__ void delta_kernel(struct upcie_nvme_cqe *direct, struct upcie_nvme_cq
 	}
 }
 
-struct delta_cpu {
-	const struct upcie_nvme_cqe *cq;
-	uint32_t depth, iters;
-	uint64_t *t;
-	unsigned long long bad;
-};
-
-static void *delta_cpu_thread(void *arg)
-{
-	struct delta_cpu *p = (struct delta_cpu *)arg;
-	uint32_t phase = 1, slot = 0;
-
-	for (uint32_t i = 0; i < p->iters; i++) {
-		const volatile uint32_t *dw3 = &p->cq[slot].dw3;
-		uint64_t t0 = upcie_time_ns(), now;
-
-		while (((*dw3 >> 16) & 1u) != phase) {
-			now = upcie_time_ns();
-			if (now - t0 > UPCIE_NSEC_PER_SEC) {
-				p->bad += p->iters - i;
-				return NULL;
-			}
-		}
-		p->t[i] = upcie_time_ns();
-		upcie_dma_rmb();
-		if (p->cq[slot].dw0 != i)
-			p->bad++;
-		if (++slot == p->depth) {
-			slot = 0;
-			phase ^= 1;
-		}
-	}
-	return NULL;
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -680,7 +657,7 @@ static void delta_row(const char *label, int64_t *d, uint32_t n)
 static void mirror_delta(struct rig *r, struct upcie_heap_buf *direct, uint32_t depth)
 {
 	struct upcie_nvme_cqmirror_cq m;
-	struct delta_cpu p[2];
+	struct cq_reader p[2];
 	pthread_t th[2];
 	int64_t *d[3];
 	uint32_t n[3] = { 0, 0, 0 };
@@ -696,7 +673,7 @@ static void mirror_delta(struct rig *r, struct upcie_heap_buf *direct, uint32_t 
 		p[k].depth = depth;
 		p[k].iters = DELTA_ITERS;
 		p[k].t = (uint64_t *)calloc(DELTA_ITERS, sizeof(uint64_t));
-		pthread_create(&th[k], NULL, delta_cpu_thread, &p[k]);
+		pthread_create(&th[k], NULL, cq_reader_thread, &p[k]);
 	}
 	delta_kernel<<<1, 1, 0, r->s_run>>>(
 	    (struct upcie_nvme_cqe *)upcie_gpu_cuda_host_devptr(&r->gpu, direct->vaddr),

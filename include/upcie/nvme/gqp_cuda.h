@@ -306,6 +306,44 @@ __device__ static inline int upcie_nvme_gqp_prp_check_(const struct upcie_nvme_g
 	return 0;
 }
 
+/* What the lanes of one enqueue call claim: a lane wants a slot when it brings a command whose
+ * data pointer can be built; slots and CIDs go by rank among those lanes, up to the room. */
+struct upcie_nvme_gqp_claim_ {
+	int ret;	/* per lane: 0, or -EINVAL from the data-pointer check */
+	bool want;	/* per lane */
+	uint32_t m;	/* lanes that want */
+	uint32_t rank;	/* per lane: rank among them */
+	uint32_t grant; /* how many get a slot */
+};
+
+__device__ static inline struct upcie_nvme_gqp_claim_
+upcie_nvme_gqp_claim_(const struct upcie_nvme_gqp_warp *w, const struct upcie_nvme_sqe *sqe,
+		      const struct upcie_gpu_xlate *x, const void *buf, uint32_t len)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	struct upcie_nvme_gqp_claim_ k;
+	uint32_t n, room;
+
+	k.ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
+	k.want = sqe && !k.ret;
+	k.m = __ballot_sync(UPCIE_NVME_GQP_FULL_, k.want);
+	n = __popc(k.m);
+	k.rank = __popc(k.m & lt);
+	room = upcie_nvme_gqp_room(w);
+	k.grant = n < room ? n : room;
+	return k;
+}
+
+/* Move the SQ tail past and take the CIDs of the `grant` commands just written. */
+__device__ static inline void upcie_nvme_gqp_advance_(struct upcie_nvme_gqp_warp *w, uint32_t grant)
+{
+	w->sq_tail += grant;
+	if (w->sq_tail >= w->depth)
+		w->sq_tail -= w->depth;
+	w->nfree -= grant;
+	__syncwarp();
+}
+
 /*
  * Warp-cooperative SQE stores: the `grant` commands of this round, held by the lanes of `m` in rank
  * order (lane words `wd`), written eight entries per store instruction, lane L storing 16-byte
@@ -352,17 +390,13 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 							  const void *buf, uint32_t len,
 							  uint16_t *cid)
 {
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
-	int ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
-	bool want = sqe && !ret;
-	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, want);
-	uint32_t n = __popc(m), rank = __popc(m & lt), room = upcie_nvme_gqp_room(w);
-	uint32_t grant = n < room ? n : room;
+	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, sqe, x, buf, len);
+	int ret = k.ret;
 	uint64_t wd[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 
-	if (want) {
-		if (rank < grant) {
-			uint16_t c = w->cid_free[w->nfree - 1 - rank];
+	if (k.want) {
+		if (k.rank < k.grant) {
+			uint16_t c = w->cid_free[w->nfree - 1 - k.rank];
 			struct upcie_nvme_sqe s = *sqe;
 
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
@@ -383,13 +417,9 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 			ret = -EBUSY;
 		}
 	}
-	if (grant)
-		upcie_nvme_gqp_coop_store_(w, m, grant, wd);
-	w->sq_tail += grant;
-	if (w->sq_tail >= w->depth)
-		w->sq_tail -= w->depth;
-	w->nfree -= grant;
-	__syncwarp();
+	if (k.grant)
+		upcie_nvme_gqp_coop_store_(w, k.m, k.grant, wd);
+	upcie_nvme_gqp_advance_(w, k.grant);
 	return ret;
 }
 
@@ -400,17 +430,13 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 {
 	if (w->coop) /* warp-uniform */
 		return upcie_nvme_gqp_enqueue_coop_(w, sqe, x, buf, len, cid);
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
-	int ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
-	bool want = sqe && !ret;
-	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, want);
-	uint32_t n = __popc(m), rank = __popc(m & lt), room = upcie_nvme_gqp_room(w);
-	uint32_t grant = n < room ? n : room;
+	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, sqe, x, buf, len);
+	int ret = k.ret;
 
-	if (want) {
-		if (rank < grant) {
-			uint16_t c = w->cid_free[w->nfree - 1 - rank];
-			uint32_t slot = w->sq_tail + rank;
+	if (k.want) {
+		if (k.rank < k.grant) {
+			uint16_t c = w->cid_free[w->nfree - 1 - k.rank];
+			uint32_t slot = w->sq_tail + k.rank;
 
 			if (slot >= w->depth)
 				slot -= w->depth;
@@ -429,11 +455,7 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 			ret = -EBUSY;
 		}
 	}
-	w->sq_tail += grant;
-	if (w->sq_tail >= w->depth)
-		w->sq_tail -= w->depth;
-	w->nfree -= grant;
-	__syncwarp();
+	upcie_nvme_gqp_advance_(w, k.grant);
 	return ret;
 }
 
