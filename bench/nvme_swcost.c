@@ -9,8 +9,13 @@
  *   nvme_swcost [--ios N] [--runs R] [--qd Q]...
  *     default: QD 1, 32, 128; N = 4,000,000 IOs per run; best of R = 5 runs.
  *   nvme_swcost --ios N --qd Q --once
- *     exactly N IOs at QD Q, no timing: for valgrind --tool=callgrind (driver functions are
- *     bench_submit, bench_reap, bench_cb; the responder is bench_respond).
+ *     exactly N IOs at QD Q, no timing: for valgrind --tool=callgrind. Everything but the
+ *     responder (bench_respond, inclusive) is the driver's cost: the I/O loop (run_ios), the
+ *     driver functions (bench_submit per command, bench_reap per round), the callback (bench_cb).
+ *
+ * Build options: -DBENCH_INLINE inlines bench_submit and bench_reap into the loop, as a real
+ * driver's loop inlines the header functions; -DBENCH_COPY builds the command on the stack and
+ * copies it (prp_build_buf + enqueue) instead of building it in the SQ slot (prp_mem + commit).
  */
 #include <upcie/nvme/cmd.h>
 #include <upcie/nvme/prp.h>
@@ -20,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* -DBENCH_INLINE folds the driver functions into the I/O loop, as a real driver's loop would
- * (callgrind then attributes them to run_ios: count program minus responder). */
+/* -DBENCH_INLINE folds the driver functions into the I/O loop (callgrind then attributes them to
+ * run_ios: count program minus responder). */
 #ifdef BENCH_INLINE
 #define BENCH_DRIVER_FN __attribute__((always_inline)) inline
 #else
@@ -63,9 +68,10 @@ struct bench {
 	struct responder rsp;
 	struct upcie_dmamem data;
 	struct upcie_nvme_dptr_cfg cfg;
+	struct upcie_nvme_prp_mem pm; /* data memory checked once against cfg */
 	uint64_t lut[4];
 	uint32_t sqdb, cqdb;
-	uint64_t done, next_buf;
+	uint64_t done; /* successful completions, counted by the callback */
 	void *sq, *cq;
 };
 
@@ -73,30 +79,46 @@ __attribute__((noinline)) static void bench_cb(void *ctx, const struct upcie_nvm
 {
 	struct bench *b = (struct bench *)ctx;
 
-	b->done += err == 0 && upcie_nvme_cqe_ok(cqe);
+	if (err == 0 && upcie_nvme_cqe_ok(cqe))
+		b->done++;
 }
 
-/* Driver side, part 1: build and enqueue `n` reads, ring once. */
-BENCH_DRIVER_FN static int bench_submit(struct bench *b, unsigned n)
+/* Report a failure of the I/O loop (out of line: the loop only branches here). Returns -1. */
+__attribute__((noinline, cold)) static int bench_fail(const char *what, uint64_t val)
 {
-	uint64_t seq = b->next_buf;
+	fprintf(stderr, "nvme_swcost: %s failed (%llu)\n", what, (unsigned long long)val);
+	return -1;
+}
 
-	for (unsigned i = 0; i < n; i++, seq++) {
-		struct upcie_nvme_sqe sqe;
+/*
+ * Driver side, part 1: build read number `seq` and enqueue it (no ring). By default the command
+ * is built in place in the SQ slot and committed, its PRP filled from a data memory checked once
+ * (upcie_nvme_prp_mem_build()). -DBENCH_COPY uses the copying path instead: build on the stack,
+ * upcie_nvme_prp_build_buf() (config checked per call), upcie_nvme_qpair_enqueue() (64-byte copy).
+ */
+BENCH_DRIVER_FN static int bench_submit(struct bench *b, uint64_t seq)
+{
+	/* LBA and buffer cycle through 128 slots: cache-resident, like a busy driver. */
+	uint64_t k = seq & (NBUF - 1);
+#ifdef BENCH_COPY
+	struct upcie_nvme_sqe sqe;
 
-		/* LBA and buffer cycle through 128 slots: cache-resident, like a busy driver. */
-		upcie_nvme_cmd_read(&sqe, 1, (seq & (NBUF - 1)) * 8, 8, 0);
-		if (upcie_nvme_prp_build_buf(&sqe, &b->data, (seq & (NBUF - 1)) * 4096, 4096,
-					     &b->cfg, NULL) ||
-		    upcie_nvme_qpair_enqueue(&b->qp, &sqe, bench_cb, b, NULL))
-			return -1;
-	}
-	b->next_buf = seq;
-	upcie_nvme_qpair_ring(&b->qp);
+	if (upcie_nvme_cmd_read(&sqe, 1, k * 8, 8, 0) ||
+	    upcie_nvme_prp_build_buf(&sqe, &b->data, k * 4096, 4096, &b->cfg, NULL) ||
+	    upcie_nvme_qpair_enqueue(&b->qp, &sqe, bench_cb, b, NULL))
+		return -1;
+#else
+	struct upcie_nvme_sqe *sqe = upcie_nvme_qpair_sqe_slot(&b->qp);
+
+	if (upcie_nvme_cmd_read(sqe, 1, k * 8, 8, 0) ||
+	    upcie_nvme_prp_mem_build(sqe, &b->pm, k * 4096, 4096, NULL) ||
+	    upcie_nvme_qpair_commit(&b->qp, bench_cb, b, NULL))
+		return -1;
+#endif
 	return 0;
 }
 
-/* Driver side, part 2: reap everything that is there (one CQ doorbell). */
+/* Driver side, part 2: reap everything that is there (callbacks included, one CQ doorbell). */
 BENCH_DRIVER_FN static int bench_reap(struct bench *b)
 {
 	return upcie_nvme_qpair_reap(&b->qp, DEPTH);
@@ -119,6 +141,8 @@ static int bench_init(struct bench *b)
 		return -1;
 	b->cfg.page_shift = 12;
 	b->cfg.max_bytes = 512 * 1024;
+	if (upcie_nvme_prp_mem_init(&b->pm, &b->data, &b->cfg))
+		return -1;
 	memset(&qc, 0, sizeof(qc));
 	qc.sq = b->sq;
 	qc.cq = b->cq;
@@ -143,30 +167,36 @@ static void bench_fini(struct bench *b)
 	free(b->cq);
 }
 
-/* Run `ios` reads at queue depth `qd`. Returns 0 when all completed successfully. */
+/*
+ * Run `ios` reads at queue depth `qd`: submit qd, then per round ring, let the responder answer,
+ * reap what it answered (every completion goes through bench_cb) and submit as many new reads as
+ * completed (fewer at the end, so that exactly `ios` are submitted). A round that reaps nothing
+ * ends the run: with this responder that happens exactly when nothing is outstanding any more.
+ * Returns 0 when all `ios` completed successfully.
+ */
 static int run_ios(struct bench *b, uint64_t ios, unsigned qd)
 {
-	uint64_t issued = 0;
+	/* Reads still to submit, counting down (the next one is number todo - 1); submit while
+	 * todo > stop. */
+	uint64_t todo = ios, stop = ios > qd ? ios - qd : 0;
 
-	if (bench_submit(b, qd))
-		return -1;
-	issued = qd;
-	while (b->done < ios) {
+	for (;;) {
 		int n;
 
+		if (todo > stop) {
+			if (bench_submit(b, --todo))
+				return bench_fail("build/enqueue", todo);
+			continue;
+		}
+		upcie_nvme_qpair_ring(&b->qp); /* one doorbell write for the batch */
 		bench_respond(&b->rsp);
 		n = bench_reap(b);
-		if (n < 0)
-			return -1;
-		if (issued < ios) {
-			unsigned more = (unsigned)n;
-
-			if (issued + more > ios)
-				more = (unsigned)(ios - issued);
-			if (more && bench_submit(b, more))
-				return -1;
-			issued += more;
+		if (n <= 0) {
+			if (n < 0)
+				return bench_fail("reap", (uint64_t)n);
+			break; /* nothing was outstanding */
 		}
+		stop = todo > (unsigned)n ? todo - (unsigned)n : 0;
 	}
 	return b->done == ios ? 0 : -1;
 }
@@ -179,7 +209,9 @@ static double responder_alone_ns(uint64_t ios, unsigned qd)
 	uint64_t t0, t1, n = 0;
 
 	bench_init(&b);
-	bench_submit(&b, DEPTH - 1);
+	for (unsigned i = 0; i < DEPTH - 1; i++)
+		bench_submit(&b, i);
+	upcie_nvme_qpair_ring(&b.qp);
 	b.sqdb = 0;
 	t0 = upcie_time_ns();
 	while (n < ios) {

@@ -427,6 +427,204 @@ static void test_errors(void)
 	env_fini(&e);
 }
 
+/* upcie_nvme_prp_mem_build() against upcie_nvme_prp_build_buf(): same results and errors. */
+static void test_prp_mem_random(unsigned iters)
+{
+	static const unsigned gshifts[] = { 12, 13, 16, 21 };
+	unsigned fail = 0, runs = 0, errs = 0, fast = 0, lists_used = 0;
+
+	for (unsigned cfgi = 0; cfgi < 10; cfgi++) {
+		struct env e;
+		bool arith = cfgi >= 8;
+		unsigned gshift = gshifts[cfgi % 4];
+
+		env_init(&e, gshift, arith, 0xabcdefull + cfgi * 31, cfgi & 1);
+		for (unsigned it = 0; it < iters; it++) {
+			const struct upcie_dmamem *m = &e.data[it & 1];
+			struct upcie_nvme_dptr_cfg cfg;
+			struct upcie_nvme_prp_mem pm;
+			struct upcie_nvme_lists lists;
+			struct upcie_nvme_dseg seg;
+			struct upcie_nvme_sqe a, b, before;
+			unsigned shift;
+			uint64_t page, off, len;
+			int ra, rb;
+
+			shift = (unsigned)nvme_model_rng_range(&e.rng, 12, arith ? 16 : gshift);
+			if (shift > 16)
+				shift = 16;
+			page = UINT64_C(1) << shift;
+			memset(&cfg, 0, sizeof(cfg));
+			cfg.page_shift = shift;
+			cfg.max_bytes = nvme_model_rng_range(&e.rng, 0, 3)
+					    ? UINT64_MAX
+					    : page * nvme_model_rng_range(&e.rng, 1, 3);
+			off = pick_off(&e, m, nvme_model_rng_range(&e.rng, 0, 1) ? page : 4,
+				       m->size - 8 * page);
+			len = nvme_model_rng_range(&e.rng, 1, 4 * page);
+			switch (nvme_model_rng_range(&e.rng, 0, 15)) {
+			case 0:
+				len = 0;
+				break;
+			case 1:
+				off |= 1; /* not dword aligned */
+				break;
+			case 2:
+				off = m->size - nvme_model_rng_range(&e.rng, 0, 3);
+				break;
+			case 3:
+				off = m->size - len + nvme_model_rng_range(&e.rng, 1, 3);
+				break;
+			case 4:
+				/* dword aligned, so only the range check can refuse it */
+				off = (UINT64_MAX - nvme_model_rng_range(&e.rng, 0, 3 * page)) &
+				      ~3ull;
+				break;
+			case 5:
+				len = UINT64_MAX - nvme_model_rng_range(&e.rng, 0, 3);
+				break;
+			default:
+				break;
+			}
+			lists.mem = &e.lmem;
+			lists.off = 0;
+			lists.npages = (uint32_t)nvme_model_rng_range(&e.rng, 0, 2);
+			if (upcie_nvme_prp_mem_init(&pm, m, &cfg) != 0) {
+				fail++;
+				continue;
+			}
+			memset(&before, 0x5a, sizeof(before));
+			a = before;
+			b = before;
+			ra = upcie_nvme_prp_build_buf(&a, m, off, len, &cfg, &lists);
+			rb = upcie_nvme_prp_mem_build(&b, &pm, off, len, &lists);
+			runs++;
+			if (ra != rb) {
+				printf("# it %u cfg %u: off %llu len %llu: ret %d, build_buf %d\n",
+				       it, cfgi, (unsigned long long)off, (unsigned long long)len,
+				       rb, ra);
+				fail++;
+				continue;
+			}
+			if (rb < 0) {
+				errs++;
+				fail += memcmp(&b, &before, sizeof(b)) != 0;
+				continue;
+			}
+			lists_used += rb > 0;
+			fast += rb == 0;
+			seg.mem = m;
+			seg.off = off;
+			seg.len = len;
+			/* Same pointers; flags stored whole (PSDT PRP, FUSE 0); nothing else touched. */
+			if (a.prp1 != b.prp1 || a.prp2 != b.prp2 || b.flags != 0 ||
+			    !verify(&e, &b, &seg, 1, shift) || b.opc != 0x5a || b.cid != 0x5a5a ||
+			    b.nsid != before.nsid || b.mptr != before.mptr ||
+			    b.cdw10 != before.cdw10 || b.cdw15 != before.cdw15) {
+				printf("# it %u cfg %u: command differs\n", it, cfgi);
+				fail++;
+			}
+		}
+		env_fini(&e);
+	}
+	CHECK_EQ(fail, 0, "%u transfers: prp_mem_build matches prp_build_buf (%u errors)", runs,
+		 errs);
+	CHECK(errs > runs / 10 && fast > runs / 10 && lists_used > 0,
+	      "errors (%u), one/two-page (%u) and list (%u) transfers exercised", errs, fast,
+	      lists_used);
+}
+
+static void test_prp_mem_errors(void)
+{
+	struct env e;
+	struct upcie_nvme_dptr_cfg cfg = { 16384, 12, false };
+	struct upcie_nvme_prp_mem pm;
+	struct upcie_nvme_sqe sqe, before;
+	struct upcie_dmamem small_lut, arith;
+	uint64_t lut[4] = { 0x10000, 0x20000, 0x30000, 0x40000 };
+	const struct upcie_dmamem *m;
+
+	env_init(&e, 12, false, 11, false);
+	m = &e.data[0];
+	memset(&before, 0x5a, sizeof(before));
+#define BUILD_FAILS(pmp, off, len, want, what)                                                     \
+	do {                                                                                       \
+		sqe = before;                                                                      \
+		CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, (pmp), (off), (len), NULL), (want), what); \
+		CHECK(!memcmp(&sqe, &before, sizeof(sqe)), what ": command untouched");            \
+	} while (0)
+
+	CHECK_EQ(upcie_nvme_prp_mem_init(NULL, m, &cfg), -EINVAL, "init: no binding");
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, m, NULL), -EINVAL, "init: no config");
+	BUILD_FAILS(&pm, 0, 4096, -EINVAL, "after init without config");
+	cfg.page_shift = 11;
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, m, &cfg), -EINVAL, "init: page shift 11");
+	BUILD_FAILS(&pm, 0, 4096, -EINVAL, "after init with page shift 11");
+	cfg.page_shift = 28;
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, m, &cfg), -EINVAL, "init: page shift 28");
+	cfg.page_shift = 12;
+	cfg.max_bytes = 0;
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, m, &cfg), -EINVAL, "init: max_bytes 0");
+	BUILD_FAILS(&pm, 0, 4096, -EINVAL, "after init with max_bytes 0");
+	cfg.max_bytes = 16384;
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, NULL, &cfg), -EINVAL, "init: no memory");
+	BUILD_FAILS(&pm, 0, 4096, -EINVAL, "after init without memory");
+	upcie_dmamem_init_lut(&small_lut, FAKE_VADDR, 4 * 4096, 12, lut, false);
+	cfg.page_shift = 13;
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, &small_lut, &cfg), -EINVAL,
+		 "init: granule below page size");
+	BUILD_FAILS(&pm, 0, 512, -EINVAL, "after init with granule below page size");
+	cfg.page_shift = 12;
+	BUILD_FAILS(NULL, 0, 4096, -EINVAL, "no binding");
+
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, m, &cfg), 0, "init");
+	BUILD_FAILS(&pm, 0, 0, -EINVAL, "empty");
+	BUILD_FAILS(&pm, 0, 16385, -EINVAL, "above max_bytes");
+	BUILD_FAILS(&pm, 2, 4096, -EINVAL, "not dword aligned");
+	BUILD_FAILS(&pm, m->size, 4, -EINVAL, "offset at the end");
+	BUILD_FAILS(&pm, m->size - 4, 8, -EINVAL, "running past the end");
+	BUILD_FAILS(&pm, UINT64_MAX - 3, 4, -EINVAL, "offset + length wraps to 0");
+	BUILD_FAILS(&pm, UINT64_MAX - 4095, 8192, -EINVAL, "offset + length wraps past 0");
+	BUILD_FAILS(&pm, UINT64_MAX, 1, -EINVAL, "offset UINT64_MAX");
+	BUILD_FAILS(&pm, 0, 3 * 4096, -ENOSPC, "three pages, no list");
+	sqe = before;
+	sqe.flags = 0xff;
+	CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, &pm, 16384, 16384, NULL), -ENOSPC,
+		 "exactly max_bytes passes the checks (needs a list)");
+	CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, &pm, m->size - 4096, 4096, NULL), 0, "last page");
+	CHECK(sqe.flags == 0 && sqe.prp1 == ref_iova(m, m->size - 4096) && sqe.prp2 == 0,
+	      "PRP1 translated, PRP2 0, flags byte stored whole (PSDT PRP, FUSE 0)");
+	CHECK(sqe.opc == 0x5a && sqe.cid == 0x5a5a && sqe.cdw10 == before.cdw10,
+	      "rest of the command untouched");
+	CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, &pm, 4096 + 2048, 4096, NULL), 0, "two pages");
+	CHECK(sqe.prp1 == ref_iova(m, 4096 + 2048) && sqe.prp2 == ref_iova(m, 8192),
+	      "PRP2: the second page");
+
+	/* Arithmetic memory at an unaligned base: lut = &iova, shift 63. */
+	upcie_dmamem_init_arith(&arith, FAKE_VADDR, (size_t)1 << 30, UINT64_C(0x123400000804));
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, &arith, &cfg), 0, "init, arithmetic memory");
+	CHECK(pm.gshift == 63 && pm.lut == &arith.iova, "one 2^63-byte granule at mem->iova");
+	CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, &pm, (1 << 30) - 8192, 4096, NULL), 0,
+		 "crossing a page");
+	CHECK(sqe.prp1 == UINT64_C(0x123400000804) + (1 << 30) - 8192 &&
+		  sqe.prp2 == ((sqe.prp1 + 4096) & ~UINT64_C(4095)),
+	      "PRP1 = iova + off, PRP2 the next page boundary");
+	BUILD_FAILS(&pm, (1 << 30) - 4096, 4096 + 4, -EINVAL, "past the end of arithmetic memory");
+	upcie_dmamem_destroy(&arith);
+	/* Beyond 2^63 bytes the one-granule trick does not hold: general path, still right. */
+	upcie_dmamem_init_arith(&arith, NULL, ((size_t)1 << 63) + (1 << 20), 0x1000);
+	CHECK_EQ(upcie_nvme_prp_mem_init(&pm, &arith, &cfg), 0, "init, memory above 2^63 bytes");
+	CHECK_EQ(pm.lim, 0, "no fast path there");
+	CHECK_EQ(upcie_nvme_prp_mem_build(&sqe, &pm, (UINT64_C(1) << 63) + 4096, 4096, NULL), 0,
+		 "build at offset 2^63 + 4096");
+	CHECK(sqe.prp1 == 0x1000 + (UINT64_C(1) << 63) + 4096 && sqe.prp2 == 0,
+	      "PRP1 = iova + off above 2^63");
+#undef BUILD_FAILS
+	upcie_dmamem_destroy(&arith);
+	upcie_dmamem_destroy(&small_lut);
+	env_fini(&e);
+}
+
 static void test_split(void)
 {
 	struct env e;
@@ -490,6 +688,8 @@ int main(int argc, char **argv)
 	test_random(iters);
 	test_chaining();
 	test_errors();
+	test_prp_mem_random(iters);
+	test_prp_mem_errors();
 	test_split();
 	return check_done();
 }

@@ -99,6 +99,24 @@ static int submit_echo(struct rig *r, struct rec *rc, uint32_t tag)
 	return err;
 }
 
+/* As submit_echo(), built in place in the SQ slot and committed. */
+static int commit_echo(struct rig *r, struct rec *rc, uint32_t tag)
+{
+	struct upcie_nvme_sqe *sqe = upcie_nvme_qpair_sqe_slot(&r->qp);
+	int err;
+
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opc = NVME_MODEL_OPC_ECHO;
+	sqe->nsid = 1;
+	sqe->cdw2 = tag;
+	rc->tag = tag;
+	rc->calls = 0;
+	err = upcie_nvme_qpair_commit(&r->qp, rec_cb, rc, &rc->cid);
+	if (!err)
+		n_submitted++;
+	return err;
+}
+
 static void test_wrap(void)
 {
 	static const uint32_t depths[] = { 2, 3, 64, 1024 };
@@ -409,6 +427,189 @@ static void test_unknown_cid(void)
 	rig_fini(&r);
 }
 
+/* Building in the SQ slot: upcie_nvme_qpair_sqe_slot() + upcie_nvme_qpair_commit(). */
+static void test_commit(void)
+{
+	static const uint32_t depths[] = { 2, 3, 64 };
+	struct rig r;
+	struct rec recs[8];
+	uint8_t pattern[64], now[64];
+	struct upcie_nvme_sqe *slot;
+	uint16_t tail, nfree, cid = 0xffff;
+
+	/* Commit writes the CID (bytes 2-3) and nothing else, takes a CID, steps the tail. */
+	rig_init(&r, 8, 8, 0);
+	slot = upcie_nvme_qpair_sqe_slot(&r.qp);
+	CHECK(slot == (struct upcie_nvme_sqe *)r.sq + r.qp.sq_tail,
+	      "slot: the SQ entry at the tail");
+	memset(pattern, 0xa5, sizeof(pattern));
+	memcpy(slot, pattern, sizeof(pattern));
+	CHECK_EQ(upcie_nvme_qpair_commit(&r.qp, NULL, NULL, &cid), 0, "commit");
+	memcpy(now, slot, sizeof(now));
+	CHECK(cid < 7 && now[2] == (cid & 0xff) && now[3] == (cid >> 8) &&
+		  !memcmp(now, pattern, 2) && !memcmp(now + 4, pattern + 4, 60),
+	      "commit stored CID %u into the slot, no other byte", cid);
+	CHECK(r.qp.sq_tail == 1 && r.qp.nfree == 6 && upcie_nvme_qpair_inflight(&r.qp) == 1,
+	      "tail stepped, one CID taken");
+	CHECK(upcie_nvme_qpair_sqe_slot(&r.qp) == slot + 1, "next slot");
+	rig_fini(&r); /* never rung: the 0xa5 command never reaches the model */
+
+	/* Full: -EBUSY, nothing changed, the slot still writable. */
+	rig_init(&r, 4, 16, 0);
+	r.m.fetch_stall = true;
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(commit_echo(&r, &recs[i], 100u + (uint32_t)i), 0, "commit into SQ slot %d",
+			 i);
+	tail = r.qp.sq_tail;
+	nfree = r.qp.nfree;
+	slot = upcie_nvme_qpair_sqe_slot(&r.qp);
+	memset(slot, 0xa5, sizeof(*slot));
+	memcpy(pattern, slot, sizeof(pattern));
+	CHECK_EQ(upcie_nvme_qpair_commit(&r.qp, rec_cb, &recs[3], NULL), -EBUSY, "SQ full: -EBUSY");
+	CHECK(r.qp.sq_tail == tail && r.qp.nfree == nfree && !memcmp(slot, pattern, 64),
+	      "refused commit changed nothing, not even the slot");
+	upcie_nvme_qpair_ring(&r.qp);
+	r.m.fetch_stall = false;
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), 3, "the committed commands complete");
+	CHECK(recs[0].calls == 1 && recs[0].dw0 == 100 && recs[2].calls == 1 && recs[2].dw0 == 102,
+	      "with their own tags (built in the slot while the next slot was scribbled on)");
+	rig_fini(&r);
+	rig_init(&r, 64, 4, 0);
+	for (int i = 0; i < 3; i++)
+		commit_echo(&r, &recs[i], (uint32_t)i);
+	CHECK_EQ(commit_echo(&r, &recs[3], 3), -EBUSY, "all CIDs in use: -EBUSY");
+	CHECK_EQ(r.qp.sq_tail, 3, "refused commit left the tail");
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), 3, "three completions");
+	rig_fini(&r);
+
+	/* Enqueue and commit mixed, many wraps, in and out of order. */
+	for (size_t d = 0; d < UPCIE_ARRAY_SIZE(depths); d++) {
+		for (int ooo = 0; ooo < 2; ooo++) {
+			uint32_t depth = depths[d], total = 3000, next = 0;
+			struct rec *rs = (struct rec *)calloc(total, sizeof(*rs));
+			struct nvme_model_rng rng = { 0xc0117 + d * 2 + (uint64_t)ooo };
+			uint64_t cb0 = n_callbacks;
+			int bad = 0;
+
+			rig_init(&r, depth, depth, 0);
+			r.m.ooo = ooo;
+			while (next < total || upcie_nvme_qpair_inflight(&r.qp)) {
+				uint32_t batch = (uint32_t)nvme_model_rng_range(&rng, 1, depth);
+
+				for (uint32_t i = 0; i < batch && next < total; i++) {
+					int err = nvme_model_rng_next(&rng) & 1
+						      ? commit_echo(&r, &rs[next], next)
+						      : submit_echo(&r, &rs[next], next);
+
+					if (err)
+						break;
+					next++;
+				}
+				upcie_nvme_qpair_ring(&r.qp);
+				nvme_model_step(&r.m);
+				if (upcie_nvme_qpair_reap(&r.qp, depth) < 0)
+					bad++;
+			}
+			for (uint32_t i = 0; i < total; i++)
+				bad += rs[i].calls != 1 || rs[i].err || rs[i].dw0 != i;
+			CHECK(bad == 0 && n_callbacks - cb0 == total,
+			      "depth %u%s: %u commands by enqueue and commit, each completed once",
+			      depth, ooo ? " out of order" : "", total);
+			rig_fini(&r);
+			free(rs);
+		}
+	}
+}
+
+static struct rig *chain_rig;
+static struct rec chain_recs[2];
+
+/* Callback that commits and rings a follow-up command from inside reap. */
+static void chain_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	rec_cb(ctx, cqe, err);
+	if (ctx == &chain_recs[0] && commit_echo(chain_rig, &chain_recs[1], 2) == 0)
+		upcie_nvme_qpair_ring(&chain_rig->qp);
+}
+
+/*
+ * Reap stops without polling the next entry when nothing is outstanding: the same results as
+ * polling it (a bad entry after good ones ends the batch anyway), and never while a cancelled
+ * command's late completion or a command enqueued by a callback may still come.
+ */
+static void test_reap_stop(void)
+{
+	struct rig r;
+	struct rec a, b;
+	struct upcie_nvme_sqe sqe;
+
+	rig_init(&r, 16, 16, 0);
+	submit_echo(&r, &a, 1);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	nvme_model_post_raw(&r.m, 9, 0, false); /* never submitted */
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), 1, "last outstanding command completes");
+	CHECK_EQ(r.qp.nbad, 0, "the bad entry behind it is not consumed");
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), -EPROTO, "the next call reports it");
+	CHECK_EQ(r.qp.nbad, 1, "counted once");
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), 0, "then nothing");
+
+	/* A command without callback counts as completed and ends outstanding work too. */
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = NVME_MODEL_OPC_ECHO;
+	CHECK_EQ(upcie_nvme_qpair_enqueue(&r.qp, &sqe, NULL, NULL, NULL), 0, "no-callback command");
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 16), 1, "no-callback completion counted");
+	CHECK_EQ(r.qp.nfree, 15, "its CID freed");
+	rig_fini(&r);
+
+	/* A completes, B was cancelled and completes late, behind A: both go in one call. */
+	rig_init(&r, 8, 8, 0);
+	r.m.inject = inject_drop_or_delay;
+	submit_echo(&r, &a, 1);
+	submit_echo(&r, &b, 777); /* delayed 1000 steps */
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_cancel(&r.qp, b.cid), 0, "cancel B");
+	for (int i = 0; i < 1001; i++)
+		nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 8), 1, "A completes");
+	CHECK(r.qp.nlate == 1 && r.qp.ncancelled == 0 && r.qp.nfree == 7 && a.calls == 1 &&
+		  b.calls == 1,
+	      "B's late completion consumed in the same call (its CID was still taken)");
+	rig_fini(&r);
+
+	/* A callback commits and rings C: reap goes on polling for it. */
+	rig_init(&r, 8, 8, 0);
+	chain_rig = &r;
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = NVME_MODEL_OPC_ECHO;
+	sqe.cdw2 = 1;
+	chain_recs[0].tag = 1;
+	chain_recs[0].calls = 0;
+	CHECK_EQ(
+	    upcie_nvme_qpair_enqueue(&r.qp, &sqe, chain_cb, &chain_recs[0], &chain_recs[0].cid), 0,
+	    "enqueue A");
+	n_submitted++;
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	/* Post C's completion as soon as it is rung: the model runs in its own thread. */
+	nvme_model_start(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 8), 1, "A completes, its callback submits C");
+	CHECK_EQ(upcie_nvme_qpair_wait(&r.qp, chain_recs[1].cid, UPCIE_NSEC_PER_SEC), 0,
+		 "C completes");
+	nvme_model_stop(&r.m);
+	CHECK(chain_recs[0].calls == 1 && chain_recs[1].calls == 1 && chain_recs[1].dw0 == 2,
+	      "both once, C with its tag");
+	CHECK_EQ(r.qp.nfree, 7, "all CIDs free");
+	rig_fini(&r);
+}
+
 /* Data end to end: writes through PRPs (split by MDTS), reads back through SGLs and PRPs. */
 static void test_data(void)
 {
@@ -634,6 +835,8 @@ int main(void)
 	test_error_status();
 	test_timeout_cancel();
 	test_unknown_cid();
+	test_commit();
+	test_reap_stop();
 	test_data();
 	test_threaded();
 	test_fini_and_config();

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <upcie/base/bits.h>
 #include <upcie/base/compiler.h>
@@ -186,6 +187,143 @@ static inline int upcie_nvme_prp_build_buf(struct upcie_nvme_sqe *sqe,
 	seg.off = off;
 	seg.len = len;
 	return upcie_nvme_prp_build(sqe, &seg, 1, cfg, lists);
+}
+
+/*
+ * A data memory checked once against a controller's data pointer config, for the PRP hot path.
+ * upcie_nvme_prp_build_buf() re-checks the config and the memory's LUT granule on every call;
+ * upcie_nvme_prp_mem_init() does that once and keeps what the fast path needs, so
+ * upcie_nvme_prp_mem_build() only checks the arguments of each transfer. `mem` is kept by
+ * reference and must outlive this object (a dmamem is immutable after construction, so what
+ * init derived from it stays true); the config is copied. Fill with upcie_nvme_prp_mem_init()
+ * and do not change the fields.
+ */
+struct upcie_nvme_prp_mem {
+	const uint64_t *lut; /* translation: lut[off >> gshift] + (off & gmask) */
+	uint64_t gmask;	     /* (1 << gshift) - 1 */
+	unsigned gshift;     /* LUT granule shift; 63 for arithmetic memory (lut: &mem->iova) */
+	unsigned page_shift; /* cfg.page_shift */
+	uint64_t pmask;	     /* page - 1 */
+	uint64_t pmask2;     /* 2 * page - 1 */
+	uint64_t lim;  /* min(cfg.max_bytes, mem->size); 0: every call takes the general path */
+	uint64_t size; /* mem->size */
+	const struct upcie_dmamem *mem;
+	struct upcie_nvme_dptr_cfg cfg; /* copy, for the general path and its messages */
+};
+
+/* Store PRP1, PRP2 and the whole flags byte (PSDT = PRP, FUSE = 0); nothing is read. */
+static inline void upcie_nvme_prp_set_(struct upcie_nvme_sqe *sqe, uint64_t prp1, uint64_t prp2)
+{
+	sqe->prp1 = prp1;
+	sqe->prp2 = prp2;
+	sqe->flags = 0;
+}
+
+/*
+ * Check `cfg` (as upcie_nvme_prp_build() does) and `mem` against it (present, LUT granule at
+ * least one page) once, for upcie_nvme_prp_mem_build(). Returns 0, or -EINVAL (bad config, no
+ * memory, LUT granule below the page size). A failed init still leaves `pm` safe to build with:
+ * every build then takes the general path, which fails with upcie_nvme_prp_build()'s error.
+ */
+static inline int upcie_nvme_prp_mem_init(struct upcie_nvme_prp_mem *pm,
+					  const struct upcie_dmamem *mem,
+					  const struct upcie_nvme_dptr_cfg *cfg)
+{
+	int err;
+
+	if (!pm)
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: no memory binding");
+	memset(pm, 0, sizeof(*pm));
+	pm->mem = mem;
+	if (cfg)
+		pm->cfg = *cfg;
+	err = upcie_nvme_dptr_cfg_check_(cfg);
+	if (err)
+		return err;
+	if (!mem)
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: no memory");
+	if (mem->lut && mem->granule_shift < cfg->page_shift)
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: memory granule 2^%u below page 2^%u",
+				  mem->granule_shift, cfg->page_shift);
+	if (mem->lut) {
+		pm->lut = mem->lut;
+		pm->gshift = mem->granule_shift;
+	} else {
+		/* One "granule" of 2^63 bytes whose address is mem->iova: lut[0] + off. */
+		pm->lut = &mem->iova;
+		pm->gshift = 63;
+	}
+	pm->gmask = (UINT64_C(1) << pm->gshift) - 1;
+	pm->page_shift = cfg->page_shift;
+	pm->pmask = (UINT64_C(1) << cfg->page_shift) - 1;
+	pm->pmask2 = 2 * pm->pmask + 1;
+	pm->size = mem->size;
+	/*
+	 * Memory above 2^63 bytes (none exists) keeps lim 0, so in the fast path off < 2^63 (the
+	 * arithmetic "granule" shift by 63 gives index 0) and in + len < 2^63 + page cannot wrap.
+	 */
+	if (mem->size && mem->size <= UINT64_C(1) << 63)
+		pm->lim = cfg->max_bytes < mem->size ? cfg->max_bytes : mem->size;
+	return 0;
+}
+
+/*
+ * As upcie_nvme_prp_build_buf() for `len` bytes at `off` in the memory of `pm`, with the config
+ * given to upcie_nvme_prp_mem_init(): same checks, errors, messages and data pointer. One
+ * difference: the command is only written, never read (so it can be built in an SQ slot in
+ * controller memory, see upcie_nvme_qpair_sqe_slot()): PRP1, PRP2 and the whole flags byte are
+ * stored, PSDT = PRP and FUSE = 0 (set FUSE afterwards for a fused command). A transfer of one or
+ * two pages costs two compares for the arguments, one translation per page and no list.
+ */
+static inline int upcie_nvme_prp_mem_build(struct upcie_nvme_sqe *sqe,
+					   const struct upcie_nvme_prp_mem *pm, uint64_t off,
+					   uint64_t len, const struct upcie_nvme_lists *lists)
+{
+	struct upcie_nvme_sqe tmp;
+	struct upcie_nvme_dseg seg;
+	int ret;
+
+	/*
+	 * The checks of upcie_nvme_prp_build_buf() that depend on the call:
+	 *   1 <= len <= cfg.max_bytes, off < mem->size, len <= mem->size - off.
+	 * len - 1 < lim (lim = min(max_bytes, size), see init) gives 1 <= len <= max_bytes and
+	 * len <= size, so size - len does not wrap; then off <= size - len is off + len <= size,
+	 * which with len >= 1 is exactly the two range checks. Config and granule were checked
+	 * by init (lim stays 0 when they failed, sending every call to the general path).
+	 */
+	if (UPCIE_LIKELY(sqe && pm && len - 1 < pm->lim && off <= pm->size - len)) {
+		uint64_t a = pm->lut[off >> pm->gshift] + (off & pm->gmask);
+		uint64_t pmask = pm->pmask;
+		uint64_t in = a & pmask;      /* start within its page */
+		uint64_t last = in + len - 1; /* last byte, from that page's start */
+
+		/* Dword-aligned start, at most two pages: PRP1 and PRP2 in the command. */
+		if (UPCIE_LIKELY(!(a & 3))) {
+			if (UPCIE_LIKELY(last <= pmask)) {
+				upcie_nvme_prp_set_(sqe, a, 0);
+				return 0;
+			}
+			if (last <= pm->pmask2) {
+				uint64_t o2 = off + (pmask + 1) - in; /* second page */
+
+				upcie_nvme_prp_set_(sqe, a,
+						    pm->lut[o2 >> pm->gshift] + (o2 & pm->gmask));
+				return 0;
+			}
+		}
+	}
+	/* Longer transfers, and every error with its message, take the general path. */
+	if (!pm)
+		return UPCIE_FAIL(-EINVAL, "nvme: PRP: no memory binding");
+	seg.mem = pm->mem;
+	seg.off = off;
+	seg.len = len;
+	/* Built aside and stored, so the command is not read here either. */
+	memset(&tmp, 0, sizeof(tmp));
+	ret = upcie_nvme_prp_build(sqe ? &tmp : NULL, &seg, 1, &pm->cfg, lists);
+	if (ret >= 0)
+		upcie_nvme_prp_set_(sqe, tmp.prp1, tmp.prp2);
+	return ret;
 }
 
 /* List pages a transfer of `nprp` PRP entries needs with pages of 2^page_shift bytes. */

@@ -2,11 +2,12 @@
 /*
  * NVMe queue pair: the submission/completion protocol for one SQ and its CQ.
  *
- * Commands are copied into the SQ ring (enqueue), published with one doorbell write per batch
- * (ring), and completed by polling phase tags (reap), which writes the CQ head doorbell once
- * per call. Completions are matched by command identifier, not by slot, so a controller may
- * complete in any order. Each command carries a callback and a context; every command that
- * enqueue accepted ends in exactly one callback: from reap (err 0, the controller's status in
+ * Commands are copied into the SQ ring (enqueue) or built in place there and committed (no
+ * copy: upcie_nvme_qpair_sqe_slot()), published with one doorbell write per batch (ring), and
+ * completed by polling phase tags (reap), which writes the CQ head doorbell once per call.
+ * Completions are matched by command identifier, not by slot, so a controller may complete in
+ * any order. Each command carries a callback and a context; every command that enqueue or
+ * commit accepted ends in exactly one callback: from reap (err 0, the controller's status in
  * the CQE) or from cancel (err -ECANCELED, a synthesized "Command Abort Requested" CQE).
  *
  * Flow control: a command is refused with -EBUSY when all CIDs are in use or the SQ ring is
@@ -42,9 +43,11 @@
 #include <upcie/nvme/spec.h>
 
 /*
- * Completion callback. `cqe` is a copy of the completion entry (valid during the call only).
- * err is 0 when the controller completed the command (check upcie_nvme_cqe_ok(cqe)), or
- * -ECANCELED when upcie_nvme_qpair_cancel() or upcie_nvme_qpair_fini() ended it.
+ * Completion callback. `cqe` is the completion entry, valid during the call only (on the host
+ * it points into the CQ ring, which the controller does not reuse before reap has returned; in
+ * device code, and for cancel, it is a copy). err is 0 when the controller completed the command
+ * (check upcie_nvme_cqe_ok(cqe)), or -ECANCELED when upcie_nvme_qpair_cancel() or
+ * upcie_nvme_qpair_fini() ended it.
  */
 typedef void (*upcie_nvme_cpl_fn)(void *ctx, const struct upcie_nvme_cqe *cqe, int err);
 
@@ -180,6 +183,20 @@ UPCIE_HD static inline int upcie_nvme_qpair_next_cid(const struct upcie_nvme_qpa
 	return 0;
 }
 
+/* Give the command going into the next SQ slot a CID with callback cb and context ctx. */
+UPCIE_HD static inline uint16_t upcie_nvme_qpair_take_(struct upcie_nvme_qpair *qp,
+						       upcie_nvme_cpl_fn cb, void *ctx)
+{
+	uint32_t top = qp->nfree - 1u; /* the caller checked nfree >= 1 */
+	uint16_t c = qp->cid_free[top];
+	struct upcie_nvme_cid_slot *slot = &qp->slots[c];
+
+	qp->nfree = (uint16_t)top;
+	slot->cb = cb ? cb : UPCIE_NVME_CID_NOCB_;
+	slot->ctx = ctx;
+	return c;
+}
+
 /*
  * Copy `sqe` into the next SQ slot with a fresh CID (written into the slot, not into `sqe`),
  * to complete through cb(ctx, ...) (cb may be NULL: the completion is then only consumed).
@@ -191,20 +208,64 @@ UPCIE_HD static inline int upcie_nvme_qpair_enqueue(struct upcie_nvme_qpair *qp,
 						    const struct upcie_nvme_sqe *sqe,
 						    upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
 {
-	uint16_t tail = qp->sq_tail;
-	uint16_t next = tail == qp->sq_last ? 0 : (uint16_t)(tail + 1);
-	struct upcie_nvme_cid_slot *slot;
-	uint16_t c;
+	uint16_t tail = qp->sq_tail, next = (uint16_t)(tail + 1), c;
 
+	if (UPCIE_UNLIKELY(tail == qp->sq_last))
+		next = 0;
 	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
 		return -EBUSY;
 	if (UPCIE_UNLIKELY(!sqe))
 		return -EINVAL;
-	c = qp->cid_free[--qp->nfree];
-	slot = &qp->slots[c];
-	slot->cb = cb ? cb : UPCIE_NVME_CID_NOCB_;
-	slot->ctx = ctx;
+	c = upcie_nvme_qpair_take_(qp, cb, ctx);
 	upcie_nvme_port_sqe_store(&qp->sq[tail], sqe, c);
+	qp->sq_tail = next;
+	if (cid)
+		*cid = c;
+	return 0;
+}
+
+/*
+ * Building a command in place, without the copy of upcie_nvme_qpair_enqueue(): write the
+ * command into the slot upcie_nvme_qpair_sqe_slot() returns, then upcie_nvme_qpair_commit()
+ * enqueues it as it stands there. The slot is the one after the last enqueued command: the
+ * controller does not own it before a ring publishes it, so it may be written at any time, also
+ * when the queue pair is full (commit then fails with -EBUSY and the next command simply
+ * overwrites the slot). The pointer is valid until the next enqueue, commit or reap (a reap's
+ * callbacks may enqueue). An SQ in controller memory is write-combining MMIO: fill the slot with
+ * stores only and never read it back. The cmd.h builders and upcie_nvme_prp_mem_build() only
+ * store; other data pointer builders read the flags byte back (use them on a command built
+ * elsewhere, with enqueue).
+ *
+ *	struct upcie_nvme_sqe *sqe = upcie_nvme_qpair_sqe_slot(qp);
+ *
+ *	if (upcie_nvme_cmd_read(sqe, nsid, slba, nlb, 0) ||
+ *	    upcie_nvme_prp_mem_build(sqe, &pm, off, len, NULL) ||
+ *	    upcie_nvme_qpair_commit(qp, cb, ctx, NULL))
+ *		// not enqueued: nothing to undo
+ */
+UPCIE_HD static inline struct upcie_nvme_sqe *
+upcie_nvme_qpair_sqe_slot(const struct upcie_nvme_qpair *qp)
+{
+	return &qp->sq[qp->sq_tail];
+}
+
+/*
+ * Enqueue the command written into upcie_nvme_qpair_sqe_slot(): as upcie_nvme_qpair_enqueue()
+ * (a fresh CID, stored into the slot's CID field with one 16-bit store; the rest of the slot is
+ * neither read nor written). Returns 0 (the CID in *cid when cid is not NULL), or -EBUSY when
+ * the queue pair is full (nothing enqueued).
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_commit(struct upcie_nvme_qpair *qp,
+						   upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
+{
+	uint16_t tail = qp->sq_tail, next = (uint16_t)(tail + 1), c;
+
+	if (UPCIE_UNLIKELY(tail == qp->sq_last))
+		next = 0;
+	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
+		return -EBUSY;
+	c = upcie_nvme_qpair_take_(qp, cb, ctx);
+	qp->sq[tail].cid = c;
 	qp->sq_tail = next;
 	if (cid)
 		*cid = c;
@@ -247,6 +308,30 @@ UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *q
 }
 
 /*
+ * Step past the CQ entry at *head (its view `cqe`): advance head, flip the phase on a wrap (in
+ * qp->phase right away, and in *phase16, the copy at bit 16 where dw3 has it), take the SQ head
+ * the entry reports (one outside the ring is counted in qp->nbad_sqhd and ignored).
+ */
+UPCIE_HD static inline void upcie_nvme_qpair_cqe_pass_(struct upcie_nvme_qpair *qp,
+						       const struct upcie_nvme_cqe *cqe,
+						       uint16_t *head, uint32_t *phase16)
+{
+	uint16_t sqhd = upcie_nvme_cqe_sqhd(cqe);
+
+	if (UPCIE_UNLIKELY(*head == qp->cq_last)) {
+		*head = 0;
+		*phase16 ^= 1u << 16;
+		qp->phase ^= 1u;
+	} else {
+		(*head)++;
+	}
+	if (UPCIE_LIKELY(sqhd <= qp->sq_last))
+		qp->sq_head = sqhd;
+	else
+		qp->nbad_sqhd++;
+}
+
+/*
  * Process up to `max` new completions: call each command's callback and free its CID, then
  * write the CQ head doorbell once. Returns the number of commands completed (0 when none was
  * ready), or -EPROTO when the first new entry names a CID that is not outstanding: that entry
@@ -257,40 +342,33 @@ UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *q
 UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, unsigned max)
 {
 	uint16_t head = qp->cq_head;
-	uint32_t phase = qp->phase;
-	int n = 0, ret;
+	uint32_t phase16 = (uint32_t)qp->phase << 16;
+	unsigned n = 0;
+	int ret;
 
-	while ((unsigned)n < max) {
+	while (n < max) {
 		const struct upcie_nvme_cqe *e = &qp->cq[head];
-		uint32_t dw3 = upcie_nvme_port_load32(&e->dw3);
-		struct upcie_nvme_cid_slot *slot = NULL;
-		struct upcie_nvme_cqe cqe;
-		uint16_t cid = (uint16_t)dw3, sqhd;
-		upcie_nvme_cpl_fn cb = UPCIE_NVME_CID_FREE_;
+		/* dw3 with the phase tag flipped to 0 for a new entry; the CID is untouched. */
+		uint32_t x = upcie_nvme_port_load32(&e->dw3) ^ phase16;
+		uint16_t cid = (uint16_t)x;
+		const struct upcie_nvme_cqe *cqe;
+		struct upcie_nvme_cqe copy;
+		struct upcie_nvme_cid_slot *slot;
+		upcie_nvme_cpl_fn cb;
+		void *ctx;
 
-		if (((dw3 >> 16) & 1u) != phase)
+		if (x & (1u << 16))
 			break;
 		upcie_nvme_port_dma_rmb();
-		if (UPCIE_LIKELY(cid < qp->ncids)) {
-			slot = &qp->slots[cid];
-			cb = slot->cb;
-		}
-		/* A bad entry after good ones ends the batch; the next call reports it alone. */
-		if (UPCIE_UNLIKELY(cb == UPCIE_NVME_CID_FREE_ && n > 0))
-			break;
-		upcie_nvme_port_cqe_load(&cqe, e, dw3);
-		if (head == qp->cq_last) {
-			head = 0;
-			phase ^= 1u;
-		} else {
-			head++;
-		}
-		sqhd = upcie_nvme_cqe_sqhd(&cqe);
-		if (UPCIE_LIKELY(sqhd <= qp->sq_last))
-			qp->sq_head = sqhd;
-		else
-			qp->nbad_sqhd++;
-		if (UPCIE_UNLIKELY((uintptr_t)cb <= (uintptr_t)UPCIE_NVME_CID_NOCB_)) {
+		/* Fast path: an outstanding CID with a callback (cb above the state values). */
+		if (UPCIE_UNLIKELY(cid >= qp->ncids || (uintptr_t)(cb = qp->slots[cid].cb) <=
+							   (uintptr_t)UPCIE_NVME_CID_NOCB_)) {
+			cb = cid < qp->ncids ? qp->slots[cid].cb : UPCIE_NVME_CID_FREE_;
+			/* A bad entry after good ones ends the batch; the next call reports it. */
+			if (cb == UPCIE_NVME_CID_FREE_ && n > 0)
+				break;
+			cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
+			upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
 			if (cb == UPCIE_NVME_CID_FREE_) {
 				qp->nbad++;
 				ret = -EPROTO;
@@ -302,27 +380,40 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 			} else {
 				n++; /* no callback */
 			}
-			slot->cb = UPCIE_NVME_CID_FREE_;
-			qp->cid_free[qp->nfree++] = cid;
+			upcie_nvme_qpair_cid_put_(qp, cid);
 			continue;
 		}
-		{
-			void *ctx = slot->ctx;
-
-			/* Free the CID before the callback, which may submit again. */
-			slot->cb = UPCIE_NVME_CID_FREE_;
-			qp->cid_free[qp->nfree++] = cid;
-			cb(ctx, &cqe, 0);
-		}
+		slot = &qp->slots[cid];
+		cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
+		upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
+		ctx = slot->ctx;
+		/* Free the CID before the callback, which may submit again. */
+		slot->cb = UPCIE_NVME_CID_FREE_;
+		qp->cid_free[qp->nfree++] = cid;
+		cb(ctx, cqe, 0);
 		n++;
+		/*
+		 * Nothing outstanding (no CID taken, none cancelled): a next entry could only be a
+		 * bad one, which ends the batch after good ones unconsumed anyway (see above), so
+		 * stop without polling it. The callback may have enqueued: nfree is read after it.
+		 */
+		if (qp->nfree == qp->ncids) {
+			ret = (int)n;
+			goto moved; /* this entry was consumed: the head moved */
+		}
 	}
-	ret = n;
+	ret = (int)n;
 out:
-	if (head != qp->cq_head) {
-		qp->cq_head = head;
-		qp->phase = (uint8_t)phase;
-		upcie_nvme_port_doorbell(qp->cqdb, head);
-	}
+	if (head == qp->cq_head)
+		return ret;
+moved:
+	/*
+	 * One doorbell write for the batch (qp->phase already follows every wrap). The head
+	 * cannot come full circle in one call: the controller posts at most cq_depth - 1 entries
+	 * past the head it was last told, so it moved exactly when something was consumed.
+	 */
+	qp->cq_head = head;
+	upcie_nvme_port_doorbell(qp->cqdb, head);
 	return ret;
 }
 

@@ -157,6 +157,25 @@ UPCIE_HD static inline void upcie_nvme_port_cqe_load(struct upcie_nvme_cqe *dst,
 #endif
 }
 
+/*
+ * The completion entry `src` as reap hands it to a callback (after upcie_nvme_port_dma_rmb(); dw3
+ * already read). Host: `src` itself, in coherent memory, ordered by the barrier; the controller
+ * does not rewrite an entry before the head doorbell passes it, which reap writes only after the
+ * callbacks. Device code: a copy in *tmp through upcie_nvme_port_cqe_load() (volatile loads).
+ */
+UPCIE_HD static inline const struct upcie_nvme_cqe *
+upcie_nvme_port_cqe_view(struct upcie_nvme_cqe *tmp, const struct upcie_nvme_cqe *src, uint32_t dw3)
+{
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	upcie_nvme_port_cqe_load(tmp, src, dw3);
+	return tmp;
+#else
+	(void)tmp;
+	(void)dw3;
+	return src;
+#endif
+}
+
 /* Monotonic nanoseconds, for deadlines. */
 UPCIE_HD static inline uint64_t upcie_nvme_port_time_ns(void)
 {
