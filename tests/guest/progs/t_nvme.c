@@ -101,6 +101,80 @@ static void wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns, c
 	}
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * commands built in the SQ slot (upcie_nvme_qpair_sqe_slot/commit, upcie_nvme_prp_mem_build)
+ */
+struct slot_done {
+	struct upcie_nvme_cqe cqe;
+	int err;
+};
+
+static void slot_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct slot_done *s = (struct slot_done *)ctx;
+
+	s->cqe = *cqe;
+	s->err = err;
+}
+
+/* One Read or Write built in place in q's SQ slot and committed; waits for it (5 s). */
+static int slot_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm, bool write,
+		   uint32_t nsid, uint64_t slba, uint32_t nlb, uint64_t off, uint64_t len)
+{
+	struct upcie_nvme_sqe *sqe = upcie_nvme_qpair_sqe_slot(&q->qp);
+	struct slot_done s;
+	uint16_t cid;
+	int err;
+
+	memset(&s, 0, sizeof(s));
+	err = write ? upcie_nvme_cmd_write(sqe, nsid, slba, nlb, 0)
+		    : upcie_nvme_cmd_read(sqe, nsid, slba, nlb, 0);
+	if (!err)
+		err = upcie_nvme_prp_mem_build(sqe, pm, off, len, NULL);
+	if (!err)
+		err = upcie_nvme_qpair_commit(&q->qp, slot_cb, &s, &cid);
+	if (err)
+		return err;
+	upcie_nvme_qpair_ring(&q->qp);
+	err = upcie_nvme_qpair_wait(&q->qp, cid, 5 * UPCIE_NSEC_PER_SEC);
+	if (err == -ETIMEDOUT)
+		upcie_nvme_qpair_cancel(&q->qp, cid); /* s must not outlive this frame */
+	if (err)
+		return err;
+	return s.err ? s.err : upcie_nvme_cqe_ok(&s.cqe) ? 0 : -EIO;
+}
+
+/* wr_check through slot_io: one command each way (at most two pages). */
+static void slot_wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm,
+			  const struct upcie_nvme_ns *ns, const char *nsname, uint64_t slba,
+			  uint64_t boff, uint64_t roff, uint64_t len, int k, const char *what)
+{
+	uint8_t *b = (uint8_t *)pm->mem->vaddr;
+	uint64_t img = slba * ns->lba_bytes;
+	uint32_t nlb = (uint32_t)(len / ns->lba_bytes);
+	char tag[9], key[48];
+	int64_t d = -2;
+	int err;
+
+	wtag(tag, 'w', k);
+	tn_pat(b + boff, len, tag, img);
+	memset(b + roff, 0, len);
+	err = slot_io(q, pm, true, ns->nsid, slba, nlb, boff, len);
+	if (!err)
+		err = slot_io(q, pm, false, ns->nsid, slba, nlb, roff, len);
+	if (!err)
+		d = tn_pat_diff(b + roff, len, tag, img);
+	TAP(!err && d == -1,
+	    "%s: built in the SQ slot: write/read %llu bytes at LBA %llu from buffer offset %llu: "
+	    "verified (%d, diff at %lld)",
+	    what, (unsigned long long)len, (unsigned long long)slba, (unsigned long long)boff, err,
+	    (long long)d);
+	if (!err) {
+		snprintf(key, sizeof(key), "w_%s_%s_%d", nsname, g_pname, k);
+		INFO(key, "%llu+%llu+%s", (unsigned long long)img, (unsigned long long)len, tag);
+	}
+}
+
 /* Read `len` bytes at slba and compare with the backing file's pattern. */
 static void pattern_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 			  const char *nsname, const struct upcie_dmamem *mem, uint64_t off,
@@ -304,6 +378,23 @@ static void part_c0(void)
 	wr_check(&q, &ns, "c0n1", &mem, b + 1024, 0, 16 * MiB, 512 * KiB, 4, "c0n1 = MDTS");
 	wr_check(&q, &ns, "c0n1", &mem, b + 4096, 4096 + 8, 16 * MiB + 8, 3 * MiB + 512, 5,
 		 "c0n1 split at MDTS");
+	{
+		struct upcie_nvme_prp_mem pm;
+		uint16_t tail;
+
+		err = upcie_nvme_prp_mem_init(&pm, &mem, &q.dptr);
+		TAP(err == 0, "c0: data memory checked once for in-slot commands (%d)", err);
+		slot_wr_check(&q, &pm, &ns, "c0n1", b + 11000, 20 * MiB, 22 * MiB, 8192, 6,
+			      "c0n1 two pages");
+		slot_wr_check(&q, &pm, &ns, "c0n1", b + 11016, 20 * MiB + 8192 + 1028,
+			      22 * MiB + 8192 + 1028, 4096, 7, "c0n1 unaligned, two pages");
+		tail = q.qp.sq_tail;
+		err = slot_io(&q, &pm, false, ns.nsid, b + 11000, 24, 20 * MiB, 3 * 4096);
+		TAP(err < 0 && err != -EIO && q.qp.sq_tail == tail && q.qp.nfree == q.qp.ncids,
+		    "c0: a three-page command without list pages is refused in the slot (%d), "
+		    "nothing enqueued",
+		    err);
+	}
 
 	/* typed errors */
 	memset(&cqe, 0, sizeof(cqe));
@@ -883,6 +974,25 @@ static void part_c1(void)
 				snprintf(key, sizeof(key), "w_c1n1_%s_c", g_pname);
 				INFO(key, "%llu+%llu+%s", (unsigned long long)((b + 1820) * 4096),
 				     (unsigned long long)(80 * 4096), tag);
+			}
+			{
+				/* Commands written straight into the CMB's write-combined slots
+				 * (LBAs b + 1920..1959 and 1964; 1900..1915 belong to the P2P
+				 * write below). */
+				struct upcie_nvme_prp_mem pm;
+
+				err = upcie_nvme_prp_mem_init(&pm, &mem, &qc.dptr);
+				for (int i = 0; !err && i < 20; i++)
+					slot_wr_check(&qc, &pm, &ns, "c1n1",
+						      b + 1920 + (uint64_t)i * 2, 2 * MiB,
+						      3 * MiB + (i & 1) * 4 * KiB, 8192,
+						      4 + (i & 1), "c1n1 CMB SQ");
+				if (!err)
+					slot_wr_check(&qc, &pm, &ns, "c1n1", b + 1964,
+						      2 * MiB + 8192 + 516, 3 * MiB + 8192 + 516,
+						      4096, 6, "c1n1 CMB SQ unaligned");
+				TAP(err == 0, "c1: data memory checked once for the CMB queue (%d)",
+				    err);
 			}
 			upcie_nvme_ioq_delete(&qc);
 		}
