@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include <upcie/nvme/qpair_port.h>
 #include <upcie/nvme/spec.h>
 
 #define NULLCTL_MAX_Q	  128
@@ -68,17 +69,6 @@ __device__ static inline uint8_t *nullctl_ptr(const struct nullctl *c, uint64_t 
 	return (uint8_t *)(uintptr_t)(iova - c->iova_offset);
 }
 
-__device__ static inline uint4 nullctl_ld16(const void *p)
-{
-	uint4 v;
-
-	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-		     : "l"(p)
-		     : "memory");
-	return v;
-}
-
 __device__ static inline void nullctl_st16(void *p, uint4 v)
 {
 	asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
@@ -90,7 +80,7 @@ __device__ static inline void nullctl_copy(uint8_t *dst, const uint8_t *src, uin
 {
 	if (!(((uintptr_t)dst | (uintptr_t)src | n) & 15)) {
 		for (uint64_t i = 0; i < n; i += 16)
-			nullctl_st16(dst + i, nullctl_ld16(src + i));
+			nullctl_st16(dst + i, upcie_nvme_port_ld16(src + i));
 		return;
 	}
 	for (uint64_t i = 0; i < n; i++)
@@ -236,10 +226,10 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			if (slot >= depth)
 				slot -= depth;
 			src = (const uint4 *)&q->sq[slot];
-			dst[0] = nullctl_ld16(src);
-			dst[1] = nullctl_ld16(src + 1);
-			dst[2] = nullctl_ld16(src + 2);
-			dst[3] = nullctl_ld16(src + 3);
+			dst[0] = upcie_nvme_port_ld16(src);
+			dst[1] = upcie_nvme_port_ld16(src + 1);
+			dst[2] = upcie_nvme_port_ld16(src + 2);
+			dst[3] = upcie_nvme_port_ld16(src + 3);
 			drop = e.cdw3 & NULLCTL_TAG_DROP;
 			delay = e.cdw3 & NULLCTL_TAG_DELAY;
 			if (Lean) {

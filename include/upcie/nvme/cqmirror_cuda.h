@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include <upcie/base/compiler.h>
+#include <upcie/nvme/qpair_port.h>
 
 #define UPCIE_NVME_CQMIRROR_SLOTS 64
 
@@ -88,17 +89,6 @@ __device__ static inline uint64_t upcie_nvme_cqmirror_ld64_(const void *p)
 	return v;
 }
 
-__device__ static inline uint4 upcie_nvme_cqmirror_ld16_(const void *p)
-{
-	uint4 v;
-
-	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-		     : "l"(p)
-		     : "memory");
-	return v;
-}
-
 __device__ static inline void upcie_nvme_cqmirror_st16_(void *p, uint4 v)
 {
 	asm volatile("st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
@@ -127,7 +117,7 @@ __device__ static inline uint32_t upcie_nvme_cqmirror_step_(const uint4 *dev, ui
 			idx[r] -= depth;
 			ph ^= 1u;
 		}
-		v[r] = valid ? upcie_nvme_cqmirror_ld16_(&dev[idx[r]]) : make_uint4(0, 0, 0, 0);
+		v[r] = valid ? upcie_nvme_port_ld16(&dev[idx[r]]) : make_uint4(0, 0, 0, 0);
 		m[r] = __ballot_sync(0xffffffffu, valid && ((v[r].w >> 16) & 1u) == ph);
 	}
 #pragma unroll
@@ -167,7 +157,7 @@ __device__ static inline uint4 upcie_nvme_cqmirror_poll32_(const uint4 *dev, uin
 		return make_uint4(0, 0, 0, 0);
 	if (idx >= depth)
 		idx -= depth;
-	return upcie_nvme_cqmirror_ld16_(&dev[idx]);
+	return upcie_nvme_port_ld16(&dev[idx]);
 }
 
 /*

@@ -162,17 +162,6 @@ __device__ static inline uint32_t upcie_nvme_gqp_lane_(void)
 	return l;
 }
 
-__device__ static inline uint4 upcie_nvme_gqp_ld16_(const void *p)
-{
-	uint4 v;
-
-	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-		     : "l"(p)
-		     : "memory");
-	return v;
-}
-
 /*
  * Take the queue pair for this warp: with `lock`, wait for the queue's lock first (for queue
  * pairs shared by several warps). Loads the ring state into *w.
@@ -534,7 +523,7 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 
 		if (idx >= w->depth)
 			idx -= w->depth;
-		v[r] = r < rounds && pos < w->depth ? upcie_nvme_gqp_ld16_(&w->cq[idx])
+		v[r] = r < rounds && pos < w->depth ? upcie_nvme_port_ld16(&w->cq[idx])
 						    : make_uint4(0, 0, 0, 0);
 	}
 #pragma unroll

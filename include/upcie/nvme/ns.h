@@ -485,6 +485,21 @@ static inline int upcie_nvme_ioq_submit_io(struct upcie_nvme_ioq *q, const struc
 	return upcie_nvme_io_submit_(q, ns, io, r, 0);
 }
 
+/* `io` for one contiguous transfer: opcode `opc`, `len` bytes at `off` in `mem`, from `slba`. */
+static inline void upcie_nvme_io_one_(struct upcie_nvme_io *io, struct upcie_nvme_dseg *seg,
+				      uint8_t opc, uint64_t slba, const struct upcie_dmamem *mem,
+				      uint64_t off, uint64_t len)
+{
+	seg->mem = mem;
+	seg->off = off;
+	seg->len = len;
+	memset(io, 0, sizeof(*io));
+	io->opc = opc;
+	io->slba = slba;
+	io->segs = seg;
+	io->nsegs = 1;
+}
+
 /* Read `len` bytes (whole blocks) at `slba` into [off, off + len) of `mem`. */
 static inline int upcie_nvme_ioq_read(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 				      uint64_t slba, const struct upcie_dmamem *mem, uint64_t off,
@@ -493,14 +508,7 @@ static inline int upcie_nvme_ioq_read(struct upcie_nvme_ioq *q, const struct upc
 	struct upcie_nvme_dseg seg;
 	struct upcie_nvme_io io;
 
-	seg.mem = mem;
-	seg.off = off;
-	seg.len = len;
-	memset(&io, 0, sizeof(io));
-	io.opc = UPCIE_NVME_NVM_READ;
-	io.slba = slba;
-	io.segs = &seg;
-	io.nsegs = 1;
+	upcie_nvme_io_one_(&io, &seg, UPCIE_NVME_NVM_READ, slba, mem, off, len);
 	return upcie_nvme_io_submit_(q, ns, &io, r, 0);
 }
 
@@ -512,14 +520,7 @@ static inline int upcie_nvme_ioq_write(struct upcie_nvme_ioq *q, const struct up
 	struct upcie_nvme_dseg seg;
 	struct upcie_nvme_io io;
 
-	seg.mem = mem;
-	seg.off = off;
-	seg.len = len;
-	memset(&io, 0, sizeof(io));
-	io.opc = UPCIE_NVME_NVM_WRITE;
-	io.slba = slba;
-	io.segs = &seg;
-	io.nsegs = 1;
+	upcie_nvme_io_one_(&io, &seg, UPCIE_NVME_NVM_WRITE, slba, mem, off, len);
 	return upcie_nvme_io_submit_(q, ns, &io, r, 0);
 }
 
@@ -688,14 +689,7 @@ static inline int upcie_nvme_ioq_rw_sync_(struct upcie_nvme_ioq *q, const struct
 	struct upcie_nvme_dseg seg;
 	struct upcie_nvme_io io;
 
-	seg.mem = mem;
-	seg.off = off;
-	seg.len = len;
-	memset(&io, 0, sizeof(io));
-	io.opc = opc;
-	io.slba = slba;
-	io.segs = &seg;
-	io.nsegs = 1;
+	upcie_nvme_io_one_(&io, &seg, opc, slba, mem, off, len);
 	return upcie_nvme_ioq_io_sync(q, ns, &io, 0, cqe);
 }
 

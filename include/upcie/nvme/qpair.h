@@ -183,6 +183,21 @@ UPCIE_HD static inline int upcie_nvme_qpair_next_cid(const struct upcie_nvme_qpa
 	return 0;
 }
 
+/*
+ * The SQ tail after one more command (0..sq_last), or -EBUSY when the SQ ring is full as far
+ * as the last reported SQ head tells, or no CID is free.
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_next_tail_(const struct upcie_nvme_qpair *qp)
+{
+	uint16_t next = (uint16_t)(qp->sq_tail + 1);
+
+	if (UPCIE_UNLIKELY(qp->sq_tail == qp->sq_last))
+		next = 0;
+	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
+		return -EBUSY;
+	return next;
+}
+
 /* Give the command going into the next SQ slot a CID with callback cb and context ctx. */
 UPCIE_HD static inline uint16_t upcie_nvme_qpair_take_(struct upcie_nvme_qpair *qp,
 						       upcie_nvme_cpl_fn cb, void *ctx)
@@ -208,17 +223,16 @@ UPCIE_HD static inline int upcie_nvme_qpair_enqueue(struct upcie_nvme_qpair *qp,
 						    const struct upcie_nvme_sqe *sqe,
 						    upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
 {
-	uint16_t tail = qp->sq_tail, next = (uint16_t)(tail + 1), c;
+	uint16_t tail = qp->sq_tail, c;
+	int next = upcie_nvme_qpair_next_tail_(qp);
 
-	if (UPCIE_UNLIKELY(tail == qp->sq_last))
-		next = 0;
-	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
-		return -EBUSY;
+	if (UPCIE_UNLIKELY(next < 0))
+		return next;
 	if (UPCIE_UNLIKELY(!sqe))
 		return -EINVAL;
 	c = upcie_nvme_qpair_take_(qp, cb, ctx);
 	upcie_nvme_port_sqe_store(&qp->sq[tail], sqe, c);
-	qp->sq_tail = next;
+	qp->sq_tail = (uint16_t)next;
 	if (cid)
 		*cid = c;
 	return 0;
@@ -258,15 +272,14 @@ upcie_nvme_qpair_sqe_slot(const struct upcie_nvme_qpair *qp)
 UPCIE_HD static inline int upcie_nvme_qpair_commit(struct upcie_nvme_qpair *qp,
 						   upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
 {
-	uint16_t tail = qp->sq_tail, next = (uint16_t)(tail + 1), c;
+	uint16_t tail = qp->sq_tail, c;
+	int next = upcie_nvme_qpair_next_tail_(qp);
 
-	if (UPCIE_UNLIKELY(tail == qp->sq_last))
-		next = 0;
-	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
-		return -EBUSY;
+	if (UPCIE_UNLIKELY(next < 0))
+		return next;
 	c = upcie_nvme_qpair_take_(qp, cb, ctx);
 	qp->sq[tail].cid = c;
-	qp->sq_tail = next;
+	qp->sq_tail = (uint16_t)next;
 	if (cid)
 		*cid = c;
 	return 0;

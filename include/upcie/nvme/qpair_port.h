@@ -139,6 +139,25 @@ UPCIE_HD static inline void upcie_nvme_port_sqe_store(struct upcie_nvme_sqe *dst
 #endif
 }
 
+#if defined(__CUDACC__)
+/*
+ * One 16-byte volatile load from global memory (ld.volatile.global.v4.u32: past the L1, so an
+ * entry another agent wrote is seen; a controller's 16-byte CQE write arrives whole in the L2,
+ * so all four words come from the same write). CUDA device code only.
+ */
+__device__ static inline uint4 upcie_nvme_port_ld16(const void *p)
+{
+	uint4 v;
+
+	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p)
+		     : "memory");
+	return v;
+}
+
+#endif
+
 /* Read the rest of a completion entry (after upcie_nvme_port_dma_rmb()); dw3 already read. */
 UPCIE_HD static inline void upcie_nvme_port_cqe_load(struct upcie_nvme_cqe *dst,
 						     const struct upcie_nvme_cqe *src, uint32_t dw3)

@@ -69,38 +69,6 @@ static void wtag(char tag[9], char kind, int k)
 	tn_tag(tag, name);
 }
 
-/* Write [boff, +len) of mem (filled with tag's pattern for the image offset) to slba, read it
- * back into [roff, +len), verify; report the range for the host. */
-static void wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns, const char *nsname,
-		     const struct upcie_dmamem *mem, uint64_t slba, uint64_t boff, uint64_t roff,
-		     uint64_t len, int k, const char *what)
-{
-	uint8_t *b = (uint8_t *)mem->vaddr;
-	uint64_t img = slba * ns->lba_bytes;
-	struct upcie_nvme_cqe cqe;
-	char tag[9], key[48];
-	int64_t d = -2;
-	int err;
-
-	wtag(tag, 'w', k);
-	tn_pat(b + boff, len, tag, img);
-	memset(b + roff, 0, len);
-	err = upcie_nvme_ioq_write_sync(q, ns, slba, mem, boff, len, &cqe);
-	if (!err)
-		err = upcie_nvme_ioq_read_sync(q, ns, slba, mem, roff, len, &cqe);
-	if (!err)
-		d = tn_pat_diff(b + roff, len, tag, img);
-	TAP(!err && d == -1,
-	    "%s: write/read %llu bytes at LBA %llu from buffer offset %llu: verified (%d, diff "
-	    "at %lld)",
-	    what, (unsigned long long)len, (unsigned long long)slba, (unsigned long long)boff, err,
-	    (long long)d);
-	if (!err) {
-		snprintf(key, sizeof(key), "w_%s_%s_%d", nsname, g_pname, k);
-		INFO(key, "%llu+%llu+%s", (unsigned long long)img, (unsigned long long)len, tag);
-	}
-}
-
 /* ---------------------------------------------------------------------------------------------
  * commands built in the SQ slot (upcie_nvme_qpair_sqe_slot/commit, upcie_nvme_prp_mem_build)
  */
@@ -144,14 +112,18 @@ static int slot_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm
 	return s.err ? s.err : upcie_nvme_cqe_ok(&s.cqe) ? 0 : -EIO;
 }
 
-/* wr_check through slot_io: one command each way (at most two pages). */
-static void slot_wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm,
-			  const struct upcie_nvme_ns *ns, const char *nsname, uint64_t slba,
-			  uint64_t boff, uint64_t roff, uint64_t len, int k, const char *what)
+/* Write [boff, +len) of mem (filled with tag's pattern for the image offset) to slba, read it
+ * back into [roff, +len), verify; report the range for the host. With `pm` each way is one
+ * command built in the SQ slot (slot_io), else the ioq layer's requests. */
+static void wr_check_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm,
+			const struct upcie_nvme_ns *ns, const char *nsname,
+			const struct upcie_dmamem *mem, uint64_t slba, uint64_t boff, uint64_t roff,
+			uint64_t len, int k, const char *what)
 {
-	uint8_t *b = (uint8_t *)pm->mem->vaddr;
+	uint8_t *b = (uint8_t *)mem->vaddr;
 	uint64_t img = slba * ns->lba_bytes;
 	uint32_t nlb = (uint32_t)(len / ns->lba_bytes);
+	struct upcie_nvme_cqe cqe;
 	char tag[9], key[48];
 	int64_t d = -2;
 	int err;
@@ -159,20 +131,40 @@ static void slot_wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_
 	wtag(tag, 'w', k);
 	tn_pat(b + boff, len, tag, img);
 	memset(b + roff, 0, len);
-	err = slot_io(q, pm, true, ns->nsid, slba, nlb, boff, len);
-	if (!err)
-		err = slot_io(q, pm, false, ns->nsid, slba, nlb, roff, len);
+	if (pm) {
+		err = slot_io(q, pm, true, ns->nsid, slba, nlb, boff, len);
+		if (!err)
+			err = slot_io(q, pm, false, ns->nsid, slba, nlb, roff, len);
+	} else {
+		err = upcie_nvme_ioq_write_sync(q, ns, slba, mem, boff, len, &cqe);
+		if (!err)
+			err = upcie_nvme_ioq_read_sync(q, ns, slba, mem, roff, len, &cqe);
+	}
 	if (!err)
 		d = tn_pat_diff(b + roff, len, tag, img);
 	TAP(!err && d == -1,
-	    "%s: built in the SQ slot: write/read %llu bytes at LBA %llu from buffer offset %llu: "
-	    "verified (%d, diff at %lld)",
-	    what, (unsigned long long)len, (unsigned long long)slba, (unsigned long long)boff, err,
-	    (long long)d);
+	    "%s: %swrite/read %llu bytes at LBA %llu from buffer offset %llu: verified (%d, diff "
+	    "at %lld)",
+	    what, pm ? "built in the SQ slot: " : "", (unsigned long long)len,
+	    (unsigned long long)slba, (unsigned long long)boff, err, (long long)d);
 	if (!err) {
 		snprintf(key, sizeof(key), "w_%s_%s_%d", nsname, g_pname, k);
 		INFO(key, "%llu+%llu+%s", (unsigned long long)img, (unsigned long long)len, tag);
 	}
+}
+
+static void wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns, const char *nsname,
+		     const struct upcie_dmamem *mem, uint64_t slba, uint64_t boff, uint64_t roff,
+		     uint64_t len, int k, const char *what)
+{
+	wr_check_io(q, NULL, ns, nsname, mem, slba, boff, roff, len, k, what);
+}
+
+static void slot_wr_check(struct upcie_nvme_ioq *q, const struct upcie_nvme_prp_mem *pm,
+			  const struct upcie_nvme_ns *ns, const char *nsname, uint64_t slba,
+			  uint64_t boff, uint64_t roff, uint64_t len, int k, const char *what)
+{
+	wr_check_io(q, pm, ns, nsname, pm->mem, slba, boff, roff, len, k, what);
 }
 
 /* Read `len` bytes at slba and compare with the backing file's pattern. */
