@@ -19,8 +19,37 @@
  * the free SQ slots. Submission is pipelined: enqueue, ring and reap interleave freely, nothing
  * waits for a round of commands to drain. Deadlines use %globaltimer (nanoseconds), not SM clocks.
  *
- * CQE loads are 16 bytes at once (ld.volatile.v4): a controller writes an entry with one 16-byte
- * write, which the GPU's L2 keeps whole, so the phase tag and the rest come from the same write.
+ * Completions before data: the CQ is polled with loads that bypass the SM's L1 (ld.volatile.v4),
+ * which makes the entry fresh but not what the controller wrote before it: a plain load of a
+ * payload line the SM still holds in L1 would return the old bytes. So every reap that finds
+ * entries executes one acquire fence (UPCIE_NVME_GQP_ACQUIRE(): fence.acquire.sys, on sm_90 the
+ * single instruction CCTL.IVALL, no MEMBAR; docs/results/gpu-queues.md shows the SASS and the
+ * cost) after the poll and before it hands anything on: reap_each's callbacks, and
+ * complete()/wait() returning a completion reaped by the same warp, are ordered after it, so the
+ * caller's ordinary loads of the payload see what the controller wrote before the completion.
+ * The controller's writes arrive in order only on a GPU that promises ordered peer writes
+ * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING at least OWNER, which
+ * upcie_nvme_gqp_create() checks). Another warp that reads the payload after this warp tells it
+ * to is ordered after this warp as usual: __syncthreads() inside a block (the fence invalidated
+ * the SM's L1), a release by this warp and an acquire by the reader (st.release.gpu /
+ * ld.acquire.gpu, or __threadfence() on both sides) across blocks. A warp that takes the queue
+ * over (begin) after another warp reaped sees those completions through begin's fence.
+ *
+ * Data of a write command: upcie_nvme_gqp_ring()'s release fence orders what the ringing warp
+ * wrote or observed before the doorbell. When other threads produced the payload, each of them
+ * calls upcie_nvme_gqp_data_release() after its last store of it and before it tells the ringing
+ * warp (barrier, flag); a __syncthreads() alone orders the stores for the block's threads, which
+ * is not what a device reading them across PCIe is promised.
+ *
+ * CQE loads are 16 bytes at once (ld.volatile.v4): the phase tag and the rest of the entry come
+ * from one load, with no ordering point between them. The host path reads the phase first and
+ * the rest after a barrier, which is consistent as long as a controller writes the entry's last
+ * dword no earlier than the others (one 16-byte write, or in address order). One 16-byte load
+ * gives the same consistency when it reads the 16 bytes at once. PTX does not promise that, so it
+ * was measured on the H200 (tests/gpu/test_gpu.cu, "CQE written in two parts"; numbers in
+ * docs/results/gpu-tests.md): entries written as dw0..dw2 then dw3 while the reader polled them, by
+ * a warp (200000) and by the copy engine (20000), were never seen torn through this load, while
+ * the same harness reading dw0..dw2 and, 1 us later, dw3 saw nearly every warp-written entry torn.
  *
  * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
  * (nvme/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
@@ -107,6 +136,20 @@
 #endif
 #endif
 
+/*
+ * The ordering point between finding completions and handing them on (see above); a test may
+ * substitute another (the negative control of the stale-read test defines it empty). PTX ISA 8.6
+ * (CUDA 12.8) has acquire-only fences; older toolchains and GPUs take the full system fence.
+ */
+#ifndef UPCIE_NVME_GQP_ACQUIRE
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 &&                                              \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+#define UPCIE_NVME_GQP_ACQUIRE() asm volatile("fence.acquire.sys;" ::: "memory")
+#else
+#define UPCIE_NVME_GQP_ACQUIRE() __threadfence_system()
+#endif
+#endif
+
 /* One queue pair, in device memory. Addresses are as GPU code uses them. */
 struct upcie_nvme_gqp {
 	struct upcie_nvme_sqe *sq;  /* SQ ring (device memory, or host memory mapped) */
@@ -124,6 +167,7 @@ struct upcie_nvme_gqp {
 	uint16_t qid;
 	uint16_t flags;
 	uint32_t lock;
+	uint32_t users; /* warps between upcie_nvme_gqp_begin() and _end() */
 	/* Ring state, kept by the owner warp (written back by upcie_nvme_gqp_end()). */
 	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
 	/* Completions for CIDs not outstanding; SQ heads outside the ring; late completions. */
@@ -169,12 +213,13 @@ __device__ static inline uint32_t upcie_nvme_gqp_lane_(void)
 __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w,
 						   struct upcie_nvme_gqp *q, bool lock)
 {
-	if (lock) {
-		if (upcie_nvme_gqp_lane_() == 0)
+	if (upcie_nvme_gqp_lane_() == 0) {
+		if (lock)
 			while (atomicCAS(&q->lock, 0u, 1u) != 0u)
 				__nanosleep(64);
-		__syncwarp();
+		atomicAdd(&q->users, 1u); /* upcie_nvme_gqp_destroy() refuses while non-zero */
 	}
+	__syncwarp();
 	__threadfence(); /* acquire: see what the previous owner wrote */
 	w->q = q;
 	w->sq = q->sq;
@@ -225,6 +270,7 @@ __device__ static inline void upcie_nvme_gqp_end(struct upcie_nvme_gqp_warp *w)
 		__threadfence(); /* release */
 		if (w->locked)
 			atomicExch(&q->lock, 0u);
+		atomicSub(&q->users, 1u);
 	}
 	__syncwarp();
 }
@@ -495,6 +541,18 @@ __device__ static inline void upcie_nvme_gqp_ring(struct upcie_nvme_gqp_warp *w)
 	__syncwarp();
 }
 
+/*
+ * Per thread, not collective. Make this thread's stores of a write command's payload visible to
+ * the controller before another warp rings the doorbell of that command: call it after the last
+ * store and before telling the ringing warp (barrier, flag). Not needed when the ringing warp
+ * wrote the payload itself. A system-scope release fence (UPCIE_NVME_GQP_WMB(), as before the
+ * doorbell).
+ */
+__device__ static inline void upcie_nvme_gqp_data_release(void)
+{
+	UPCIE_NVME_GQP_WMB();
+}
+
 /* What reap does with a completion it keeps for upcie_nvme_gqp_complete(). */
 struct upcie_nvme_gqp_keep_ {
 	__device__ void operator()(const struct upcie_nvme_cqe &) const
@@ -548,6 +606,8 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 	}
 	if (!n)
 		return 0;
+	/* What the controller wrote before these entries is visible to this warp's loads after. */
+	UPCIE_NVME_GQP_ACQUIRE();
 #pragma unroll
 	for (uint32_t r = 0; r < R; r++) {
 		uint32_t pos = r * 32 + lane;

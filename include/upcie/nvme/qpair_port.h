@@ -58,10 +58,18 @@ UPCIE_HD static inline void upcie_nvme_port_wmb(void)
 #endif
 }
 
-/* Order the phase-tag load before the loads of the rest of the completion entry. */
+/*
+ * Order the phase-tag load before the loads of the rest of the completion entry, and before the
+ * callback's loads of what the controller wrote ahead of the entry. In CUDA device code the
+ * system fence is MEMBAR.SC.SYS and CCTL.IVALL (L1 invalidated: the callback's plain loads of a
+ * payload are not served from stale L1 lines). A test may substitute another through
+ * UPCIE_NVME_PORT_DMA_RMB() (the negative control of the stale-read test defines it empty).
+ */
 UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)
 {
-#if defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+#if defined(UPCIE_NVME_PORT_DMA_RMB)
+	UPCIE_NVME_PORT_DMA_RMB();
+#elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
 	__threadfence_system();
 #elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
 	upcie_gpu_hip_threadfence_system();
