@@ -18,6 +18,13 @@
  * cuDeviceTotalMem: no NVML. A window smaller than VRAM is -EOPNOTSUPP.
  * UPCIE_SYSFS_ROOT moves the sysfs root, as everywhere in upcie.
  *
+ * Ordering of peer writes: upcie_gpu_cuda_dev_peer_order() says whether the GPU promises that a
+ * peer's (an NVMe controller's) writes into its memory become visible to its own threads in the
+ * order they were issued (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING at least OWNER):
+ * without it a completion written after its payload may be seen first. Waits on streams that
+ * must end in bounded time poll the stream (upcie_gpu_cuda_stream_wait()): cuStreamSynchronize()
+ * cannot be bounded, and a resident kernel that never ends would hold it forever.
+ *
  * Needs: the CUDA driver API (<cuda.h>, link with -lcuda), a readable sysfs. Errors are -errno;
  * the CUDA error name is logged, never returned. C or C++ host code; no device code here.
  */
@@ -28,12 +35,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <cuda.h>
 
+#include <upcie/base/clock.h>
 #include <upcie/base/compiler.h>
 #include <upcie/base/log.h>
 #include <upcie/pci/bdf.h>
@@ -307,6 +316,61 @@ static inline void upcie_gpu_cuda_dev_leave(const struct upcie_gpu_cuda_dev *d,
 	if (save->pushed)
 		cuCtxPopCurrent(&popped);
 	save->pushed = false;
+}
+
+/* How the device attribute is read; a test may substitute a function that reports another GPU. */
+#ifndef UPCIE_GPU_CUDA_DEVICE_ATTRIBUTE
+#define UPCIE_GPU_CUDA_DEVICE_ATTRIBUTE(v, attr, dev) cuDeviceGetAttribute(v, attr, dev)
+#endif
+
+/*
+ * Whether `d` promises that peer writes into its memory become visible to its own threads in
+ * issue order (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING >= OWNER). Returns 0, or
+ * -EOPNOTSUPP with an error naming `what` (the setup refused) when it does not, or the attribute
+ * cannot be read.
+ */
+static inline int upcie_gpu_cuda_dev_peer_order(const struct upcie_gpu_cuda_dev *d,
+						const char *what)
+{
+	int v = 0;
+	CUresult r = UPCIE_GPU_CUDA_DEVICE_ATTRIBUTE(
+	    &v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, d->dev);
+
+	if (r != CUDA_SUCCESS)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "gpu: GPU %d: cannot read CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_"
+				  "WRITES_ORDERING (%s); %s refused",
+				  d->ordinal, upcie_gpu_cuda_strerror(r), what);
+	if (v < CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "gpu: GPU %d does not promise that a device's writes into its "
+		    "memory reach its own threads in order "
+		    "(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING %d, below "
+		    "OWNER %d): a completion could be seen before its data; %s refused",
+		    d->ordinal, v, (int)CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER, what);
+	return 0;
+}
+
+/*
+ * Wait until the work queued on `s` has finished, at most `timeout_ns`, polling
+ * (cuStreamQuery). Returns 0; -ETIMEDOUT (still running: an error naming `what` is logged); the
+ * stream's error.
+ */
+static inline int upcie_gpu_cuda_stream_wait(CUstream s, uint64_t timeout_ns, const char *what)
+{
+	uint64_t t0 = upcie_time_ns();
+	CUresult r;
+
+	while ((r = cuStreamQuery(s)) == CUDA_ERROR_NOT_READY) {
+		if (upcie_time_ns() - t0 >= timeout_ns)
+			return UPCIE_FAIL(-ETIMEDOUT, "gpu: %s: not finished after %" PRIu64 " ms",
+					  what, timeout_ns / 1000000);
+		sched_yield();
+	}
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuStreamQuery", "%s", what);
+	return 0;
 }
 
 #endif /* UPCIE_GPU_DEV_CUDA_H */

@@ -406,22 +406,34 @@ static inline void upcie_gpu_cuda_proc_fini_(struct upcie_gpu_cuda_proc *p)
 	struct upcie_gpu_cuda_ctx_save save;
 	bool entered = p->dev.live && !upcie_gpu_cuda_dev_enter(&p->dev, &save);
 
+	bool stuck;
+
 	if (p->mirror_fini)
 		p->mirror_fini(p);
+	/* A mirror kernel that did not end still reads the heaps, and freeing them (or the
+	 * context) would wait for it forever: leave them allocated. */
+	stuck = p->mirror != NULL;
+	if (stuck)
+		UPCIE_ERR("gpu: closing with the completion mirror kernel still running: the heaps "
+			  "and the context stay allocated");
 	if (p->ngqp || p->nmirror)
 		UPCIE_WARN("gpu: last close with %u GPU-issued and %u mirrored queues left",
 			   p->ngqp, p->nmirror);
-	for (unsigned i = 0; i < UPCIE_GPU_CUDA_IOMEM_MAX; i++)
+	for (unsigned i = 0; i < UPCIE_GPU_CUDA_IOMEM_MAX && !stuck; i++)
 		if (p->iomem[i].refs && entered)
 			cuMemHostUnregister((void *)p->iomem[i].start);
-	upcie_gpu_cuda_hheap_close_(p);
-	upcie_gpu_cuda_dheap_close_(p);
-	upcie_registry_fini(&p->reg);
-	if (p->kmod_open)
+	if (!stuck) {
+		upcie_gpu_cuda_hheap_close_(p);
+		upcie_gpu_cuda_dheap_close_(p);
+	}
+	if (!stuck)
+		upcie_registry_fini(&p->reg);
+	if (p->kmod_open && !stuck)
 		upcie_kmod_dmabuf_import_close(&p->kmod);
 	if (entered)
 		upcie_gpu_cuda_dev_leave(&p->dev, &save);
-	upcie_gpu_cuda_dev_close(&p->dev);
+	if (!stuck)
+		upcie_gpu_cuda_dev_close(&p->dev);
 	memset(p, 0, sizeof(*p));
 }
 

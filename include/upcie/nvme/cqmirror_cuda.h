@@ -15,9 +15,17 @@
  * value (attached); the warp copies until the generation changes, then acknowledges the value it
  * worked under, and the host frees nothing before it sees that. A warp finding an even generation
  * acknowledges the odd value before it, since a queue detached before the warp took it up has
- * nothing to drain. The host-written half (addresses, depth, generation, stop) is in device
- * memory, where the warps poll it at L2 cost; the acknowledgements are in host memory, where the
- * host polls them at no PCIe cost.
+ * nothing to drain. A warp taking up an odd generation first reports it as started (ack[SLOTS +
+ * slot] = the generation), so that attach learns whether the warp runs at all: a warp that never
+ * became resident (every SM filled by other kernels) starts nothing. The host-written half
+ * (addresses, depth, generation, stop) is in device memory, where the warps poll it at L2 cost;
+ * the acknowledgements are in host memory, where the host polls them at no PCIe cost.
+ *
+ * Payload ordering: the warp copies an entry only after it saw it in GPU memory; on a GPU that
+ * orders peer writes for its own threads (the host side checks), the payload the controller
+ * wrote into GPU memory before the entry is then visible to this GPU's threads and copy engines,
+ * so GPU work the CPU starts after reaping the entry reads it. A payload in host memory with its
+ * completion mirrored is not ordered by this, nor is a CPU that reads the payload through BAR1.
  *
  * Copying: the warp keeps two polls of the 32 entries from its head in flight (each lane one
  * 16-byte load), issuing the next before it examines the last, so the ring is sampled about twice
@@ -249,6 +257,10 @@ __device__ static inline void upcie_nvme_cqmirror_warp(struct upcie_nvme_cqmirro
 			__nanosleep(1000);
 			continue;
 		}
+		if (lane == 0) {
+			ack[UPCIE_NVME_CQMIRROR_SLOTS + s] = g; /* started: see attach */
+			__threadfence_system();
+		}
 		__threadfence(); /* the slot's fields were written before its generation */
 		dev = (const uint4 *)upcie_nvme_cqmirror_ld64_(&sl->dev_cq);
 		host = (uint4 *)upcie_nvme_cqmirror_ld64_(&sl->host_cq);
@@ -266,7 +278,10 @@ __device__ static inline void upcie_nvme_cqmirror_warp(struct upcie_nvme_cqmirro
 }
 
 #if defined(UPCIE_NVME_CQMIRROR_KERNEL)
-/* The resident kernel: grid = UPCIE_NVME_CQMIRROR_SLOTS blocks of 32 threads. */
+/*
+ * The resident kernel: grid = UPCIE_NVME_CQMIRROR_SLOTS blocks of 32 threads; `ack` holds
+ * 2 x UPCIE_NVME_CQMIRROR_SLOTS words (acknowledged, then started generations).
+ */
 extern "C" __global__ void __launch_bounds__(32)
     upcie_nvme_cqmirror_kernel(struct upcie_nvme_cqmirror_table *t, volatile uint32_t *ack)
 {

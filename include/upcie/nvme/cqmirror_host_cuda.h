@@ -12,6 +12,17 @@
  * detach stops it. upcie_nvme_cqmirror_detach() raises the generation to even and waits for the
  * warp's acknowledgement before freeing either CQ; detach after the controller deleted the queue.
  *
+ * Every wait is bounded (UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS) and nothing is freed that the warp may
+ * still write: attach waits for the slot's warp to report that it started, and when it does not
+ * (its block never became resident: persistent kernels fill every SM) attach fails with
+ * -ETIMEDOUT, the slot taken back to even and kept with its CQs ("parked") until the warp
+ * acknowledges or the kernel has ended, both noticed by later calls; a detach that timed out can
+ * be called again and waits for the same acknowledgement; stopping the kernel (last detach,
+ * provider close) polls its stream instead of cuStreamSynchronize, and when it does not end the
+ * kernel's memory and the provider's heaps stay allocated (an error says so). Attach refuses a GPU
+ * that does not promise ordered peer writes into its memory (-EOPNOTSUPP): the mirror's point is
+ * that a completion copied out of GPU memory vouches for the payload before it.
+ *
  * While the kernel runs, anything that waits for the context to go idle waits for it and does not
  * return: cuCtxSynchronize()/cudaDeviceSynchronize(), cuMemFree()/cudaFree(), and (seen on the
  * H200 with driver 580) cudaFreeHost(). Synchronise on streams, and free memory once the last
@@ -33,6 +44,7 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stddef.h>
@@ -55,9 +67,17 @@
 #endif
 #include <upcie/nvme/spec.h>
 
-/* How long detach waits for the warp's acknowledgement. */
+/* How long attach, detach and the kernel's stop wait for the warps, and table updates and CQ
+ * clears for the copy engine. */
 #ifndef UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS
 #define UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS (2 * UPCIE_NSEC_PER_SEC)
+#endif
+#ifndef UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS
+#define UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS (2 * UPCIE_NSEC_PER_SEC)
+#endif
+/* Whether slot s acknowledged the generation before even g; a test may stand in a slow warp. */
+#ifndef UPCIE_NVME_CQMIRROR_ACKED
+#define UPCIE_NVME_CQMIRROR_ACKED(ms, s, g) ((ms)->ack[s] == (g)-1)
 #endif
 
 /* One mirrored completion queue. */
@@ -83,8 +103,12 @@ struct upcie_nvme_cqmirror_state_ {
 	void *pinned;
 	uint32_t gen[UPCIE_NVME_CQMIRROR_SLOTS];
 	bool used[UPCIE_NVME_CQMIRROR_SLOTS];
+	bool parked[UPCIE_NVME_CQMIRROR_SLOTS]; /* attach timed out: CQs kept until acknowledged */
+	struct upcie_heap_buf park_dev[UPCIE_NVME_CQMIRROR_SLOTS],
+	    park_host[UPCIE_NVME_CQMIRROR_SLOTS];
 	unsigned nused;
 	bool running;
+	bool stopping;	/* stop flag set, the kernel not yet seen to end */
 	uint32_t flags; /* UPCIE_NVME_CQMIRROR_F_* for the next launch */
 };
 
@@ -96,30 +120,56 @@ static inline int upcie_nvme_cqmirror_put_(struct upcie_nvme_cqmirror_state_ *ms
 
 	memcpy(ms->stage, src, len);
 	r = cuMemcpyHtoDAsync(ms->table + off, ms->stage, len, ms->ctl);
-	if (r == CUDA_SUCCESS)
-		r = cuStreamSynchronize(ms->ctl);
 	if (r != CUDA_SUCCESS)
 		return UPCIE_GPU_CUDA_FAIL(r, "cuMemcpyHtoDAsync", "mirror table update");
-	return 0;
+	return upcie_gpu_cuda_stream_wait(ms->ctl, UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS,
+					  "nvme: cqmirror: table update");
 }
 
-/* Stop the kernel and wait for it. Called with the lock held, in the heap's context. */
-static inline int upcie_nvme_cqmirror_retire_(struct upcie_nvme_cqmirror_state_ *ms)
+/* Free the CQs of parked slots whose warp acknowledged (all: the kernel has ended). */
+static inline void upcie_nvme_cqmirror_unpark_(struct upcie_gpu_cuda_proc *p,
+					       struct upcie_nvme_cqmirror_state_ *ms, bool all)
+{
+	for (int s = 0; s < UPCIE_NVME_CQMIRROR_SLOTS; s++) {
+		if (!ms->parked[s] || (!all && ms->ack[s] != ms->gen[s] - 1))
+			continue;
+		upcie_heap_free(&p->hheap, ms->park_host[s].off);
+		upcie_heap_free(&p->dheap, ms->park_dev[s].off);
+		ms->parked[s] = false;
+		ms->used[s] = false;
+		ms->nused--;
+	}
+}
+
+/*
+ * Stop the kernel and wait for it, bounded; called again after a timeout, it waits again. Called
+ * with the lock held, in the heap's context.
+ */
+static inline int upcie_nvme_cqmirror_retire_(struct upcie_gpu_cuda_proc *p,
+					      struct upcie_nvme_cqmirror_state_ *ms)
 {
 	uint32_t v = 1, z = 0;
-	CUresult r;
 	int err;
 
 	if (!ms->running)
 		return 0;
-	err = upcie_nvme_cqmirror_put_(ms, offsetof(struct upcie_nvme_cqmirror_table, stop), &v,
-				       sizeof(v));
+	if (!ms->stopping) {
+		err = upcie_nvme_cqmirror_put_(ms, offsetof(struct upcie_nvme_cqmirror_table, stop),
+					       &v, sizeof(v));
+		if (err)
+			return err;
+		ms->stopping = true;
+	}
+	err = upcie_gpu_cuda_stream_wait(ms->stream, UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS,
+					 "nvme: cqmirror: kernel exit");
 	if (err)
-		return err;
-	r = cuStreamSynchronize(ms->stream);
-	if (r != CUDA_SUCCESS)
-		return UPCIE_GPU_CUDA_FAIL(r, "cuStreamSynchronize", "mirror kernel exit");
+		return UPCIE_FAIL(err,
+				  "nvme: cqmirror: the mirror kernel did not end (a warp that "
+				  "never became resident, or one that is stuck); its memory stays "
+				  "allocated");
 	ms->running = false;
+	ms->stopping = false;
+	upcie_nvme_cqmirror_unpark_(p, ms, true);
 	return upcie_nvme_cqmirror_put_(ms, offsetof(struct upcie_nvme_cqmirror_table, stop), &z,
 					sizeof(z));
 }
@@ -130,14 +180,16 @@ static inline void upcie_nvme_cqmirror_fini_(struct upcie_gpu_cuda_proc *p)
 
 	if (!ms)
 		return;
-	if (upcie_nvme_cqmirror_retire_(ms))
+	if (upcie_nvme_cqmirror_retire_(p, ms)) {
+		/* The kernel may still run and use all of it: leave it, and p->mirror set, so the
+		 * provider does not free what the kernel reads either. */
 		UPCIE_ERR("nvme: cqmirror: kernel not stopped; its memory is left allocated");
-	else {
-		if (ms->table)
-			cuMemFree(ms->table);
-		if (ms->pinned)
-			cuMemFreeHost(ms->pinned);
+		return;
 	}
+	if (ms->table)
+		cuMemFree(ms->table);
+	if (ms->pinned)
+		cuMemFreeHost(ms->pinned);
 	if (ms->mod)
 		cuModuleUnload(ms->mod);
 	if (ms->ctl)
@@ -179,7 +231,7 @@ static inline int upcie_nvme_cqmirror_init_(struct upcie_gpu_cuda_proc *p)
 	if (r != CUDA_SUCCESS)
 		goto fail;
 	memset(ms->pinned, 0, 4096);
-	ms->ack = (volatile uint32_t *)ms->pinned;
+	ms->ack = (volatile uint32_t *)ms->pinned; /* acknowledged, then started generations */
 	ms->stage = (struct upcie_nvme_cqmirror_slot *)((char *)ms->pinned + 1024);
 	r = cuMemHostGetDevicePointer(&ms->ack_dev, ms->pinned, 0);
 	if (r != CUDA_SUCCESS)
@@ -256,9 +308,12 @@ static inline bool upcie_nvme_cqmirror_running(const struct upcie_gpu_cuda *gpu)
 
 /*
  * Attach a mirrored CQ of `depth` entries (2..65536; with the LUT heap at most 4096, one 64 KiB
- * granule): both CQs zeroed, a slot filled, the kernel launched if this is the first. Returns 0;
- * -EINVAL; -EBUSY (a GPU-issued queue pair is open); -ENOSPC (all slots in use); -ENOMEM (a heap
- * is full); a CUDA error. `m` is zeroed on failure.
+ * granule): both CQs zeroed, a slot filled, the kernel launched if this is the first, and the
+ * slot's warp seen to start. Returns 0; -EINVAL; -EBUSY (a GPU-issued queue pair is open);
+ * -EOPNOTSUPP (the GPU does not promise ordered peer writes); -ENOSPC (all slots in use); -ENOMEM
+ * (a heap is full); -ETIMEDOUT (the slot's warp did not start: no room on the GPU for the
+ * kernel's block; the slot stays parked until it acknowledges); a CUDA error. `m` is zeroed on
+ * failure.
  */
 static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 					     struct upcie_gpu_cuda *gpu, uint32_t depth)
@@ -268,7 +323,9 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 	struct upcie_gpu_cuda_ctx_save save;
 	struct upcie_gpu_cuda_proc *p;
 	bool have_dev = false, have_host = false;
+	void *zero = NULL;
 	size_t off;
+	uint64_t t0;
 	uint32_t g;
 	CUresult r;
 	int s = -1, err;
@@ -286,6 +343,11 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 				  "GPU-issued and mirrored queues exclude each other",
 				  p->ngqp);
 	}
+	err = upcie_gpu_cuda_dev_peer_order(&p->dev, "a mirrored completion queue");
+	if (err) {
+		pthread_mutex_unlock(&upcie_gpu_cuda_lock_g);
+		return err;
+	}
 	err = upcie_gpu_cuda_dev_enter(&p->dev, &save);
 	if (err) {
 		pthread_mutex_unlock(&upcie_gpu_cuda_lock_g);
@@ -296,6 +358,12 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 	if (err)
 		goto out;
 	ms = (struct upcie_nvme_cqmirror_state_ *)p->mirror;
+	upcie_nvme_cqmirror_unpark_(p, ms, false);
+	if (ms->stopping) { /* an earlier stop timed out: the kernel must end first */
+		err = upcie_nvme_cqmirror_retire_(p, ms);
+		if (err)
+			goto out;
+	}
 	for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS && s < 0; i++)
 		if (!ms->used[i])
 			s = i;
@@ -313,13 +381,22 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 		goto out;
 	have_host = true;
 	memset(m->host.vaddr, 0, (size_t)depth * 16);
-	r = cuMemsetD8Async((CUdeviceptr)(uintptr_t)m->dev.vaddr, 0, (size_t)depth * 16, ms->ctl);
-	if (r == CUDA_SUCCESS)
-		r = cuStreamSynchronize(ms->ctl);
-	if (r != CUDA_SUCCESS) {
-		err = UPCIE_GPU_CUDA_FAIL(r, "cuMemsetD8Async", "mirror CQ of %u entries", depth);
+	/* A copy, not a memset: the copy engine clears it also when kernels fill every SM. */
+	zero = calloc(1, (size_t)depth * 16);
+	if (!zero) {
+		err = UPCIE_FAIL(-ENOMEM, "nvme: cqmirror: out of host memory");
 		goto out;
 	}
+	r = cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)m->dev.vaddr, zero, (size_t)depth * 16,
+			      ms->ctl);
+	if (r != CUDA_SUCCESS) {
+		err = UPCIE_GPU_CUDA_FAIL(r, "cuMemcpyHtoDAsync", "mirror CQ of %u entries", depth);
+		goto out;
+	}
+	err = upcie_gpu_cuda_stream_wait(ms->ctl, UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS,
+					 "nvme: cqmirror: CQ clear");
+	if (err)
+		goto out;
 	memset(&sl, 0, sizeof(sl));
 	sl.dev_cq = (uint64_t)(uintptr_t)m->dev.vaddr;
 	sl.host_cq = (uint64_t)upcie_gpu_cuda_host_devptr(gpu, m->host.vaddr);
@@ -356,12 +433,40 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 			goto out;
 		}
 	}
+	/* The warp reports the generation it took up: a block that is not resident never does. */
+	t0 = upcie_time_ns();
+	while (ms->ack[UPCIE_NVME_CQMIRROR_SLOTS + s] != g) {
+		if (upcie_time_ns() - t0 > UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS) {
+			uint32_t e = g + 1;
+
+			err =
+			    UPCIE_FAIL(-ETIMEDOUT,
+				       "nvme: cqmirror: slot %d: the mirror warp did not start "
+				       "within %" PRIu64
+				       " ms (no room on the GPU for its block: kernels filling "
+				       "every SM?); the slot is parked until it acknowledges",
+				       s, (uint64_t)(UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS / 1000000));
+			if (!upcie_nvme_cqmirror_put_(
+				ms, off + offsetof(struct upcie_nvme_cqmirror_slot, gen), &e,
+				sizeof(e)))
+				ms->gen[s] = e;
+			/* Kept with its CQs: the warp may still start and copy under g. */
+			ms->parked[s] = true;
+			ms->park_dev[s] = m->dev;
+			ms->park_host[s] = m->host;
+			have_dev = have_host = false;
+			p->nmirror--;
+			goto out;
+		}
+		sched_yield();
+	}
 	m->slot = s;
 	m->depth = depth;
 	m->gpu = *gpu;
 	m->dev_cq_iova = m->dev.iova;
 	m->host_cq = (struct upcie_nvme_cqe *)m->host.vaddr;
 out:
+	free(zero);
 	if (err) {
 		if (have_host)
 			upcie_heap_free(&p->hheap, m->host.off);
@@ -379,8 +484,9 @@ out:
  * Detach: raise the slot's generation to even, wait for the warp to acknowledge the odd value it
  * served, free both CQs; the last detach stops the kernel. Call after the controller deleted the
  * queue. Returns 0; -ETIMEDOUT (no acknowledgement within UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS: the
- * CQs and the slot stay allocated, since the warp may still write); a CUDA error. A zeroed `m`
- * (slot -1 or no provider) is a no-op.
+ * CQs and the slot stay allocated, since the warp may still write; call detach again, which waits
+ * for the same acknowledgement; or no stop of the kernel after the last detach, whose CQs are
+ * freed); a CUDA error. A zeroed `m` (slot -1 or no provider) is a no-op.
  */
 static inline int upcie_nvme_cqmirror_detach(struct upcie_nvme_cqmirror_cq *m)
 {
@@ -403,16 +509,19 @@ static inline int upcie_nvme_cqmirror_detach(struct upcie_nvme_cqmirror_cq *m)
 		pthread_mutex_unlock(&upcie_gpu_cuda_lock_g);
 		return err;
 	}
-	g = ms->gen[s] + 1;
 	off = offsetof(struct upcie_nvme_cqmirror_table, slot) +
 	      (size_t)s * sizeof(struct upcie_nvme_cqmirror_slot) +
 	      offsetof(struct upcie_nvme_cqmirror_slot, gen);
-	err = upcie_nvme_cqmirror_put_(ms, off, &g, sizeof(g));
-	if (err)
-		goto out;
-	ms->gen[s] = g;
+	g = ms->gen[s];
+	if (g & 1u) { /* a retry after a timeout finds it even already */
+		g++;
+		err = upcie_nvme_cqmirror_put_(ms, off, &g, sizeof(g));
+		if (err)
+			goto out;
+		ms->gen[s] = g;
+	}
 	t0 = upcie_time_ns();
-	while (ms->ack[s] != g - 1) {
+	while (!UPCIE_NVME_CQMIRROR_ACKED(ms, s, g)) {
 		if (upcie_time_ns() - t0 > UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS) {
 			err =
 			    UPCIE_FAIL(-ETIMEDOUT,
@@ -430,8 +539,9 @@ static inline int upcie_nvme_cqmirror_detach(struct upcie_nvme_cqmirror_cq *m)
 	p->nmirror--;
 	memset(m, 0, sizeof(*m));
 	m->slot = -1;
+	upcie_nvme_cqmirror_unpark_(p, ms, false);
 	if (!ms->nused)
-		err = upcie_nvme_cqmirror_retire_(ms);
+		err = upcie_nvme_cqmirror_retire_(p, ms);
 out:
 	upcie_gpu_cuda_dev_leave(&p->dev, &save);
 	pthread_mutex_unlock(&upcie_gpu_cuda_lock_g);

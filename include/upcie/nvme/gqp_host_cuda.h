@@ -15,11 +15,20 @@
  * those (and deleting the queues before destroy) is the controller layer's job. `dq` is the
  * device address to hand to kernels.
  *
+ * Creation refuses a GPU that does not promise ordered peer writes into its memory
+ * (upcie_gpu_cuda_dev_peer_order(): -EOPNOTSUPP), since GPU code takes a completion as the sign
+ * that its payload is there. The state and CQ are initialised by copies on a stream of the queue's
+ * own (copy engine, no kernel) that creation waits for, bounded: when it returns, no kernel on any
+ * stream can find an old entry in the CQ, also where persistent kernels fill every SM.
+ *
+ * Destruction never waits for the whole context (a resident kernel would hold that forever): the
+ * queue state counts the warps between upcie_nvme_gqp_begin() and _end(), and destroy frees
+ * nothing while that count stays non-zero (-EBUSY after UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS). Kernels
+ * launched with the queue that have not begun it yet are the caller's to finish or stop first.
+ *
  * A GPU-issued queue pair and a mirrored completion queue (nvme/cqmirror_host_cuda.h) exclude each
- * other in a process (-EBUSY), because destroying a GPU-issued queue pair synchronises the
- * context (cuCtxSynchronize, so that no kernel still uses it), which would wait forever for the
- * resident mirror kernel. Creation and destruction are host calls from any thread; the queue pair
- * itself has one owner warp at a time (see gqp_cuda.h).
+ * other in a process (-EBUSY). Creation and destruction are host calls from any thread; the queue
+ * pair itself has one owner warp at a time (see gqp_cuda.h).
  *
  * Limits: with the LUT heap (IMPORT) an SQ of 1024 entries and a CQ of 4096 fill one 64 KiB
  * granule, the most a physically contiguous queue can be there.
@@ -30,12 +39,15 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
 
+#include <upcie/base/clock.h>
 #include <upcie/base/compiler.h>
 #include <upcie/base/log.h>
 #include <upcie/gpu/dev_cuda.h>
@@ -45,6 +57,14 @@
 #include <upcie/nvme/spec.h>
 
 /* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES: nvme/gqp_cuda.h. */
+
+/* How long creation waits for its copies, and destroy for warps to leave the queue. */
+#ifndef UPCIE_NVME_GQP_SETUP_TIMEOUT_NS
+#define UPCIE_NVME_GQP_SETUP_TIMEOUT_NS (2 * UPCIE_NSEC_PER_SEC)
+#endif
+#ifndef UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS
+#define UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS (1 * UPCIE_NSEC_PER_SEC)
+#endif
 
 struct upcie_nvme_gqp_cfg {
 	uint16_t qid;		 /* for messages and synthesized fields */
@@ -63,8 +83,8 @@ struct upcie_nvme_gqp_host {
 	uint16_t qid;
 	unsigned flags;
 	struct upcie_gpu_cuda gpu; /* borrowed: the caller's handle stays open */
-	struct upcie_heap_buf sq, cq, lists;
-	bool have_sq, have_cq, have_lists, counted;
+	struct upcie_heap_buf sq, cq, lists, tab;
+	bool have_sq, have_cq, have_lists, have_tab, counted;
 	CUdeviceptr tables;			  /* the state and the per-CID tables */
 	volatile uint32_t *sqdb_host, *cqdb_host; /* DB_IOMEM: as passed in, to unmap */
 };
@@ -90,13 +110,9 @@ static inline size_t upcie_nvme_gqp_tables_size_(uint32_t ncids, size_t *o_cpl, 
 static inline void upcie_nvme_gqp_release_(struct upcie_nvme_gqp_host *h)
 {
 	struct upcie_gpu_cuda *gpu = &h->gpu;
-	struct upcie_gpu_cuda_ctx_save save;
-	bool entered = !upcie_gpu_cuda_dev_enter(&gpu->p->dev, &save);
 
-	if (h->tables && entered)
-		cuMemFree(h->tables);
-	if (entered)
-		upcie_gpu_cuda_dev_leave(&gpu->p->dev, &save);
+	if (h->have_tab)
+		upcie_gpu_cuda_free(gpu, &h->tab);
 	if (h->have_lists) {
 		if (h->flags & UPCIE_NVME_GQP_SQ_HOSTMEM)
 			upcie_gpu_cuda_host_free(gpu, &h->lists);
@@ -123,23 +139,61 @@ static inline void upcie_nvme_gqp_release_(struct upcie_nvme_gqp_host *h)
 	memset(h, 0, sizeof(*h));
 }
 
+/* One copy between host memory and the device, for upcie_nvme_gqp_xfer_(). */
+struct upcie_nvme_gqp_copy_ {
+	CUdeviceptr dev;
+	void *host;
+	size_t len;
+	bool to_dev;
+};
+
+/*
+ * Run `n` copies in order on a stream of their own (copy engine; no kernel, so no SM needed) and
+ * wait for them at most `timeout_ns`. Returns 0, -ETIMEDOUT, a CUDA error.
+ */
+static inline int upcie_nvme_gqp_xfer_(struct upcie_gpu_cuda *gpu,
+				       const struct upcie_nvme_gqp_copy_ *c, int n,
+				       uint64_t timeout_ns, const char *what)
+{
+	struct upcie_gpu_cuda_ctx_save save;
+	CUstream s = NULL;
+	CUresult r;
+	int err = upcie_gpu_cuda_dev_enter(&gpu->p->dev, &save);
+
+	if (err)
+		return err;
+	r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+	for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+		r = c[i].to_dev ? cuMemcpyHtoDAsync(c[i].dev, c[i].host, c[i].len, s)
+				: cuMemcpyDtoHAsync(c[i].host, c[i].dev, c[i].len, s);
+	if (r != CUDA_SUCCESS)
+		err = UPCIE_GPU_CUDA_FAIL(r, "cuStreamCreate/cuMemcpyAsync", "%s", what);
+	if (!err)
+		err = upcie_gpu_cuda_stream_wait(s, timeout_ns, what);
+	if (s)
+		cuStreamDestroy(s);
+	upcie_gpu_cuda_dev_leave(&gpu->p->dev, &save);
+	return err;
+}
+
 /*
  * Create the memory and device state of a GPU-resident queue pair (see above). The CQ is zeroed;
  * the state starts at tail 0, head 0, phase 1, matching queues the controller is about to create.
  * Returns 0; -EINVAL (bad depth, CIDs or doorbells); -EBUSY (a mirrored completion queue is
- * open); -ENOMEM (heap full); a CUDA error. `h` is zeroed on failure.
+ * open); -EOPNOTSUPP (the GPU does not promise ordered peer writes); -ENOMEM (heap full);
+ * -ETIMEDOUT (the initial copies did not finish: the memory stays allocated, since they may
+ * still land); a CUDA error. `h` is zeroed on failure.
  */
 static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct upcie_gpu_cuda *gpu,
 					const struct upcie_nvme_gqp_cfg *cfg)
 {
 	size_t o_cpl, o_state, o_free, o_list, tsize;
-	struct upcie_gpu_cuda_ctx_save save;
-	bool hostsq, entered = false;
+	struct upcie_nvme_gqp_copy_ cp[2];
+	bool hostsq;
 	struct upcie_nvme_gqp st;
 	CUdeviceptr sqdb, cqdb;
 	uint32_t ncids;
-	char *tab = NULL;
-	CUresult r;
+	char *tab = NULL, *zero = NULL;
 	int err;
 
 	if (!h || !gpu || !gpu->p || !cfg)
@@ -157,6 +211,9 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 	if (!cfg->sqdb || !cfg->cqdb || (((uintptr_t)cfg->sqdb | (uintptr_t)cfg->cqdb) & 3))
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: doorbells missing or misaligned",
 				  cfg->qid);
+	err = upcie_gpu_cuda_dev_peer_order(&gpu->p->dev, "a GPU-issued queue pair");
+	if (err)
+		return err;
 	h->gpu = *gpu;
 	h->flags = cfg->flags;
 	h->qid = cfg->qid;
@@ -211,21 +268,18 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 
 	tsize = upcie_nvme_gqp_tables_size_(ncids, &o_cpl, &o_state, &o_free, &o_list);
 	tab = (char *)calloc(1, tsize);
-	if (!tab) {
+	zero = (char *)calloc(1, (size_t)cfg->depth * 16);
+	if (!tab || !zero) {
 		err = UPCIE_FAIL(-ENOMEM, "nvme: gqp %u: out of host memory", cfg->qid);
 		goto fail;
 	}
-	err = upcie_gpu_cuda_dev_enter(&gpu->p->dev, &save);
+	/* From the device heap, not cuMemAlloc: cuMemFree waits for a context with resident
+	 * kernels to go idle, which destroy must not. */
+	err = upcie_gpu_cuda_alloc(gpu, tsize, 256, &h->tab);
 	if (err)
 		goto fail;
-	entered = true;
-	r = cuMemAlloc(&h->tables, tsize);
-	if (r != CUDA_SUCCESS) {
-		h->tables = 0;
-		err = UPCIE_GPU_CUDA_FAIL(r, "cuMemAlloc", "gqp %u: %zu bytes of queue state",
-					  cfg->qid, tsize);
-		goto fail;
-	}
+	h->have_tab = true;
+	h->tables = (CUdeviceptr)(uintptr_t)h->tab.vaddr;
 	memset(&st, 0, sizeof(st));
 	st.sq = hostsq ? (struct upcie_nvme_sqe *)(uintptr_t)upcie_gpu_cuda_host_devptr(gpu,
 											h->sq.vaddr)
@@ -257,22 +311,49 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 	for (uint32_t i = 0; i < ncids; i++) /* lowest CID on top, as in the core */
 		((uint16_t *)(tab + o_free))[i] = (uint16_t)(ncids - 1 - i);
 	memcpy(tab, &st, sizeof(st));
-	r = cuMemcpyHtoD(h->tables, tab, tsize);
-	if (r == CUDA_SUCCESS)
-		r = cuMemsetD8((CUdeviceptr)(uintptr_t)h->cq.vaddr, 0, (size_t)cfg->depth * 16);
-	if (r != CUDA_SUCCESS) {
-		err = UPCIE_GPU_CUDA_FAIL(r, "cuMemcpyHtoD/cuMemsetD8", "gqp %u: initial state",
-					  cfg->qid);
-		goto fail;
+	/*
+	 * The CQ is cleared and the state written by copies waited for here, not by cuMemsetD8 on
+	 * the legacy stream: that one is asynchronous for device memory and does not order against
+	 * non-blocking streams, so a kernel already running could poll the CQ before the clear.
+	 */
+	cp[0].dev = (CUdeviceptr)(uintptr_t)h->cq.vaddr;
+	cp[0].host = zero;
+	cp[0].len = (size_t)cfg->depth * 16;
+	cp[0].to_dev = true;
+	cp[1].dev = h->tables;
+	cp[1].host = tab;
+	cp[1].len = tsize;
+	cp[1].to_dev = true;
+#if defined(UPCIE_NVME_GQP_TEST_CLEAR_UNORDERED)
+	/* Negative control of the test: the clear as it was (legacy stream, not waited for). */
+	if (cuMemsetD8((CUdeviceptr)(uintptr_t)h->cq.vaddr, 0, (size_t)cfg->depth * 16) !=
+	    CUDA_SUCCESS)
+		err = -EIO;
+	if (!err)
+		err = upcie_nvme_gqp_xfer_(gpu, cp + 1, 1, UPCIE_NVME_GQP_SETUP_TIMEOUT_NS,
+					   "gqp: initial state");
+#else
+	err = upcie_nvme_gqp_xfer_(gpu, cp, 2, UPCIE_NVME_GQP_SETUP_TIMEOUT_NS,
+				   "gqp: CQ clear and initial state");
+#endif
+	if (err == -ETIMEDOUT) {
+		UPCIE_ERR("nvme: gqp %u: the initial copies may still land: its memory stays "
+			  "allocated",
+			  cfg->qid);
+		free(tab);
+		free(zero);
+		memset(h, 0, sizeof(*h));
+		return err;
 	}
-	upcie_gpu_cuda_dev_leave(&gpu->p->dev, &save);
+	if (err)
+		goto fail;
 	free(tab);
+	free(zero);
 	h->dq = (struct upcie_nvme_gqp *)(uintptr_t)h->tables;
 	return 0;
 fail:
-	if (entered)
-		upcie_gpu_cuda_dev_leave(&gpu->p->dev, &save);
 	free(tab);
+	free(zero);
 	upcie_nvme_gqp_release_(h);
 	return err;
 }
@@ -283,38 +364,51 @@ fail:
  */
 static inline int upcie_nvme_gqp_read(struct upcie_nvme_gqp_host *h, struct upcie_nvme_gqp *st)
 {
-	struct upcie_gpu_cuda_ctx_save save;
-	CUresult r;
-	int err = upcie_gpu_cuda_dev_enter(&h->gpu.p->dev, &save);
+	struct upcie_nvme_gqp_copy_ c;
 
-	if (err)
-		return err;
-	r = cuMemcpyDtoH(st, h->tables, sizeof(*st));
-	upcie_gpu_cuda_dev_leave(&h->gpu.p->dev, &save);
-	if (r != CUDA_SUCCESS)
-		return UPCIE_GPU_CUDA_FAIL(r, "cuMemcpyDtoH", "gqp %u: state", h->qid);
-	return 0;
+	c.dev = h->tables;
+	c.host = st;
+	c.len = sizeof(*st);
+	c.to_dev = false;
+	return upcie_nvme_gqp_xfer_(&h->gpu, &c, 1, UPCIE_NVME_GQP_SETUP_TIMEOUT_NS,
+				    "gqp: reading the queue state");
 }
 
 /*
- * Free the queue pair. The controller must have deleted its queues; this waits for the context's
- * work to finish (cuCtxSynchronize) so no kernel still uses the memory. A zeroed `h` is a no-op.
+ * Free the queue pair. The controller must have deleted its queues, and kernels that may still
+ * begin the queue must have finished. Waits up to UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS for warps
+ * between upcie_nvme_gqp_begin() and _end() to leave; never for the whole context, so kernels
+ * that do not use the queue (a resident one too) do not hold it. Returns 0; -EBUSY (a warp still
+ * holds the queue: nothing freed, call again once it has ended); a CUDA error (nothing freed). A
+ * zeroed `h` is a no-op.
  */
-static inline void upcie_nvme_gqp_destroy(struct upcie_nvme_gqp_host *h)
+static inline int upcie_nvme_gqp_destroy(struct upcie_nvme_gqp_host *h)
 {
-	struct upcie_gpu_cuda_ctx_save save;
+	uint64_t t0;
+	int err;
 
 	if (!h || !h->gpu.p)
-		return;
-	if (!upcie_gpu_cuda_dev_enter(&h->gpu.p->dev, &save)) {
-		CUresult r = cuCtxSynchronize();
+		return 0;
+	t0 = upcie_time_ns();
+	for (;;) {
+		struct upcie_nvme_gqp st;
 
-		if (r != CUDA_SUCCESS)
-			UPCIE_WARN("nvme: gqp %u: cuCtxSynchronize: %s", h->qid,
-				   upcie_gpu_cuda_strerror(r));
-		upcie_gpu_cuda_dev_leave(&h->gpu.p->dev, &save);
+		err = upcie_nvme_gqp_read(h, &st);
+		if (err)
+			return err;
+		if (!st.users)
+			break;
+		if (upcie_time_ns() - t0 >= UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS)
+			return UPCIE_FAIL(-EBUSY,
+					  "nvme: gqp %u: %u warps still hold the queue (between "
+					  "upcie_nvme_gqp_begin and _end) after %" PRIu64
+					  " ms; nothing freed",
+					  h->qid, st.users,
+					  (uint64_t)(UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS / 1000000));
+		sched_yield();
 	}
 	upcie_nvme_gqp_release_(h);
+	return 0;
 }
 
 #endif /* UPCIE_NVME_GQP_HOST_CUDA_H */
