@@ -14,6 +14,8 @@
  *   mirrorlat  the latency rows of "mirror" only
  *   qd32    one queue pair at QD 32 and 128: submission batch sizes, and the null controller's
  *           ordering (system fences vs GPU-scope acquire/release, "lean")
+ *   qd      one queue pair at QD 1, 32 and 128 with either controller ordering: the rows that
+ *           compare the reap's acquire fence with the code before it (built against both)
  *   l2lat   one-way latency between two SMs through device memory, per load/store flavour
  *   fence   cost of the fences a submitter can publish a batch with
  * Built a second time as bench_gpu_store4 with the SQE stores of the queue path made 4-byte ones
@@ -169,7 +171,7 @@ static void rate_case(struct rig *r, struct bres *res, int nq, uint32_t depth, u
 			tmax = res[i].t_ns;
 	}
 	mps = tmax ? n * 1e3 / tmax : 0;
-	printf("| %s | %d | %u | %u | %.2f | %.2f | %llu |\n", label, nq, depth, qd, mps, mps / nq,
+	printf("| %s | %d | %u | %u | %.3f | %.3f | %llu |\n", label, nq, depth, qd, mps, mps / nq,
 	       bad);
 	rig_queues_destroy(r);
 }
@@ -222,6 +224,24 @@ static void part_qd32(struct rig *r)
 			rate_case(r, res, 1, cases[i].depth, cases[i].qd, cases[i].batch, lean, 0,
 				  label);
 		}
+	cudaFreeHost(res);
+}
+
+/* One queue pair at QD 1, 32, 128, each controller ordering. */
+static void part_qd(struct rig *r)
+{
+	struct bres *res = (struct bres *)rig_pinned(128 * sizeof(*res));
+	static const struct {
+		uint32_t depth, qd;
+	} cases[] = { { 64, 1 }, { 64, 32 }, { 256, 128 } };
+
+	printf(
+	    "\n| controller ordering | queue pairs | depth | QD | Mcmd/s total | Mcmd/s per queue "
+	    "pair | errors |\n|---|---|---|---|---|---|---|\n");
+	for (uint32_t lean = 0; lean < 2; lean++)
+		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			rate_case(r, res, 1, cases[i].depth, cases[i].qd, 0, lean, 0,
+				  lean ? "lean (acquire/release)" : "system fences");
 	cudaFreeHost(res);
 }
 
@@ -990,6 +1010,8 @@ int main(int argc, char **argv)
 			part_mirror(&r, true);
 		if (!strcmp(p, "qd32") || !strcmp(p, "all"))
 			part_qd32(&r);
+		if (!strcmp(p, "qd"))
+			part_qd(&r);
 		if (!strcmp(p, "l2lat") || !strcmp(p, "all"))
 			part_l2lat(&r);
 		if (!strcmp(p, "fence") || !strcmp(p, "all"))

@@ -37,7 +37,7 @@ struct nullctl_queue {
 	volatile uint32_t *cqdb;
 	uint32_t depth; /* 0: not served */
 	uint16_t qid;
-	uint16_t rsvd;
+	uint16_t smid; /* the SM the serving warp ran on (written at the end) */
 	/* Controller state, kept across launches (start a new queue with phase 1, rest 0). */
 	uint32_t sq_head, cq_tail, cq_head, phase;
 	unsigned long long ncmd, ncpl, ndrop, nerr, nbytes, nbatch;
@@ -69,10 +69,15 @@ __device__ static inline uint8_t *nullctl_ptr(const struct nullctl *c, uint64_t 
 	return (uint8_t *)(uintptr_t)(iova - c->iova_offset);
 }
 
+/*
+ * Data stores cached at L2 only, as a device's writes arrive there. (Volatile stores, which this
+ * used before, left no stale line in a reader's L1 on the H200: with them the stale-read tests saw
+ * 0 of 16000 stale reads without the reader's acquire fence, the copy engine 16000.)
+ */
 __device__ static inline void nullctl_st16(void *p, uint4 v)
 {
-	asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
-		     "r"(v.y), "r"(v.z), "r"(v.w)
+	asm volatile("st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+		     "r"(v.z), "r"(v.w)
 		     : "memory");
 }
 
@@ -293,6 +298,10 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 		nbytes += __shfl_down_sync(0xffffffffu, nbytes, o);
 	__syncwarp();
 	if (lane == 0) {
+		uint32_t sm;
+
+		asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+		q->smid = (uint16_t)sm;
 		q->sq_head = sq_head;
 		q->cq_tail = cq_tail;
 		q->cq_head = cq_head;

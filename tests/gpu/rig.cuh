@@ -114,6 +114,7 @@ struct rig {
 	struct upcie_nvme_gqp **dqs; /* device array of the queues' device state */
 	int nq;
 	bool running;
+	uint32_t ctl_smem; /* dynamic shared memory of the controller's blocks (placement) */
 };
 
 static inline int rig_open(struct rig *r, uint64_t dheap, uint64_t hheap, uint64_t ns_bytes)
@@ -224,7 +225,7 @@ static inline void rig_ctl_start(struct rig *r, uint32_t ooo, uint64_t delay_ns)
 	*r->stop_h = 0;
 	rig_stage = "controller start";
 	RIG_CK(cudaMemcpy(r->c_dev, &r->c, sizeof(r->c), cudaMemcpyHostToDevice));
-	nullctl_kernel<<<r->c.nq, 32, 0, r->s_ctl>>>(r->c_dev);
+	nullctl_kernel<<<r->c.nq, 32, r->ctl_smem, r->s_ctl>>>(r->c_dev);
 	RIG_CK(cudaGetLastError());
 	r->running = true;
 }

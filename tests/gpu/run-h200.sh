@@ -36,7 +36,7 @@ fi
 echo 1024 >/proc/sys/vm/nr_hugepages 2>/dev/null || true
 grep HugePages_Free /proc/meminfo
 case " $parts " in *" test "*)
-	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER timeout 22 build-gpu/test_gpu 2>"$out/test_gpu.stderr" | tee "$out/test_gpu.tap"
+	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER TEST_WATCHDOG=100 timeout 110 build-gpu/test_gpu 2>"$out/test_gpu.stderr" | tee "$out/test_gpu.tap"
 	echo "test_gpu exit: ${PIPESTATUS[0]}"
 	tail -20 "$out/test_gpu.stderr"
 	;;

@@ -6,12 +6,49 @@
  * and phase, out-of-order completions, error status, dropped completions and timeouts, delays, SQ
  * in device and in host memory, 1 to 64 queues, a queue shared by warps, data verified end to
  * end), and the completion mirror (CPU-driven queues whose CQ the controller writes in GPU memory;
- * attach/detach while the warp runs, many times; exclusion with GPU-issued queues).
+ * attach/detach while the warp runs, many times; exclusion with GPU-issued queues). Then the
+ * ordering and lifecycle groups: the stale-read scenario (a buffer in the reader's L1, read into,
+ * completion waited for, read back with plain loads) through the GPU queue pair and through the
+ * portable core in device code; one 16-byte CQE load against entries written in two parts; the
+ * queue, data, stale-read and mirror tests against the copy-engine controller (cectl.cuh: a CPU
+ * thread posting through cuMemcpyHtoDAsync, lagging SQ head, out of order, CQ filled to depth - 1);
+ * the CQ clear at creation under a persistent kernel filling every SM; a GPU without ordered peer
+ * writes refused; gqp_destroy while a kernel holds the queue; mirror detach while completions
+ * arrive, a detach that times out and its retry, attach with every SM taken, and provider close
+ * with a mirror warp that never started. tests/gpu/run-controls.sh builds this with each ordering
+ * rule removed and checks that the guarding test fails.
  *
  * The dma-buf import module is not on the H200: where it is absent the import path is checked to
  * fail naming its package, and everything else runs with the tests' own address scheme
  * (UPCIE_GPU_CUDA_XLATE_OFFSET). TAP output, "N passed, N failed" last. CI only compiles this.
  */
+#include <cuda.h>
+
+#include <stdint.h>
+
+/*
+ * Test hooks, set before the headers: timeouts that the lifecycle tests shorten at run time, and
+ * the device attribute read through a function that can report a GPU without ordered peer writes.
+ */
+static uint64_t test_ack_timeout_ns = 300000000ull;
+static uint64_t test_destroy_timeout_ns = 300000000ull;
+static int test_peer_order = -1;      /* >= 0: reported instead of the real attribute */
+static volatile int test_mirror_deaf; /* detach sees no acknowledgement (a stuck warp) */
+#define UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS  test_ack_timeout_ns
+#define UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS   test_destroy_timeout_ns
+#define UPCIE_NVME_CQMIRROR_ACKED(ms, s, g) (!test_mirror_deaf && (ms)->ack[s] == (g)-1)
+
+static inline CUresult test_attr(int *v, CUdevice_attribute a, CUdevice d)
+{
+	CUresult r = cuDeviceGetAttribute(v, a, d);
+
+	if (r == CUDA_SUCCESS && a == CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING &&
+	    test_peer_order >= 0)
+		*v = test_peer_order;
+	return r;
+}
+#define UPCIE_GPU_CUDA_DEVICE_ATTRIBUTE(v, a, d) test_attr(v, a, d)
+
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cmd.h>
@@ -21,6 +58,7 @@
 #include <upcie/nvme/qpair.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -267,10 +305,9 @@ __global__ void data_kernel(struct upcie_nvme_gqp **qs, struct upcie_gpu_xlate x
 	r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 	if (r || !upcie_nvme_cqe_ok(&cqe))
 		res[q].code[lane] |= 0x10000;
-	/* What the controller wrote into d must be visible here (it fenced before the CQE). */
-	__threadfence();
+	/* As a user's kernel reads it: plain loads, no fence of its own. */
 	for (uint32_t i = 0; i < len; i++)
-		mism += ((volatile uint8_t *)d)[i] != pat(q, lane, i);
+		mism += d[i] != pat(q, lane, i);
 	/* A buffer outside the translation is refused without taking a slot. */
 	upcie_nvme_cmd_read(&sqe, 1, slba, 1, 0);
 	r = upcie_nvme_gqp_enqueue_data(&w, lane == 3 ? &sqe : NULL, &x, (void *)(uintptr_t)16, 512,
@@ -1008,21 +1045,1125 @@ static void test_mirror(struct rig *r)
 	cudaFreeHost((void *)db);
 }
 
-int main(void)
+/* ---- completion -> data ordering: what a user's kernel reads after a completion ---- */
+
+#include "cectl.cuh"
+
+#define STALE_ITERS 500
+#define STALE_WORDS 128 /* 512 bytes: LBA i holds STALE_WORDS words of value i + 1 */
+#define STALE_SMEM  (120 * 1024)
+
+__device__ static inline uint32_t smid(void)
+{
+	uint32_t v;
+
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+	return v;
+}
+
+/*
+ * The stale-read scenario, through a GPU-resident queue pair: the warp has the buffer in its L1
+ * (it read it, as a kernel that used the buffer before would), reads LBA i into it, waits for the
+ * completion, and reads it again with plain loads, no fence of its own. Lane 0 issues the command.
+ */
+__global__ void stale_gqp_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x, uint32_t *buf,
+				 uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	struct upcie_nvme_gqp_warp w;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	for (uint32_t i = 0; i < iters; i++) {
+		struct upcie_nvme_sqe sqe;
+		struct upcie_nvme_cqe cqe;
+		uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+		uint4 v = ((const uint4 *)buf)[lane];
+		int r;
+
+		sum += v.x;
+		upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
+		r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512, &cid);
+		upcie_nvme_gqp_ring(&w);
+		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
+		v = ((const uint4 *)buf)[lane];
+		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+	}
+	upcie_nvme_gqp_end(&w);
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+		sum += __shfl_down_sync(0xffffffffu, sum, o);
+	}
+	if (lane == 0) {
+		t->mism = stale;
+		t->bad = errs;
+		t->late = sum;
+		t->code[0] = smid();
+	}
+}
+
+/*
+ * The same through the portable core (nvme/qpair.h) run by lane 0; the warp reads after. The core's
+ * doorbell fence is __threadfence_system(), which invalidates the L1 itself, so the warp reads the
+ * buffer into L1 after the submission, while the command is in flight.
+ */
+__global__ void stale_core_kernel(struct upcie_nvme_qpair *qp, uint64_t buf_iova, uint32_t *buf,
+				  uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	for (uint32_t i = 0; i < iters; i++) {
+		uint16_t cid = 0;
+		uint4 v;
+		int r = 0;
+
+		if (lane == 0) {
+			struct upcie_nvme_sqe sqe;
+
+			upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
+			sqe.prp1 = buf_iova;
+			r = upcie_nvme_qpair_submit(qp, &sqe, NULL, NULL, &cid);
+		}
+		__syncwarp();
+		v = ((const uint4 *)buf)[lane];
+		sum += v.x;
+		__syncwarp();
+		if (lane == 0) {
+			r = r ? r : upcie_nvme_qpair_wait(qp, cid, 500 * UPCIE_NSEC_PER_MSEC);
+			errs += r != 0;
+		}
+		__syncwarp();
+		v = ((const uint4 *)buf)[lane];
+		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+	}
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		sum += __shfl_down_sync(0xffffffffu, sum, o);
+	}
+	if (lane == 0) {
+		t->mism = stale;
+		t->bad = errs;
+		t->late = sum;
+		t->code[0] = smid();
+	}
+}
+
+static void stale_pattern(uint32_t *h)
+{
+	for (uint32_t i = 0; i < STALE_ITERS; i++)
+		for (uint32_t k = 0; k < STALE_WORDS; k++)
+			h[i * STALE_WORDS + k] = i + 1;
+}
+
+/* Stale-read scenario against the warp null controller: GPU-resident queue pair, then core. */
+static void test_stale_warp(struct rig *r)
+{
+	static uint32_t pat_h[STALE_ITERS * STALE_WORDS];
+	struct tres *t = tres_alloc(2);
+	struct upcie_heap_buf buf;
+	struct upcie_gpu_xlate x;
+	int err;
+
+	stale_pattern(pat_h);
+	RIG_CK(cudaMemcpy(r->ns, pat_h, sizeof(pat_h), cudaMemcpyHostToDevice));
+	err = upcie_gpu_cuda_alloc(&r->gpu, 4096, 4096, &buf);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, buf.vaddr, &x);
+	if (!err)
+		err = rig_queues_create(r, 1, 64, 0);
+	CHECK(err == 0, "stale read (warp controller): setup %d", err);
+	if (err)
+		return;
+	/*
+	 * First as the rig places them: the controller warp's own fences (MEMBAR + CCTL.IVALL)
+	 * invalidate the L1 of its SM, so when the reader shares that SM no stale line survives.
+	 * Then with the two kernels forced onto different SMs (each block takes 120 KiB of shared
+	 * memory, two do not fit in one SM), as a drive is no SM at all: the checked run.
+	 */
+	RIG_CK(cudaFuncSetAttribute(nullctl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(stale_gqp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(stale_core_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	for (int sep = 0; sep < 2; sep++) {
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		memset(t, 0, sizeof(*t));
+		r->ctl_smem = sep ? STALE_SMEM : 0;
+		rig_ctl_start(r, 0, 0);
+		stale_gqp_kernel<<<1, 32, r->ctl_smem, r->s_run>>>(
+		    r->gq[0].dq, x, (uint32_t *)buf.vaddr, STALE_ITERS, t);
+		rig_sync(r->s_run, "stale kernel");
+		rig_ctl_stop(r);
+		printf("# stale read, GPU queue pair, warp controller, %s: reader on SM %u, "
+		       "controller on SM %u: %llu of %d lane-reads stale\n",
+		       sep ? "kept apart" : "placed by the scheduler", t->code[0], r->c.q[0].smid,
+		       t->mism, 32 * STALE_ITERS);
+	}
+	r->ctl_smem = 0;
+	CHECK(
+	    t->bad == 0 && t->mism == 0,
+	    "stale read, GPU queue pair, warp controller: buffer in L1, read into it, wait, plain "
+	    "loads: %llu of %d lane-reads stale, %llu failed commands",
+	    t->mism, 32 * STALE_ITERS, t->bad);
+	rig_queues_destroy(r);
+
+	/* The portable core in device code: state and tables in mapped host memory. */
+	{
+		const uint32_t depth = 16;
+		struct upcie_nvme_qpair *qp =
+		    (struct upcie_nvme_qpair *)rig_pinned(sizeof(struct upcie_nvme_qpair));
+		void *tables = rig_pinned(upcie_nvme_qpair_tables_size(depth - 1));
+		struct upcie_heap_buf sq, cq;
+		struct upcie_nvme_qpair_cfg cfg;
+		struct nullctl_queue *nq = &r->c.q[0];
+
+		err = upcie_gpu_cuda_alloc(&r->gpu, depth * 64, 4096, &sq);
+		if (!err)
+			err = upcie_gpu_cuda_alloc(&r->gpu, depth * 16, 4096, &cq);
+		RIG_CK(cudaMemset(cq.vaddr, 0, depth * 16));
+		RIG_CK(cudaMemset(r->dbs, 0, 8));
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.sq = sq.vaddr;
+		cfg.cq = cq.vaddr;
+		cfg.sqdb = r->dbs;
+		cfg.cqdb = r->dbs + 1;
+		cfg.sq_depth = depth;
+		cfg.qid = 1;
+		cfg.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR;
+		cfg.tables = tables;
+		if (!err)
+			err = upcie_nvme_qpair_init(qp, &cfg);
+		CHECK(err == 0, "stale read, core queue pair in device code: setup %d", err);
+		if (!err) {
+			memset(nq, 0, sizeof(*nq));
+			nq->sq = (const struct upcie_nvme_sqe *)sq.vaddr;
+			nq->cq = (struct upcie_nvme_cqe *)cq.vaddr;
+			nq->sqdb = r->dbs;
+			nq->cqdb = r->dbs + 1;
+			nq->depth = depth;
+			nq->qid = 1;
+			nq->phase = 1;
+			r->c.nq = 1;
+			RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+			memset(t, 0, sizeof(*t));
+			r->ctl_smem = STALE_SMEM;
+			rig_ctl_start(r, 0, 0);
+			stale_core_kernel<<<1, 32, STALE_SMEM, r->s_run>>>(
+			    qp, buf.iova, (uint32_t *)buf.vaddr, STALE_ITERS, t);
+			rig_sync(r->s_run, "stale kernel");
+			rig_ctl_stop(r);
+			r->ctl_smem = 0;
+			printf("# reader on SM %u, controller on SM %u\n", t->code[0],
+			       r->c.q[0].smid);
+			CHECK(t->bad == 0 && t->mism == 0,
+			      "stale read, core queue pair (nvme/qpair.h) in device code, warp "
+			      "controller: %llu of %d lane-reads stale, %llu failed commands",
+			      t->mism, 32 * STALE_ITERS, t->bad);
+			upcie_nvme_qpair_fini(qp);
+		}
+		upcie_gpu_cuda_free(&r->gpu, &sq);
+		upcie_gpu_cuda_free(&r->gpu, &cq);
+		cudaFreeHost(tables);
+		cudaFreeHost(qp);
+	}
+	upcie_gpu_cuda_xlate_destroy(&r->gpu, &x);
+	upcie_gpu_cuda_free(&r->gpu, &buf);
+	cudaFreeHost(t);
+}
+
+/* ---- the copy-engine controller: queue, data, stale-read and mirror tests against it ---- */
+
+struct cerig {
+	struct cectl c;
+	volatile uint32_t *db; /* pinned, mapped: per queue [0] SQ tail, [1] CQ head */
+	uint32_t *db_dev;
+	uint8_t *ns; /* pinned */
+	uint64_t ns_bytes;
+};
+
+static void cerig_open(struct rig *r, struct cerig *ce, uint64_t ns_bytes)
+{
+	memset(ce, 0, sizeof(*ce));
+	RIG_CK(cudaHostAlloc((void **)&ce->db, 4096, cudaHostAllocMapped));
+	RIG_CK(cudaHostGetDevicePointer((void **)&ce->db_dev, (void *)ce->db, 0));
+	RIG_CK(cudaHostAlloc((void **)&ce->ns, ns_bytes, 0));
+	memset(ce->ns, 0, ns_bytes);
+	ce->ns_bytes = ns_bytes;
+	(void)r;
+}
+
+static void cerig_close(struct cerig *ce)
+{
+	cectl_free(&ce->c);
+	cudaFreeHost((void *)ce->db);
+	cudaFreeHost(ce->ns);
+}
+
+/* Controller state for a fresh run over `nq` queues (queues filled in by the caller). */
+static void cerig_ctl_init(struct rig *r, struct cerig *ce, uint32_t lag, uint32_t ooo,
+			   uint32_t fill, uint32_t split)
+{
+	cectl_free(&ce->c);
+	ce->c.ns = ce->ns;
+	ce->c.ns_bytes = ce->ns_bytes;
+	ce->c.lba_shift = 9;
+	ce->c.iova_offset = RIG_IOVA_OFFSET;
+	ce->c.host_base = (const uint8_t *)r->gpu.p->hbase;
+	ce->c.host_base_dev = r->gpu.p->hbase_dev;
+	ce->c.host_size = r->gpu.p->hsize;
+	ce->c.lag = lag;
+	ce->c.ooo = ooo;
+	ce->c.fill = fill;
+	ce->c.split = split;
+	ce->c.delay_ns = 20 * UPCIE_NSEC_PER_MSEC;
+}
+
+/* GPU-resident queue pairs (SQ in host memory) wired to the copy-engine controller. */
+static int cerig_gqp_create(struct rig *r, struct cerig *ce, int nq, uint32_t depth, unsigned flags)
+{
+	struct upcie_nvme_gqp *dq[CECTL_MAX_Q];
+
+	memset((void *)ce->db, 0, 4096);
+	for (int i = 0; i < nq; i++) {
+		struct upcie_nvme_gqp_cfg cfg;
+		struct cectl_queue *q = &ce->c.q[i];
+		int err;
+
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.qid = (uint16_t)(i + 1);
+		cfg.depth = depth;
+		cfg.flags = flags | UPCIE_NVME_GQP_SQ_HOSTMEM;
+		cfg.sqdb = ce->db_dev + 2 * i;
+		cfg.cqdb = ce->db_dev + 2 * i + 1;
+		err = upcie_nvme_gqp_create(&r->gq[i], &r->gpu, &cfg);
+		if (err) {
+			for (int k = 0; k < i; k++)
+				upcie_nvme_gqp_destroy(&r->gq[k]);
+			return err;
+		}
+		dq[i] = r->gq[i].dq;
+		q->sq = (const struct upcie_nvme_sqe *)r->gq[i].sq.vaddr;
+		q->cq = (CUdeviceptr)(uintptr_t)r->gq[i].cq.vaddr;
+		q->sqdb = ce->db + 2 * i;
+		q->cqdb = ce->db + 2 * i + 1;
+		q->depth = depth;
+		q->qid = cfg.qid;
+	}
+	RIG_CK(cudaMemcpy(r->dqs, dq, nq * sizeof(void *), cudaMemcpyHostToDevice));
+	r->nq = nq;
+	ce->c.nq = nq;
+	return 0;
+}
+
+static void test_ce_queues(struct rig *r, struct cerig *ce)
+{
+	struct tres *t = tres_alloc(CECTL_MAX_Q);
+	unsigned long long ok, bad, busy;
+	struct upcie_nvme_gqp st;
+	static const struct {
+		uint32_t depth, lag, ooo, fill, split;
+		const char *what;
+	} cases[] = {
+		{ 32, 1, 1, 1, 0, "lagging SQ head, out of order, CQ filled to depth - 1" },
+		{ 64, 1, 0, 0, 1, "lagging SQ head, each CQE written as dw0..dw2 then dw3" },
+		{ 256, 0, 1, 0, 0, "out of order, depth 256" },
+	};
+	int err;
+
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(t, 0, sizeof(*t));
+		cerig_ctl_init(r, ce, cases[i].lag, cases[i].ooo, cases[i].fill, cases[i].split);
+		err = cerig_gqp_create(r, ce, 1, cases[i].depth, 0);
+		if (!err)
+			err = cectl_start(&ce->c);
+		if (!err) {
+			traffic_kernel<<<1, 32, 0, r->s_run>>>(r->dqs, 1, 20000, false, t);
+			rig_sync(r->s_run, "kernel");
+			cectl_stop(&ce->c);
+			upcie_nvme_gqp_read(&r->gq[0], &st);
+		}
+		ok = sum_ok(t, 1, &bad, &busy);
+		CHECK(err == 0 && ok == 20000 && bad == 0 && st.nbad == 0 && st.nfree == st.ncids &&
+			  ce->c.nfail == 0,
+		      "copy-engine controller, %s: 20000 flushes, %llu ok, %llu bad (%llu SQHD "
+		      "lagging, %llu held back, CQ full to depth - 1 %llu times)",
+		      cases[i].what, ok, bad, ce->c.q[0].nlagged, ce->c.q[0].nheld,
+		      ce->c.q[0].nfull);
+		if (cases[i].fill)
+			CHECK(ce->c.q[0].maxfill == cases[i].depth - 1,
+			      "copy-engine controller filled the CQ to %llu of %u entries",
+			      ce->c.q[0].maxfill, cases[i].depth);
+		if (!err)
+			rig_queues_destroy(r);
+	}
+	cudaFreeHost(t);
+}
+
+static void test_ce_data(struct rig *r, struct cerig *ce, int nq)
+{
+	struct tres *t = tres_alloc(nq);
+	struct upcie_heap_buf src, dst, sbuf;
+	struct upcie_gpu_xlate x, xs;
+	uint64_t bytes = (uint64_t)nq * 32 * SLICE, ns_per_q = 32 * SLICE;
+	unsigned long long mism = 0;
+	int err, bad = 0;
+
+	cerig_ctl_init(r, ce, 1, 1, 0, 0);
+	err = cerig_gqp_create(r, ce, nq, 64, UPCIE_NVME_GQP_PRP_LISTS);
+	if (!err)
+		err = upcie_gpu_cuda_alloc(&r->gpu, bytes, 65536, &src);
+	if (!err)
+		err = upcie_gpu_cuda_alloc(&r->gpu, bytes, 65536, &dst);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, src.vaddr, &x);
+	if (!err)
+		err = cectl_start(&ce->c);
+	CHECK(err == 0, "copy-engine controller: %d queues, data buffers (%d)", nq, err);
+	if (err)
+		return;
+	data_kernel<<<nq, 32, 0, r->s_run>>>(r->dqs, x, (uint8_t *)src.vaddr, (uint8_t *)dst.vaddr,
+					     ns_per_q, t);
+	rig_sync(r->s_run, "kernel");
+	cectl_stop(&ce->c);
+	for (int q = 0; q < nq; q++) {
+		mism += t[q].mism;
+		for (int l = 0; l < 32; l++)
+			bad += t[q].ret[l] != 0 || t[q].code[l] != 0;
+	}
+	CHECK(bad == 0 && mism == 0 && ce->c.nfail == 0,
+	      "data end to end through the copy engines, %d queues (lagging SQ head, out of "
+	      "order): writes then reads of 512 B..64 KiB, plain loads: %d failed commands, %llu "
+	      "bytes differ",
+	      nq, bad, mism);
+	upcie_gpu_cuda_xlate_destroy(&r->gpu, &x);
+	upcie_gpu_cuda_free(&r->gpu, &src);
+	upcie_gpu_cuda_free(&r->gpu, &dst);
+	rig_queues_destroy(r);
+
+	/* The stale-read scenario with the copy engine as the writer. */
+	stale_pattern((uint32_t *)ce->ns);
+	cerig_ctl_init(r, ce, 0, 0, 0, 0);
+	err = cerig_gqp_create(r, ce, 1, 64, 0);
+	if (!err)
+		err = upcie_gpu_cuda_alloc(&r->gpu, 4096, 4096, &sbuf);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, sbuf.vaddr, &xs);
+	if (!err)
+		err = cectl_start(&ce->c);
+	if (!err) {
+		RIG_CK(cudaMemset(sbuf.vaddr, 0, 4096));
+		memset(t, 0, sizeof(*t));
+		stale_gqp_kernel<<<1, 32, 0, r->s_run>>>(r->gq[0].dq, xs, (uint32_t *)sbuf.vaddr,
+							 STALE_ITERS, t);
+		rig_sync(r->s_run, "stale kernel");
+		cectl_stop(&ce->c);
+		upcie_gpu_cuda_xlate_destroy(&r->gpu, &xs);
+		upcie_gpu_cuda_free(&r->gpu, &sbuf);
+		rig_queues_destroy(r);
+	}
+	CHECK(err == 0 && t->bad == 0 && t->mism == 0,
+	      "stale read, GPU queue pair, copy-engine controller: %llu of %d lane-reads stale, "
+	      "%llu failed commands",
+	      t->mism, 32 * STALE_ITERS, t->bad);
+	cudaFreeHost(t);
+}
+
+/* A CPU queue pair whose CQ the copy engine writes in VRAM, mirrored to host memory. */
+static void test_ce_mirror(struct rig *r, struct cerig *ce)
+{
+	struct upcie_nvme_qpair_cfg cfg;
+	struct upcie_nvme_cqmirror_cq m;
+	struct upcie_heap_buf sq;
+	struct upcie_nvme_qpair qp;
+	struct cb_state s;
+	static const struct {
+		uint32_t depth, fill;
+	} cases[] = { { 256, 0 }, { 32, 1 } };
+	int err;
+
+	for (unsigned i = 0; i < 2; i++) {
+		uint32_t depth = cases[i].depth;
+
+		/* Pinned staging first: allocated while the mirror kernel runs, it would wait. */
+		cerig_ctl_init(r, ce, 1, 1, cases[i].fill, 0);
+		if (cectl_stage(&ce->c.q[0], depth)) {
+			CHECK(0, "copy-engine controller staging");
+			return;
+		}
+		err = upcie_nvme_cqmirror_attach(&m, &r->gpu, depth);
+		if (!err)
+			err = upcie_gpu_cuda_host_alloc(&r->gpu, (uint64_t)depth * 64, 4096, &sq);
+		memset((void *)ce->db, 0, 64);
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.sq = sq.vaddr;
+		cfg.cq = m.host_cq;
+		cfg.sqdb = ce->db;
+		cfg.cqdb = ce->db + 1;
+		cfg.sq_depth = depth;
+		cfg.qid = 1;
+		if (!err)
+			err = upcie_nvme_qpair_init(&qp, &cfg);
+		CHECK(err == 0, "mirrored queue for the copy-engine controller (%d)", err);
+		if (err)
+			return;
+		ce->c.q[0].sq = (const struct upcie_nvme_sqe *)sq.vaddr;
+		ce->c.q[0].cq = (CUdeviceptr)(uintptr_t)rig_ptr(m.dev_cq_iova);
+		ce->c.q[0].sqdb = ce->db;
+		ce->c.q[0].cqdb = ce->db + 1;
+		ce->c.q[0].depth = depth;
+		ce->c.q[0].qid = 1;
+		ce->c.nq = 1;
+		err = cectl_start(&ce->c);
+		memset(&s, 0, sizeof(s));
+		if (!err) {
+			struct mq q;
+
+			memset(&q, 0, sizeof(q));
+			q.qp = qp;
+			mq_run(&q, 20000, cases[i].fill ? depth - 1 : depth / 2, &s);
+			qp = q.qp;
+		}
+		cectl_stop(&ce->c);
+		CHECK(err == 0 && s.ok == 20000 && s.bad == 0 && qp.nbad == 0 && ce->c.nfail == 0,
+		      "mirror, copy-engine controller, depth %u (lagging SQ head, out of order%s): "
+		      "20000 commands, %llu ok, %llu bad",
+		      depth, cases[i].fill ? ", CQ filled to depth - 1" : "", s.ok, s.bad);
+		upcie_nvme_qpair_fini(&qp);
+		upcie_gpu_cuda_host_free(&r->gpu, &sq);
+		upcie_nvme_cqmirror_detach(&m);
+		cectl_free(&ce->c); /* the kernel has ended with the last detach */
+	}
+}
+
+/* ---- one 16-byte CQE load: can it see an entry torn? ---- */
+
+#define TEAR_RING 64
+
+__device__ static inline uint32_t ldv32(const uint32_t *p)
+{
+	uint32_t v;
+
+	asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+/* Writer thread: entry k gets dw0..dw2 = k, then (after a fence) dw3 = k. */
+__global__ void tear_writer(uint32_t *ring, uint32_t n, const uint32_t *head)
+{
+	for (uint32_t k = 1; k <= n; k++) {
+		uint32_t *e = ring + 4 * (k % TEAR_RING);
+		uint64_t t0 = now_ns();
+
+		/* Only once the reader polls entry k, so that it may catch the write half done. */
+		while (ldv32(head) != k - 1)
+			if (now_ns() - t0 > UPCIE_NSEC_PER_SEC)
+				return;
+		for (int i = 0; i < 3; i++)
+			asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(e + i), "r"(k) : "memory");
+		__threadfence();
+		asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(e + 3), "r"(k) : "memory");
+	}
+}
+
+/*
+ * Reader thread: waits for dw3 of entry k to read k, then checks dw0..dw2. Split = 0: the queue
+ * code's one 16-byte load; 1, the control: dw0..dw2 first, then about 1 us later dw3 (address
+ * made dependent on dw0), a read that is not one access: the test must see it torn.
+ */
+template <int Split>
+__global__ void tear_reader(const uint32_t *ring, uint32_t n, uint32_t *head, uint32_t *head_host,
+			    unsigned long long *res)
+{
+	unsigned long long torn = 0, timeouts = 0;
+
+	for (uint32_t k = 1; k <= n; k++) {
+		const uint32_t *e = ring + 4 * (k % TEAR_RING);
+		uint64_t t0 = now_ns();
+		uint32_t a, b, c, d;
+
+		for (;;) {
+			if (Split) {
+				uint32_t z;
+
+				a = ldv32(e);
+				b = ldv32(e + 1);
+				c = ldv32(e + 2);
+				asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(a));
+				__nanosleep(1000); /* a reader slower than the writer's two parts */
+				d = ldv32(e + 3 + z);
+			} else {
+				uint4 v = upcie_nvme_port_ld16(e);
+
+				a = v.x;
+				b = v.y;
+				c = v.z;
+				d = v.w;
+			}
+			if (d == k)
+				break;
+			if (now_ns() - t0 > UPCIE_NSEC_PER_SEC) {
+				timeouts++;
+				break;
+			}
+		}
+		torn += d == k && (a != k || b != k || c != k);
+		asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(head), "r"(k) : "memory");
+		if (head_host)
+			*(volatile uint32_t *)head_host = k;
+	}
+	res[0] = torn;
+	res[1] = timeouts;
+}
+
+struct tear_ce {
+	volatile uint32_t *head;
+	CUdeviceptr ring;
+	uint32_t *stage; /* pinned, TEAR_RING x 4 */
+	uint32_t n;
+	CUcontext ctx;
+	unsigned long long fail;
+};
+
+/* Copy-engine writer: entry k as two copies on one stream, 12 bytes then 4. */
+static void *tear_ce_thread(void *arg)
+{
+	struct tear_ce *a = (struct tear_ce *)arg;
+	CUstream s;
+
+	cuCtxSetCurrent(a->ctx);
+	if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+		a->fail++;
+		return NULL;
+	}
+	for (uint32_t k = 1; k <= a->n; k++) {
+		uint32_t slot = k % TEAR_RING, *st = a->stage + 4 * slot;
+		uint64_t t0 = upcie_time_ns();
+
+		while (*a->head != k - 1)
+			if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC) {
+				a->fail++;
+				goto out;
+			}
+		st[0] = st[1] = st[2] = st[3] = k;
+		if (cuMemcpyHtoDAsync(a->ring + 16 * slot, st, 12, s) != CUDA_SUCCESS ||
+		    cuMemcpyHtoDAsync(a->ring + 16 * slot + 12, st + 3, 4, s) != CUDA_SUCCESS)
+			a->fail++;
+	}
+out:
+	cuStreamSynchronize(s);
+	cuStreamDestroy(s);
+	return NULL;
+}
+
+static void test_tear(struct rig *r)
+{
+	unsigned long long *res = (unsigned long long *)rig_pinned(64);
+	uint32_t *hh = (uint32_t *)rig_pinned(64), *hh_dev;
+	uint32_t *ring, *head;
+	const uint32_t n_sm = 200000, n_ce = 20000;
+
+	RIG_CK(cudaHostGetDevicePointer((void **)&hh_dev, hh, 0));
+	RIG_CK(cudaMalloc(&ring, TEAR_RING * 16 + 256));
+	head = ring + TEAR_RING * 4;
+	for (int w = 0; w < 2; w++)
+		for (int split = 0; split < 2; split++) {
+			uint32_t n = w ? n_ce : n_sm;
+
+			RIG_CK(cudaMemset(ring, 0, TEAR_RING * 16 + 256));
+			RIG_CK(cudaDeviceSynchronize());
+			res[0] = res[1] = 0;
+			*(volatile uint32_t *)hh = 0;
+			if (!w) {
+				tear_writer<<<1, 1, 0, r->s_ctl>>>(ring, n, head);
+				if (split)
+					tear_reader<1>
+					    <<<1, 1, 0, r->s_run>>>(ring, n, head, NULL, res);
+				else
+					tear_reader<0>
+					    <<<1, 1, 0, r->s_run>>>(ring, n, head, NULL, res);
+				rig_sync(r->s_run, "tear reader");
+				rig_sync(r->s_ctl, "tear writer");
+			} else {
+				struct tear_ce a;
+				pthread_t th;
+
+				memset(&a, 0, sizeof(a));
+				a.head = hh;
+				a.ring = (CUdeviceptr)ring;
+				a.stage = (uint32_t *)rig_pinned(TEAR_RING * 16);
+				a.n = n;
+				cuCtxGetCurrent(&a.ctx);
+				if (split)
+					tear_reader<1>
+					    <<<1, 1, 0, r->s_run>>>(ring, n, head, hh_dev, res);
+				else
+					tear_reader<0>
+					    <<<1, 1, 0, r->s_run>>>(ring, n, head, hh_dev, res);
+				pthread_create(&th, NULL, tear_ce_thread, &a);
+				pthread_join(th, NULL);
+				rig_sync(r->s_run, "tear reader");
+				res[1] += a.fail;
+				cudaFreeHost(a.stage);
+			}
+			if (!split)
+				CHECK(
+				    res[0] == 0 && res[1] == 0,
+				    "CQE written in two parts (%s), polled with one 16-byte load: "
+				    "%llu of %u entries seen torn, %llu timeouts",
+				    w ? "copy engine: 12 bytes, then 4"
+				      : "warp: dw0..dw2, fence, dw3",
+				    res[0], n, res[1]);
+			else if (!w)
+				CHECK(
+				    res[0] > 0,
+				    "control: the same polled as dw0..dw2, then 1 us later dw3, is "
+				    "seen torn (warp: %llu of %u entries, %llu timeouts)",
+				    res[0], n, res[1]);
+			else
+				printf("# the same polled as dw0..dw2, then 1 us later dw3 (copy "
+				       "engine): "
+				       "%llu of %u entries seen torn, %llu timeouts\n",
+				       res[0], n, res[1]);
+		}
+	RIG_CK(cudaFree(ring));
+	cudaFreeHost(hh);
+	cudaFreeHost(res);
+}
+
+/* ---- persistent kernels filling every SM ---- */
+
+/*
+ * A user's persistent kernel: 2 blocks of 1024 threads per SM (2048 threads: nothing else fits).
+ * Thread 0 of each block marks itself resident (ctl[16 + block]) and waits for ctl[0] (3 s at
+ * most). Block 0's thread 0 also
+ * reads a CQ when the host names one (ctl[2..3] address, ctl[4] entries): how many entries are
+ * not zero (ctl[5]); then ctl[6] = 1.
+ */
+__global__ void __launch_bounds__(1024, 2) hog_kernel(volatile uint32_t *ctl)
+{
+	uint64_t t0 = now_ns();
+
+	if (threadIdx.x == 0) {
+		ctl[16 + blockIdx.x] = 1; /* resident */
+		/* Ends by itself after 3 s, so that a test that waits for it cannot hang. */
+		while (!ctl[0] && now_ns() - t0 < 3 * UPCIE_NSEC_PER_SEC) {
+			if (blockIdx.x == 0 && ctl[4]) {
+				const uint4 *cq =
+				    (const uint4 *)(uintptr_t)(ctl[2] | ((uint64_t)ctl[3] << 32));
+				uint32_t depth = ctl[4], dirty = 0;
+
+				for (uint32_t i = 0; i < depth; i++) {
+					uint4 v = upcie_nvme_port_ld16(&cq[i]);
+
+					dirty += (v.x | v.y | v.z | v.w) != 0;
+				}
+				ctl[5] = dirty;
+				ctl[4] = 0;
+				__threadfence_system();
+				ctl[6] = 1;
+			}
+			__nanosleep(2000);
+		}
+	}
+	__syncthreads();
+}
+
+struct hog {
+	volatile uint32_t *ctl;
+	cudaStream_t s;
+	int nsm;
+	bool running;
+};
+
+/* Start the hog; true when every block became resident within 2 s. */
+static bool hog_start(struct hog *h)
+{
+	uint64_t t0 = upcie_time_ns();
+
+	if (!h->ctl) {
+		RIG_CK(cudaHostAlloc((void **)&h->ctl, 4096, cudaHostAllocMapped));
+		RIG_CK(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
+		RIG_CK(cudaDeviceGetAttribute(&h->nsm, cudaDevAttrMultiProcessorCount, 0));
+	}
+	memset((void *)h->ctl, 0, 4096);
+	hog_kernel<<<2 * h->nsm, 1024, 0, h->s>>>(h->ctl);
+	RIG_CK(cudaGetLastError());
+	h->running = true;
+	for (;;) {
+		int n = 0;
+
+		for (int i = 0; i < 2 * h->nsm; i++)
+			n += h->ctl[16 + i] != 0;
+		if (n == 2 * h->nsm)
+			return true;
+		if (upcie_time_ns() - t0 > 2 * UPCIE_NSEC_PER_SEC)
+			return false;
+	}
+}
+
+static void hog_stop(struct hog *h)
+{
+	if (!h->running)
+		return;
+	h->ctl[0] = 1;
+	rig_sync(h->s, "persistent kernel stop");
+	h->running = false;
+}
+
+/*
+ * The CQ clear at creation is done before create returns, for every stream: a persistent kernel
+ * fills every SM and reads the CQ as soon as the host names it, right after create returned. The
+ * CQ memory held old entries (the heap hands the same range out again).
+ */
+static void test_clear(struct rig *r, struct hog *h)
+{
+	struct upcie_nvme_gqp_cfg cfg;
+	struct upcie_nvme_gqp_host g;
+	const uint32_t depth = 4096;
+	void *old;
+	uint64_t t0;
+	int err;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.qid = 1;
+	cfg.depth = depth;
+	cfg.sqdb = r->dbs;
+	cfg.cqdb = r->dbs + 1;
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &cfg);
+	CHECK(err == 0, "queue for the CQ clear test (%d)", err);
+	if (err)
+		return;
+	old = g.cq.vaddr;
+	RIG_CK(cudaMemset(old, 0xff, depth * 16));
+	RIG_CK(cudaDeviceSynchronize());
+	upcie_nvme_gqp_destroy(&g);
+	if (!hog_start(h)) {
+		hog_stop(h);
+		SKIP("CQ clear under a persistent kernel: its blocks did not all become resident");
+		return;
+	}
+	t0 = upcie_time_ns();
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &cfg);
+	t0 = upcie_time_ns() - t0;
+	if (!err && g.cq.vaddr == old) {
+		uint64_t a = (uint64_t)(uintptr_t)g.cq.vaddr, t1 = upcie_time_ns();
+
+		h->ctl[2] = (uint32_t)a;
+		h->ctl[3] = (uint32_t)(a >> 32);
+		__sync_synchronize();
+		h->ctl[4] = depth;
+		while (!h->ctl[6] && upcie_time_ns() - t1 < 2 * UPCIE_NSEC_PER_SEC)
+			;
+		CHECK(h->ctl[6] && h->ctl[5] == 0,
+		      "CQ clear at creation ordered before any kernel: a persistent kernel filling "
+		      "every SM read it right after create returned (%.1f ms): %u of %u entries "
+		      "not zero",
+		      t0 / 1e6, h->ctl[5], depth);
+	} else {
+		CHECK(err == 0, "create under a persistent kernel filling every SM (%d)", err);
+		if (!err)
+			SKIP("CQ clear: the heap placed the new CQ elsewhere");
+	}
+	/* Destroy while the persistent kernel (which does not use the queue) runs. */
+	if (!err) {
+		t0 = upcie_time_ns();
+		err = upcie_nvme_gqp_destroy(&g);
+		t0 = upcie_time_ns() - t0;
+		CHECK(err == 0 && t0 < 100 * UPCIE_NSEC_PER_MSEC,
+		      "gqp_destroy while a persistent kernel that does not use the queue runs: %d "
+		      "after %.1f ms",
+		      err, t0 / 1e6);
+	}
+	hog_stop(h);
+}
+
+/* ---- lifecycle under traffic ---- */
+
+/* A persistent kernel that holds a queue pair (between begin and end) until *flag. */
+__global__ void holder_kernel(struct upcie_nvme_gqp *q, volatile uint32_t *flag)
+{
+	struct upcie_nvme_gqp_warp w;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	while (!*flag)
+		__nanosleep(1000);
+	upcie_nvme_gqp_end(&w);
+}
+
+static void test_destroy_busy(struct rig *r)
+{
+	volatile uint32_t *flag = (volatile uint32_t *)rig_pinned(64);
+	struct upcie_nvme_gqp_cfg cfg;
+	struct upcie_nvme_gqp_host g;
+	uint64_t t0;
+	int err;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.qid = 1;
+	cfg.depth = 64;
+	cfg.sqdb = r->dbs;
+	cfg.cqdb = r->dbs + 1;
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &cfg);
+	if (err) {
+		CHECK(err == 0, "queue for the destroy test (%d)", err);
+		return;
+	}
+	holder_kernel<<<1, 32, 0, r->s_run>>>(g.dq, flag);
+	usleep(20000);
+	test_destroy_timeout_ns = 200 * UPCIE_NSEC_PER_MSEC;
+	last_err[0] = 0;
+	t0 = upcie_time_ns();
+	err = upcie_nvme_gqp_destroy(&g);
+	t0 = upcie_time_ns() - t0;
+	CHECK(err == -EBUSY && g.dq && strstr(last_err, "hold the queue") &&
+		  t0 < 400 * UPCIE_NSEC_PER_MSEC,
+	      "gqp_destroy while a persistent kernel holds the queue: %d after %.0f ms (timeout "
+	      "200 ms), nothing freed (\"%s\")",
+	      err, t0 / 1e6, last_err);
+	*flag = 1;
+	rig_sync(r->s_run, "holder kernel");
+	err = upcie_nvme_gqp_destroy(&g);
+	CHECK(err == 0 && !g.dq, "and once the kernel has ended: 0 (%d)", err);
+	test_destroy_timeout_ns = 300 * UPCIE_NSEC_PER_MSEC;
+	cudaFreeHost((void *)flag);
+}
+
+static void test_peer_order_refused(struct rig *r)
+{
+	struct upcie_nvme_gqp_cfg cfg;
+	struct upcie_nvme_gqp_host g;
+	struct upcie_nvme_cqmirror_cq m;
+	int v = 0, err;
+
+	cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+			     r->gpu.p->dev.dev);
+	printf("# CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING on this GPU: %d\n", v);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.qid = 1;
+	cfg.depth = 16;
+	cfg.sqdb = r->dbs;
+	cfg.cqdb = r->dbs + 1;
+	test_peer_order = CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE;
+	last_err[0] = 0;
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &cfg);
+	CHECK(err == -EOPNOTSUPP && strstr(last_err, "WRITES_ORDERING") && !g.gpu.p,
+	      "a GPU without ordered peer writes: GPU-issued queue refused, -EOPNOTSUPP (%d: "
+	      "\"%s\")",
+	      err, last_err);
+	last_err[0] = 0;
+	err = upcie_nvme_cqmirror_attach(&m, &r->gpu, 64);
+	CHECK(err == -EOPNOTSUPP && strstr(last_err, "WRITES_ORDERING") && m.slot == -1,
+	      "and the completion mirror refused, -EOPNOTSUPP (%d)", err);
+	test_peer_order = -1;
+	err = upcie_nvme_gqp_create(&g, &r->gpu, &cfg);
+	CHECK(err == 0, "the real attribute (%d): created", v);
+	upcie_nvme_gqp_destroy(&g);
+}
+
+static struct upcie_nvme_cqmirror_state_ *mstate(struct rig *r)
+{
+	return (struct upcie_nvme_cqmirror_state_ *)r->gpu.p->mirror;
+}
+
+static void test_mirror_life(struct rig *r, struct hog *h)
+{
+	volatile uint32_t *db;
+	uint32_t *db_dev;
+	struct mq a, b;
+	struct upcie_nvme_cqmirror_cq c;
+	struct upcie_nvme_cqmirror_state_ *ms;
+	struct upcie_heap_buf canary;
+	void *old_host;
+	uint64_t t0;
+	int err, n, s;
+
+	RIG_CK(cudaHostAlloc((void **)&db, 4096, cudaHostAllocMapped));
+	RIG_CK(cudaHostGetDevicePointer((void **)&db_dev, (void *)db, 0));
+	/* a keeps the kernel running; b is detached while its completions still arrive. */
+	err = mq_open(r, &a, db, db_dev, 64, 0);
+	if (!err)
+		err = mq_open(r, &b, db + 16, db_dev + 16, 64, 1);
+	CHECK(err == 0, "two mirrored queues for the lifecycle tests (%d)", err);
+	if (err)
+		return;
+	r->c.nq = 2;
+	rig_ctl_start(r, 0, 20 * UPCIE_NSEC_PER_MSEC);
+	{
+		struct upcie_nvme_sqe sqe;
+		struct cb_state cs;
+
+		memset(&cs, 0, sizeof(cs));
+		upcie_nvme_cmd_flush(&sqe, 1);
+		sqe.cdw3 = NULLCTL_TAG_DELAY;
+		for (int i = 0; i < 32; i++)
+			upcie_nvme_qpair_enqueue(&b.qp, &sqe, mq_cb, &cs, NULL);
+		upcie_nvme_qpair_ring(&b.qp);
+		usleep(1000);
+		old_host = b.m.host_cq;
+		t0 = upcie_time_ns();
+		err = mq_close(r, &b);
+		t0 = upcie_time_ns() - t0;
+	}
+	/* The host CQ's memory goes to someone else; the warp must not write it any more. */
+	n = upcie_gpu_cuda_host_alloc(&r->gpu, 64 * 16, 4096, &canary);
+	if (!n)
+		memset(canary.vaddr, 0x5a, 64 * 16);
+	usleep(60000); /* the controller posts its 32 delayed completions into the old device CQ */
+	rig_ctl_stop(r);
+	s = 0;
+	if (!n)
+		for (int i = 0; i < 64 * 16; i++)
+			s += ((uint8_t *)canary.vaddr)[i] != 0x5a;
+	CHECK(err == 0 && t0 < 50 * UPCIE_NSEC_PER_MSEC && r->c.q[1].ncpl == 32,
+	      "detach while completions still arrive: %d after %.2f ms, %llu completions posted "
+	      "after it",
+	      err, t0 / 1e6, r->c.q[1].ncpl);
+	if (!n && canary.vaddr == old_host)
+		CHECK(s == 0,
+		      "and none of them reached the host CQ's memory, reused (%d bytes changed)",
+		      s);
+	else
+		SKIP("the host heap did not hand the detached CQ's memory out again (%d)", n);
+	if (!n)
+		upcie_gpu_cuda_host_free(&r->gpu, &canary);
+
+	/*
+	 * A detach that times out (the acknowledgement hidden from detach, as from a stuck warp),
+	 * then its retry.
+	 */
+	ms = mstate(r);
+	err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);
+	if (!err) {
+		test_mirror_deaf = 1;
+		err = upcie_nvme_cqmirror_detach(&c);
+		test_mirror_deaf = 0;
+	}
+	s = c.slot;
+	CHECK(err == -ETIMEDOUT && s >= 0 && ms->used[s] && !(ms->gen[s] & 1u),
+	      "detach that times out: -ETIMEDOUT, slot %d kept, generation %u even", s,
+	      s >= 0 ? ms->gen[s] : 0);
+	if (err == -ETIMEDOUT) {
+		uint32_t g = ms->gen[s];
+
+		err = upcie_nvme_cqmirror_detach(&c);
+		usleep(5000);
+		CHECK(err == 0 && ms->gen[s] == g && !ms->used[s] && ms->ack[s] == g - 1 &&
+			  ms->ack[UPCIE_NVME_CQMIRROR_SLOTS + s] != g + 1,
+		      "its retry waits for the same acknowledgement: %d, generation %u -> %u, "
+		      "acknowledged %u, the warp took up nothing new",
+		      err, g, ms->gen[s], ms->ack[s]);
+	}
+	mq_close(r, &a);
+	CHECK(!upcie_nvme_cqmirror_running(&r->gpu), "last detach retired the mirror kernel");
+
+	/* Attach while a persistent kernel fills every SM: the new mirror kernel cannot start. */
+	if (!hog_start(h)) {
+		hog_stop(h);
+		SKIP("attach with every SM taken: the persistent kernel's blocks were not all "
+		     "resident");
+	} else {
+		last_err[0] = 0;
+		t0 = upcie_time_ns();
+		err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);
+		t0 = upcie_time_ns() - t0;
+		ms = mstate(r);
+		n = 0;
+		for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS; i++)
+			n += ms->parked[i];
+		CHECK(err == -ETIMEDOUT && strstr(last_err, "did not start") && n == 1 &&
+			  t0 < 1000 * UPCIE_NSEC_PER_MSEC,
+		      "attach while persistent kernels fill every SM: %d after %.0f ms (timeout "
+		      "300 ms), slot parked (\"%s\")",
+		      err, t0 / 1e6, last_err);
+		hog_stop(h);
+		usleep(20000);
+		err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);
+		n = 0;
+		for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS; i++)
+			n += ms->parked[i];
+		CHECK(err == 0 && n == 0,
+		      "once they ended: the warp acknowledged, the parked slot was freed, attach "
+		      "works (%d, %d parked)",
+		      err, n);
+		err = upcie_nvme_cqmirror_detach(&c);
+		CHECK(err == 0 && !upcie_nvme_cqmirror_running(&r->gpu),
+		      "and its detach retires the kernel (%d)", err);
+	}
+	cudaFreeHost((void *)db);
+}
+
+/*
+ * Provider close with a mirror warp that never starts (persistent kernels fill every SM): close
+ * must return in bounded time, say so, and free nothing the kernel may use. Ends the provider:
+ * the last test.
+ */
+static void test_shutdown_stuck(struct rig *r, struct hog *h)
+{
+	struct upcie_nvme_cqmirror_cq c;
+	uint64_t t0;
+	int err;
+
+	if (!hog_start(h)) {
+		hog_stop(h);
+		SKIP("shutdown with a stuck mirror warp: the persistent kernel's blocks were not "
+		     "all resident");
+		upcie_gpu_cuda_close(&r->gpu);
+		return;
+	}
+	err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);
+	last_err[0] = 0;
+	t0 = upcie_time_ns();
+	upcie_gpu_cuda_close(&r->gpu);
+	t0 = upcie_time_ns() - t0;
+	CHECK(err == -ETIMEDOUT && strstr(last_err, "still running") &&
+		  t0 < 1500 * UPCIE_NSEC_PER_MSEC && upcie_gpu_cuda_proc_g.refs == 0,
+	      "provider close with a mirror warp that never started: returns after %.0f ms, "
+	      "heaps left allocated (\"%s\")",
+	      t0 / 1e6, last_err);
+	hog_stop(h);
+	RIG_CK(cudaDeviceSynchronize()); /* the mirror kernel saw its stop flag and ended */
+}
+
+static bool want(int argc, char **argv, const char *g)
+{
+	if (argc < 2)
+		return true;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], g))
+			return true;
+	return false;
+}
+
+/*
+ * Groups (default: all, in this order): base (provider, queues, data, mirror against the warp
+ * null controller), stale (the stale-read scenario against the warp null controller), tear,
+ * ce (queue, data, stale-read and mirror tests against the copy-engine controller), clear, life
+ * (peer-write ordering refused, destroy and mirror lifecycle), shutdown (provider close with a
+ * stuck mirror warp; ends the provider).
+ */
+int main(int argc, char **argv)
 {
 	struct rig r;
+	struct hog h;
 	int err, ndev = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rig_eager();
 	upcie_log_set_handler(capture, NULL);
-	rig_watchdog(21);
+	rig_watchdog(getenv("TEST_WATCHDOG") ? atoi(getenv("TEST_WATCHDOG")) : 60);
+	memset(&h, 0, sizeof(h));
 	if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&ndev) != CUDA_SUCCESS || !ndev) {
 		printf("1..0 # SKIP no CUDA device\n0 passed, 0 failed, 0 skipped\n");
 		return 0;
 	}
-	test_import_path();
-	test_context();
+	if (want(argc, argv, "base")) {
+		test_import_path();
+		test_context();
+	}
 	err = rig_open(&r, 1024 * MiB, 64 * MiB, 256 * MiB);
 	CHECK(err == 0, "provider open for the queue tests (offset translation) %d", err);
 	if (!err) {
@@ -1035,12 +2176,36 @@ int main(void)
 		       " MiB at %p, GPU address 0x%llx (same pointer: %d)\n",
 		       r.gpu.p->hsize >> 20, r.gpu.p->hbase, (unsigned long long)r.gpu.p->hbase_dev,
 		       attr);
-		test_export_registry(&r.gpu);
-		test_queues(&r);
-		test_data(&r, 1, 0);
-		test_data(&r, 64, 0);
-		test_data(&r, 8, UPCIE_NVME_GQP_SQ_HOSTMEM);
-		test_mirror(&r);
+		if (want(argc, argv, "base")) {
+			test_export_registry(&r.gpu);
+			test_queues(&r);
+			test_data(&r, 1, 0);
+			test_data(&r, 64, 0);
+			test_data(&r, 8, UPCIE_NVME_GQP_SQ_HOSTMEM);
+			test_mirror(&r);
+		}
+		if (want(argc, argv, "stale"))
+			test_stale_warp(&r);
+		if (want(argc, argv, "tear"))
+			test_tear(&r);
+		if (want(argc, argv, "ce")) {
+			struct cerig ce;
+
+			cerig_open(&r, &ce, 16 * MiB);
+			test_ce_queues(&r, &ce);
+			test_ce_data(&r, &ce, 4);
+			test_ce_mirror(&r, &ce);
+			cerig_close(&ce);
+		}
+		if (want(argc, argv, "clear"))
+			test_clear(&r, &h);
+		if (want(argc, argv, "life")) {
+			test_peer_order_refused(&r);
+			test_destroy_busy(&r);
+			test_mirror_life(&r, &h);
+		}
+		if (want(argc, argv, "shutdown"))
+			test_shutdown_stuck(&r, &h);
 		rig_close(&r);
 	}
 	{
