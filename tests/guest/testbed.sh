@@ -124,6 +124,7 @@ need_tools() {
 }
 
 LOCKED=" "
+declare -A LOCK_FD=()
 lock() { # DIR : one testbed.sh at a time per cache/work dir (guests must not run in parallel)
 	local fd
 	[[ $LOCKED == *" $1 "* ]] && return 0
@@ -134,6 +135,16 @@ lock() { # DIR : one testbed.sh at a time per cache/work dir (guests must not ru
 		flock -w 3600 "$fd" || die "could not lock $1"
 	fi
 	LOCKED+="$1 "
+	LOCK_FD[$1]=$fd
+}
+
+unlock() { # DIR : release a lock taken with lock (no-op when not held)
+	local fd=${LOCK_FD[$1]:-}
+	[ -n "$fd" ] || return 0
+	flock -u "$fd"
+	exec {fd}>&-
+	unset "LOCK_FD[$1]"
+	LOCKED=${LOCKED/ $1 / }
 }
 
 lock_guests() {
@@ -1164,6 +1175,9 @@ cmd_run() {
 		done
 		phase build cmd_build "${bc[@]}"
 	fi
+	# The boots only read what build left in the cache: let other testbed.sh users (module
+	# builds, kbuild-env) have it while the guests run.
+	unlock "$CACHE"
 	lock "$WORK"
 	lock_guests
 	rm -rf "$WORK/runs"
