@@ -119,5 +119,29 @@ int main(void)
 	CHECK_EQ(upcie_nvme_dsm_range_set(&r, 100, 8, 0), 0, "DSM range");
 	CHECK(r.slba == 100 && r.nlb == 8 && r.cattr == 0, "range fields");
 	CHECK_EQ(upcie_nvme_dsm_range_set(&r, 100, 0, 0), -EINVAL, "empty range refused");
+
+	dirty();
+	CHECK_EQ(
+	    upcie_nvme_cmd_read(&sqe, 1, 7, 1, UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD), 0,
+	    "read with PRACT and guard check");
+	CHECK(sqe.cdw12 == ((1u << 29) | (1u << 28)), "PRINFO in CDW12 bits 29:26");
+	dirty();
+	CHECK_EQ(upcie_nvme_cmd_zone_mgmt_send(&sqe, 9, 0x100000000ull | 0x800,
+					       UPCIE_NVME_ZSA_RESET, false),
+		 0, "zone reset");
+	CHECK(sqe.opc == 0x79 && sqe.nsid == 9 && sqe.cdw10 == 0x800 && sqe.cdw11 == 1 &&
+		  sqe.cdw13 == 4 && sqe.prp1 == 0,
+	      "Zone Management Send: SLBA in CDW10-11, ZSA 4 in CDW13");
+	CHECK_EQ(upcie_nvme_cmd_zone_mgmt_send(&sqe, 9, 0, UPCIE_NVME_ZSA_RESET, true), 0,
+		 "reset all zones");
+	CHECK(sqe.cdw13 == (4u | 1u << 8), "Select All bit 8");
+	CHECK_EQ(upcie_nvme_cmd_zone_mgmt_send(&sqe, 9, 0, 0x10, false), -EINVAL,
+		 "unknown zone action refused");
+	dirty();
+	CHECK_EQ(upcie_nvme_cmd_zone_report(&sqe, 9, 0, 4096, true), 0, "report zones");
+	CHECK(sqe.opc == 0x7a && sqe.cdw12 == 1023 && sqe.cdw13 == (1u << 16),
+	      "Zone Management Receive: NUMD 1023 (0's based), partial report");
+	CHECK_EQ(upcie_nvme_cmd_zone_report(&sqe, 9, 0, 32, false), -EINVAL,
+		 "a buffer without room for the header refused");
 	return check_done();
 }

@@ -305,6 +305,67 @@ static void test_identify(void)
 	CHECK(!upcie_nvme_id_ns_extended_lba(&ns), "separate metadata");
 }
 
+static void test_command_sets(void)
+{
+	static struct upcie_nvme_id_ns_zns zns;
+	uint8_t list[4096], csi = 0xee, *raw = (uint8_t *)&zns;
+	static uint8_t rep[64 + 3 * 64];
+	struct upcie_nvme_zone_report_hdr *h = (struct upcie_nvme_zone_report_hdr *)rep;
+
+	/* what QEMU reports: EUI-64 absent, NGUID (16), UUID (16), CSI (1) */
+	memset(list, 0, sizeof(list));
+	list[0] = UPCIE_NVME_NIDT_NGUID;
+	list[1] = 16;
+	list[20] = UPCIE_NVME_NIDT_UUID;
+	list[21] = 16;
+	list[40] = UPCIE_NVME_NIDT_CSI;
+	list[41] = 1;
+	list[44] = UPCIE_NVME_CSI_ZNS;
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, sizeof(list), &csi), 0, "CSI descriptor found");
+	CHECK_EQ(csi, UPCIE_NVME_CSI_ZNS, "CSI 2: zoned");
+	list[40] = 0;
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, sizeof(list), &csi), -ENOENT,
+		 "no CSI descriptor before the end marker: -ENOENT");
+	list[40] = UPCIE_NVME_NIDT_CSI;
+	list[41] = 2;
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, sizeof(list), &csi), -EPROTO,
+		 "CSI descriptor of 2 bytes: -EPROTO");
+	list[21] = 255;
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, sizeof(list), &csi), -EPROTO,
+		 "UUID descriptor of 255 bytes: -EPROTO");
+	memset(list, 0, sizeof(list));
+	list[4088] = 0x77; /* an unknown type whose body runs past the page */
+	list[4089] = 8;
+	memset(list, 0x77, 4088);
+	for (size_t o = 0; o < 4088; o += 4 + 0x77)
+		list[o + 1] = 0x77;
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, 4092, &csi), -EPROTO,
+		 "a descriptor past the end of the data: -EPROTO");
+	CHECK_EQ(upcie_nvme_ns_desc_csi(list, 3, &csi), -ENOENT, "a list shorter than a header");
+
+	memset(&zns, 0, sizeof(zns));
+	raw[2816] = 0x00;
+	raw[2817] = 0x01; /* LBAFE0.ZSZE = 256 */
+	raw[2816 + 16 + 8] = 3;
+	CHECK_EQ(zns.lbafe[0].zsze, 256, "ZNS LBAFE0.ZSZE from byte 2816");
+	CHECK_EQ(zns.lbafe[1].zdes, 3, "LBAFE1.ZDES from byte 2840");
+
+	memset(rep, 0, sizeof(rep));
+	h->nr_zones = 1000;
+	CHECK_EQ(upcie_nvme_zone_report_count(rep, sizeof(rep)), 3,
+		 "a report claiming 1000 zones holds 3 in a 256-byte buffer");
+	h->nr_zones = 2;
+	CHECK_EQ(upcie_nvme_zone_report_count(rep, sizeof(rep)), 2, "2 zones reported");
+	CHECK_EQ(upcie_nvme_zone_report_count(rep, 63), 0, "no room for the header");
+
+	CHECK(!strcmp(upcie_nvme_status_str(0x1b9), "zone is full"), "0x1b9: zone is full");
+	CHECK(!strcmp(upcie_nvme_status_str(UPCIE_NVME_SC_ZONE_INVALID_WRITE),
+		      "zone invalid write (not at the write pointer)"),
+	      "0x1bc: zone invalid write");
+	for (uint16_t c = 0x1b8; c <= 0x1bf; c++)
+		CHECK(strncmp(upcie_nvme_status_str(c), "unknown", 7), "status 0x%03x is named", c);
+}
+
 int main(void)
 {
 	test_cap();
@@ -312,5 +373,6 @@ int main(void)
 	test_doorbells();
 	test_entries();
 	test_identify();
+	test_command_sets();
 	return check_done();
 }

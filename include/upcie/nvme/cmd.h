@@ -222,6 +222,11 @@ UPCIE_HD static inline int upcie_nvme_cmd_abort(struct upcie_nvme_sqe *sqe, uint
 #define UPCIE_NVME_RW_FUA  (1u << 30) /* force unit access */
 #define UPCIE_NVME_RW_LR   (1u << 31) /* limited retry */
 #define UPCIE_NVME_WZ_DEAC (1u << 25) /* write zeroes: deallocate */
+/* Protection information (PRINFO, CDW12 29:26) for namespaces formatted with PI. */
+#define UPCIE_NVME_RW_PRACT	  (1u << 29) /* the controller inserts / strips the PI */
+#define UPCIE_NVME_RW_PRCHK_GUARD (1u << 28) /* check the guard (CRC) */
+#define UPCIE_NVME_RW_PRCHK_APP	  (1u << 27) /* check the application tag */
+#define UPCIE_NVME_RW_PRCHK_REF	  (1u << 26) /* check the reference tag */
 
 /* Read/Write/Compare share one layout: SLBA in CDW10-11, NLB (0's based) in CDW12 15:0. */
 UPCIE_HD static inline int upcie_nvme_cmd_rw_(struct upcie_nvme_sqe *sqe, uint8_t opc,
@@ -297,6 +302,40 @@ UPCIE_HD static inline int upcie_nvme_dsm_range_set(struct upcie_nvme_dsm_range 
 	r->cattr = cattr;
 	r->nlb = nlb;
 	r->slba = slba;
+	return 0;
+}
+
+/*
+ * Zone Management Send (Zoned Namespace Command Set): action `zsa` (UPCIE_NVME_ZSA_*) on the
+ * zone starting at `zslba`, or on every zone when `all`. No data.
+ */
+UPCIE_HD static inline int upcie_nvme_cmd_zone_mgmt_send(struct upcie_nvme_sqe *sqe, uint32_t nsid,
+							 uint64_t zslba, uint8_t zsa, bool all)
+{
+	if (!zsa || zsa > UPCIE_NVME_ZSA_RESET)
+		return -EINVAL;
+	upcie_nvme_cmd_init_(sqe, UPCIE_NVME_ZNS_MGMT_SEND, nsid);
+	sqe->cdw10 = (uint32_t)zslba;
+	sqe->cdw11 = (uint32_t)(zslba >> 32);
+	sqe->cdw13 = zsa | (all ? 1u << 8 : 0u);
+	return 0;
+}
+
+/*
+ * Zone Management Receive, Report Zones: descriptors of the zones from `zslba` on into a buffer
+ * of `len` bytes (a multiple of 4, at least the 64-byte header). `partial`: the header counts
+ * only the zones that fit.
+ */
+UPCIE_HD static inline int upcie_nvme_cmd_zone_report(struct upcie_nvme_sqe *sqe, uint32_t nsid,
+						      uint64_t zslba, uint64_t len, bool partial)
+{
+	if (len < 64 || (len & 3) || len / 4 > UINT64_C(0x100000000))
+		return -EINVAL;
+	upcie_nvme_cmd_init_(sqe, UPCIE_NVME_ZNS_MGMT_RECV, nsid);
+	sqe->cdw10 = (uint32_t)zslba;
+	sqe->cdw11 = (uint32_t)(zslba >> 32);
+	sqe->cdw12 = (uint32_t)(len / 4 - 1);
+	sqe->cdw13 = UPCIE_NVME_ZRA_REPORT | (partial ? 1u << 16 : 0u);
 	return 0;
 }
 

@@ -208,6 +208,10 @@ UPCIE_NVME_FIELD_(csts, st, uint32_t, 6, 1)
 #define UPCIE_NVME_CSTS_SHST_NORMAL   0
 #define UPCIE_NVME_CSTS_SHST_OCCURING 1
 #define UPCIE_NVME_CSTS_SHST_COMPLETE 2
+/* CSTS.NSSRO: an NVM subsystem reset occurred; write 1 to clear it (RW1C). */
+#define UPCIE_NVME_CSTS_NSSRO (UINT32_C(1) << 4)
+/* The value written to NSSR to reset the NVM subsystem ("NVMe" in ASCII). */
+#define UPCIE_NVME_NSSR_RESET UINT32_C(0x4e564d65)
 /* A register read of all ones means the device is gone (surprise removal, failed link). */
 #define UPCIE_NVME_REG_GONE UINT32_C(0xffffffff)
 
@@ -554,6 +558,15 @@ enum upcie_nvme_code {
 	UPCIE_NVME_SC_CONFLICTING_ATTRS = 0x180,
 	UPCIE_NVME_SC_INVALID_PI = 0x181,
 	UPCIE_NVME_SC_READ_ONLY = 0x182,
+	/* command specific, Zoned Namespace Command Set */
+	UPCIE_NVME_SC_ZONE_BOUNDARY = 0x1b8,
+	UPCIE_NVME_SC_ZONE_FULL = 0x1b9,
+	UPCIE_NVME_SC_ZONE_READ_ONLY = 0x1ba,
+	UPCIE_NVME_SC_ZONE_OFFLINE = 0x1bb,
+	UPCIE_NVME_SC_ZONE_INVALID_WRITE = 0x1bc,
+	UPCIE_NVME_SC_ZONE_TOO_MANY_ACTIVE = 0x1bd,
+	UPCIE_NVME_SC_ZONE_TOO_MANY_OPEN = 0x1be,
+	UPCIE_NVME_SC_ZONE_INVALID_TRANSITION = 0x1bf,
 	/* media and data integrity */
 	UPCIE_NVME_SC_WRITE_FAULT = 0x280,
 	UPCIE_NVME_SC_UNRECOVERED_READ = 0x281,
@@ -739,6 +752,22 @@ UPCIE_HD static inline const char *upcie_nvme_status_str(uint16_t code)
 		return "invalid protection information";
 	case UPCIE_NVME_SC_READ_ONLY:
 		return "attempted write to read only range";
+	case UPCIE_NVME_SC_ZONE_BOUNDARY:
+		return "zone boundary error";
+	case UPCIE_NVME_SC_ZONE_FULL:
+		return "zone is full";
+	case UPCIE_NVME_SC_ZONE_READ_ONLY:
+		return "zone is read only";
+	case UPCIE_NVME_SC_ZONE_OFFLINE:
+		return "zone is offline";
+	case UPCIE_NVME_SC_ZONE_INVALID_WRITE:
+		return "zone invalid write (not at the write pointer)";
+	case UPCIE_NVME_SC_ZONE_TOO_MANY_ACTIVE:
+		return "too many active zones";
+	case UPCIE_NVME_SC_ZONE_TOO_MANY_OPEN:
+		return "too many open zones";
+	case UPCIE_NVME_SC_ZONE_INVALID_TRANSITION:
+		return "invalid zone state transition";
 	case UPCIE_NVME_SC_WRITE_FAULT:
 		return "write fault";
 	case UPCIE_NVME_SC_UNRECOVERED_READ:
@@ -833,20 +862,32 @@ enum upcie_nvme_nvm_opc {
 	UPCIE_NVME_NVM_RESV_ACQUIRE = 0x11,
 	UPCIE_NVME_NVM_RESV_RELEASE = 0x15,
 	UPCIE_NVME_NVM_COPY = 0x19,
+	/* Zoned Namespace Command Set */
+	UPCIE_NVME_ZNS_MGMT_SEND = 0x79,
+	UPCIE_NVME_ZNS_MGMT_RECV = 0x7a,
+	UPCIE_NVME_ZNS_APPEND = 0x7d,
 };
 
 /* Broadcast namespace ID (all namespaces / controller scope). */
 #define UPCIE_NVME_NSID_ALL UINT32_C(0xffffffff)
 
 /* Identify CNS values. */
-#define UPCIE_NVME_CNS_NS	      0x00 /* Identify Namespace (NVM) */
-#define UPCIE_NVME_CNS_CTRL	      0x01 /* Identify Controller */
-#define UPCIE_NVME_CNS_NS_ACTIVE_LIST 0x02 /* active namespace ID list */
-#define UPCIE_NVME_CNS_NS_DESC_LIST   0x03 /* namespace identification descriptors */
-#define UPCIE_NVME_CNS_CS_NS	      0x05 /* I/O command set specific namespace (2.0) */
-#define UPCIE_NVME_CNS_CS_CTRL	      0x06 /* I/O command set specific controller (2.0) */
-#define UPCIE_NVME_CSI_NVM	      0x00
-#define UPCIE_NVME_CSI_ZNS	      0x02
+#define UPCIE_NVME_CNS_NS		 0x00 /* Identify Namespace (NVM) */
+#define UPCIE_NVME_CNS_CTRL		 0x01 /* Identify Controller */
+#define UPCIE_NVME_CNS_NS_ACTIVE_LIST	 0x02 /* active namespace ID list */
+#define UPCIE_NVME_CNS_NS_DESC_LIST	 0x03 /* namespace identification descriptors */
+#define UPCIE_NVME_CNS_CS_NS		 0x05 /* I/O command set specific namespace (2.0) */
+#define UPCIE_NVME_CNS_CS_CTRL		 0x06 /* I/O command set specific controller (2.0) */
+#define UPCIE_NVME_CNS_CS_NS_ACTIVE_LIST 0x07 /* I/O command set specific active list (2.0) */
+#define UPCIE_NVME_CSI_NVM		 0x00
+#define UPCIE_NVME_CSI_KV		 0x01
+#define UPCIE_NVME_CSI_ZNS		 0x02
+
+/* Namespace Identification Descriptor types (CNS 03h). */
+#define UPCIE_NVME_NIDT_EUI64 0x1 /* 8 bytes */
+#define UPCIE_NVME_NIDT_NGUID 0x2 /* 16 bytes */
+#define UPCIE_NVME_NIDT_UUID  0x3 /* 16 bytes */
+#define UPCIE_NVME_NIDT_CSI   0x4 /* 1 byte: the namespace's I/O command set */
 
 /* Feature identifiers. */
 #define UPCIE_NVME_FEAT_ARBITRATION  0x01
@@ -898,6 +939,19 @@ enum upcie_nvme_nvm_opc {
 #define UPCIE_NVME_OACS_MI	  (1u << 6)
 #define UPCIE_NVME_OACS_VIRT	  (1u << 7)
 #define UPCIE_NVME_OACS_DBBUF	  (1u << 8)
+
+/* Identify Controller VWC: a volatile write cache is present (bit 0). */
+#define UPCIE_NVME_VWC_PRESENT 0x1u
+
+/* Identify Namespace DPS: protection information type (bits 2:0), PI in the first bytes (3). */
+#define UPCIE_NVME_DPS_PIT_MASK 0x7u
+#define UPCIE_NVME_DPS_PIT_NONE 0u
+#define UPCIE_NVME_DPS_PIT_1	1u
+#define UPCIE_NVME_DPS_PIT_2	2u
+#define UPCIE_NVME_DPS_PIT_3	3u
+#define UPCIE_NVME_DPS_PIP	0x8u
+/* Bytes of one protection information tuple with the 16-bit guard (guard, app tag, ref tag). */
+#define UPCIE_NVME_PI_BYTES 8u
 
 /* Identify Controller SGLS bits 1:0. */
 #define UPCIE_NVME_SGLS_NONE	  0u /* SGLs not supported for NVM commands */
@@ -1022,6 +1076,124 @@ struct upcie_nvme_id_ns {
 struct upcie_nvme_ns_list {
 	uint32_t nsid[1024];
 };
+
+/*
+ * Namespace Identification Descriptor list (CNS 03h): descriptors of a 4-byte header (type NIDT,
+ * length NIDL) followed by NIDL bytes, back to back in a 4096-byte page; a NIDT of 0 ends it.
+ */
+struct upcie_nvme_ns_desc {
+	uint8_t nidt;
+	uint8_t nidl;
+	uint8_t rsvd[2];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_ns_desc) == 4, "descriptor header is 4 bytes");
+
+/*
+ * The Command Set Identifier in a Namespace Identification Descriptor list of `len` bytes (the
+ * data a controller wrote: every length is checked before it is used). Returns 0 with *csi set;
+ * -ENOENT when the list holds no CSI descriptor (an NVMe 1.x controller: the NVM command set);
+ * -EPROTO when a descriptor runs past the end or a known type has the wrong length.
+ */
+UPCIE_HD static inline int upcie_nvme_ns_desc_csi(const void *list, size_t len, uint8_t *csi)
+{
+	const uint8_t *p = (const uint8_t *)list;
+	size_t off = 0;
+
+	while (off + 4 <= len) {
+		uint8_t nidt = p[off], nidl = p[off + 1];
+
+		if (!nidt)
+			return -ENOENT;
+		if (nidl > len - off - 4)
+			return -EPROTO;
+		if ((nidt == UPCIE_NVME_NIDT_EUI64 && nidl != 8) ||
+		    ((nidt == UPCIE_NVME_NIDT_NGUID || nidt == UPCIE_NVME_NIDT_UUID) &&
+		     nidl != 16) ||
+		    (nidt == UPCIE_NVME_NIDT_CSI && nidl != 1))
+			return -EPROTO;
+		if (nidt == UPCIE_NVME_NIDT_CSI) {
+			*csi = p[off + 4];
+			return 0;
+		}
+		off += 4 + (size_t)nidl;
+	}
+	return -ENOENT;
+}
+
+/* Zoned Namespace Command Set: LBA format extension (zone size of each LBA format). */
+struct upcie_nvme_zns_lbafe {
+	uint64_t zsze; /* zone size in logical blocks */
+	uint8_t zdes;  /* zone descriptor extension size, 64-byte units */
+	uint8_t rsvd[7];
+};
+
+/* I/O command set specific Identify Namespace for the Zoned Namespace set (CNS 05h, CSI 02h). */
+struct upcie_nvme_id_ns_zns {
+	uint16_t zoc;  /* 0: zone operation characteristics */
+	uint16_t ozcs; /* 2: optional zoned command support */
+	uint32_t mar;  /* 4: maximum active resources, 0's based (0xffffffff: no limit) */
+	uint32_t mor;  /* 8: maximum open resources, 0's based */
+	uint32_t rrl;  /* 12: reset recommended limit */
+	uint32_t frl;  /* 16: finish recommended limit */
+	uint8_t rsvd20[2796];
+	struct upcie_nvme_zns_lbafe lbafe[64]; /* 2816 */
+	uint8_t vs[256];		       /* 3840 */
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_zns_lbafe) == 16, "LBA format extension size");
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns_zns, lbafe) == 2816, "LBAFE0");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ns_zns) == 4096, "ZNS Identify Namespace size");
+
+/* Zone Management Send actions (CDW13 bits 7:0). */
+#define UPCIE_NVME_ZSA_CLOSE  0x1
+#define UPCIE_NVME_ZSA_FINISH 0x2
+#define UPCIE_NVME_ZSA_OPEN   0x3
+#define UPCIE_NVME_ZSA_RESET  0x4
+/* Zone Management Receive action (CDW13 bits 7:0): report zones. */
+#define UPCIE_NVME_ZRA_REPORT 0x0
+/* Zone states (descriptor byte 1, bits 7:4). */
+#define UPCIE_NVME_ZS_EMPTY	0x1
+#define UPCIE_NVME_ZS_IOPEN	0x2
+#define UPCIE_NVME_ZS_EOPEN	0x3
+#define UPCIE_NVME_ZS_CLOSED	0x4
+#define UPCIE_NVME_ZS_READ_ONLY 0xd
+#define UPCIE_NVME_ZS_FULL	0xe
+#define UPCIE_NVME_ZS_OFFLINE	0xf
+
+/* Report Zones data: a 64-byte header, then 64-byte zone descriptors. */
+struct upcie_nvme_zone_report_hdr {
+	uint64_t nr_zones; /* zones that match, which may be more than the buffer holds */
+	uint8_t rsvd[56];
+};
+
+struct upcie_nvme_zone_desc {
+	uint8_t zt;  /* zone type: 2 = sequential write required */
+	uint8_t zs;  /* zone state in bits 7:4 (UPCIE_NVME_ZS_*) */
+	uint8_t za;  /* zone attributes */
+	uint8_t zai; /* zone attributes information */
+	uint8_t rsvd4[4];
+	uint64_t zcap;	/* zone capacity in logical blocks */
+	uint64_t zslba; /* first logical block of the zone */
+	uint64_t wp;	/* write pointer */
+	uint8_t rsvd32[32];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_zone_report_hdr) == 64, "report header size");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_zone_desc) == 64, "zone descriptor size");
+
+/*
+ * Zone descriptors a Report Zones buffer of `len` bytes really holds: the controller's count,
+ * but never more than fit after the header (the count says how many zones match, and a device
+ * may claim anything).
+ */
+UPCIE_HD static inline uint64_t upcie_nvme_zone_report_count(const void *buf, size_t len)
+{
+	const struct upcie_nvme_zone_report_hdr *h = (const struct upcie_nvme_zone_report_hdr *)buf;
+	uint64_t fit;
+
+	if (len < sizeof(*h))
+		return 0;
+	fit = (len - sizeof(*h)) / sizeof(struct upcie_nvme_zone_desc);
+	return h->nr_zones < fit ? h->nr_zones : fit;
+}
 
 /* Dataset Management range (16 bytes each, up to 256 per command). */
 struct upcie_nvme_dsm_range {
