@@ -10,8 +10,12 @@
  * before SQ, SQ before CQ on delete), Abort (of commands the model holds), Asynchronous Event
  * Request (held forever). Knobs: ready delay or never ready, CSTS.CFS on enable, VS/CRTO,
  * MDTS, SGLS, queues granted, a failing Create I/O SQ, I/O commands of one opcode held until
- * aborted, Abort that does or does not abort. One thread steps everything
- * (nvme_cmodel_start/stop).
+ * aborted, Abort that does or does not abort; what real drives report: CAP.DSTRD != 0 (the
+ * doorbells move with it), CAP.MPSMIN and CC.MPS (PRPs walked at the page the host chose), a
+ * BAR0 of any size (exactly that much memory, so an access beyond it is a reported overflow),
+ * NN, VWC, a failing Set Features Number of Queues, and through nvme_ns_model.h namespaces of
+ * any NSID, LBA format, metadata, protection information and zones. One thread steps
+ * everything (nvme_cmodel_start/stop).
  */
 #ifndef UPCIE_TEST_NVME_CTRL_MODEL_H
 #define UPCIE_TEST_NVME_CTRL_MODEL_H
@@ -29,6 +33,7 @@
 #include <upcie/nvme/spec.h>
 
 #include "nvme_model.h"
+#include "nvme_ns_model.h"
 
 #define NVME_CMODEL_REGS   0x4000
 #define NVME_CMODEL_MAXQ   64
@@ -63,6 +68,11 @@ struct nvme_cmodel {
 	uint8_t hold_opc;	 /* I/O opcode held until aborted; 0: none */
 	bool abort_aborts;	 /* Abort completes a held command (dw0 0) or not (dw0 1) */
 	uint32_t rtd3e;
+	uint32_t nn;		  /* Identify NN; 0: 1 (or the namespace table's highest NSID) */
+	uint8_t vwc;		  /* Identify VWC */
+	uint16_t fail_set_queues; /* status for Set Features Number of Queues, 0: succeed */
+	size_t regs_size;	  /* BAR0 bytes (nvme_cmodel_set_regs_size()) */
+	struct nvme_nsm *nsm;	  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
 	/* namespace 1 */
 	uint8_t *ns;
 	uint64_t ns_blocks;
@@ -121,6 +131,7 @@ static inline void nvme_cmodel_init(struct nvme_cmodel *cm, struct nvme_model_io
 	memset(cm, 0, sizeof(*cm));
 	cm->regs = (uint32_t *)aligned_alloc(4096, NVME_CMODEL_REGS);
 	memset(cm->regs, 0, NVME_CMODEL_REGS);
+	cm->regs_size = NVME_CMODEL_REGS;
 	cm->regs[0] = (uint32_t)cap;
 	cm->regs[1] = (uint32_t)(cap >> 32);
 	cm->regs[UPCIE_NVME_REG_VS / 4] = UPCIE_NVME_VS(1, 4, 0);
@@ -139,6 +150,44 @@ static inline void nvme_cmodel_set_cap(struct nvme_cmodel *cm, uint64_t cap)
 {
 	cm->regs[0] = (uint32_t)cap;
 	cm->regs[1] = (uint32_t)(cap >> 32);
+}
+
+/* CAP.DSTRD (doorbell stride 4 << dstrd bytes); before start. */
+static inline void nvme_cmodel_set_dstrd(struct nvme_cmodel *cm, uint32_t dstrd)
+{
+	uint64_t cap = nvme_cmodel_rd64(cm, UPCIE_NVME_REG_CAP) & ~(UINT64_C(0xf) << 32);
+
+	nvme_cmodel_set_cap(cm, cap | ((uint64_t)dstrd << 32));
+}
+
+/*
+ * BAR0 of `size` bytes (a multiple of 4 KiB): the register block is reallocated to exactly that,
+ * so an access beyond it is a heap overflow the sanitizers report. Before start.
+ */
+static inline void nvme_cmodel_set_regs_size(struct nvme_cmodel *cm, size_t size)
+{
+	uint32_t *r = (uint32_t *)aligned_alloc(4096, size);
+	size_t keep = size < cm->regs_size ? size : cm->regs_size;
+
+	memset(r, 0, size);
+	memcpy(r, cm->regs, keep);
+	free(cm->regs);
+	cm->regs = r;
+	cm->regs_size = size;
+}
+
+/* Byte offset of doorbell `cq` (0: SQ tail, 1: CQ head) of queue `qid` with the CAP stride. */
+static inline size_t nvme_cmodel_db_off(struct nvme_cmodel *cm, uint16_t qid, int cq)
+{
+	uint32_t dstrd = upcie_nvme_cap_dstrd(nvme_cmodel_rd64(cm, UPCIE_NVME_REG_CAP));
+
+	return 0x1000 + ((size_t)(2u * qid + (unsigned)cq) << (2 + dstrd));
+}
+
+/* The controller memory page CC.MPS selects, as a shift. */
+static inline unsigned nvme_cmodel_page_shift(struct nvme_cmodel *cm)
+{
+	return 12 + upcie_nvme_cc_mps(nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC));
 }
 
 /* Copy `len` bytes of `src` to wherever the command's PRPs point. */
@@ -173,14 +222,28 @@ static inline uint16_t nvme_cmodel_out_(struct nvme_cmodel *cm, const struct upc
 
 	c.im = cm->iomap;
 	c.src = (const uint8_t *)buf;
-	return (uint16_t)nvme_model_prp_walk(cm->iomap, sqe->prp1, sqe->prp2, len, 12,
-					     nvme_cmodel_copy_emit_, &c);
+	return (uint16_t)nvme_model_prp_walk(cm->iomap, sqe->prp1, sqe->prp2, len,
+					     nvme_cmodel_page_shift(cm), nvme_cmodel_copy_emit_,
+					     &c);
 }
 
 static inline void nvme_cmodel_pad_(char *dst, size_t n, const char *s)
 {
 	memset(dst, ' ', n);
 	memcpy(dst, s, strlen(s) < n ? strlen(s) : n);
+}
+
+/* NN: the knob, else the highest NSID of the namespace table, else 1. */
+static inline uint32_t nvme_cmodel_nn_(const struct nvme_cmodel *cm)
+{
+	uint32_t nn = 1;
+
+	if (cm->nn)
+		return cm->nn;
+	for (uint32_t i = 0; cm->nsm && i < cm->nsm->n; i++)
+		if (cm->nsm->ns[i].nsid > nn)
+			nn = cm->nsm->ns[i].nsid;
+	return nn;
 }
 
 static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
@@ -191,6 +254,15 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
 
 	memset(buf, 0, sizeof(buf));
 	cm->n_identify++;
+	if (cm->nsm && cns != UPCIE_NVME_CNS_CTRL) {
+		int st = nvme_nsm_identify(cm->nsm, nvme_cmodel_nn_(cm), sqe, buf);
+
+		if (st > 0)
+			return (uint16_t)st;
+		if (st == 0)
+			return nvme_cmodel_out_(cm, sqe, buf, sizeof(buf));
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	}
 	if (cns == UPCIE_NVME_CNS_CTRL) {
 		struct upcie_nvme_id_ctrl *id = (struct upcie_nvme_id_ctrl *)buf;
 
@@ -201,7 +273,8 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
 		id->mdts = cm->mdts;
 		id->sgls = cm->sgls;
 		id->oncs = cm->oncs;
-		id->nn = 1;
+		id->nn = nvme_cmodel_nn_(cm);
+		id->vwc = cm->vwc;
 		id->sqes = 0x66;
 		id->cqes = 0x44;
 		id->acl = 3;
@@ -224,6 +297,12 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
 
 		if (sqe->nsid < 1)
 			l[0] = 1;
+	} else if (cns == UPCIE_NVME_CNS_NS_DESC_LIST) {
+		if (sqe->nsid != 1)
+			return UPCIE_NVME_SC_INVALID_NS;
+		buf[0] = UPCIE_NVME_NIDT_CSI;
+		buf[1] = 1;
+		buf[4] = UPCIE_NVME_CSI_NVM;
 	} else {
 		return UPCIE_NVME_SC_INVALID_FIELD;
 	}
@@ -255,7 +334,8 @@ static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
 	cm->n_create_sq++;
 	if (cm->fail_create_sq)
 		return cm->fail_create_sq;
-	if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].sq)
+	if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].sq ||
+	    nvme_cmodel_db_off(cm, qid, 1) + 4 > cm->regs_size)
 		return UPCIE_NVME_SC_QID_INVALID;
 	if (cqid != qid || !cm->q[cqid].cq)
 		return UPCIE_NVME_SC_CQ_INVALID;
@@ -269,12 +349,16 @@ static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
 	if (!cq || contig < (uint64_t)q->cq_depth * 16)
 		return UPCIE_NVME_SC_DATA_XFER_ERROR;
 	nvme_model_init(&q->m, sq, depth, cq, q->cq_depth, qid, cm->ns, cm->ns_blocks,
-			cm->lba_bytes, 12, cm->iomap);
-	q->m.sqdbp = &cm->regs[(0x1000 + 8 * qid) / 4];
-	q->m.cqdbp = &cm->regs[(0x1000 + 8 * qid + 4) / 4];
+			cm->lba_bytes, nvme_cmodel_page_shift(cm), cm->iomap);
+	q->m.sqdbp = &cm->regs[nvme_cmodel_db_off(cm, qid, 0) / 4];
+	q->m.cqdbp = &cm->regs[nvme_cmodel_db_off(cm, qid, 1) / 4];
 	/* a new queue starts at head = tail = 0, whatever its doorbells last held */
-	__atomic_store_n(&cm->regs[(0x1000 + 8 * qid) / 4], 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&cm->regs[(0x1000 + 8 * qid + 4) / 4], 0, __ATOMIC_RELEASE);
+	__atomic_store_n(q->m.sqdbp, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(q->m.cqdbp, 0, __ATOMIC_RELEASE);
+	if (cm->nsm) {
+		q->m.exec = nvme_nsm_exec;
+		q->m.exec_ctx = cm->nsm;
+	}
 	q->m.inject = nvme_cmodel_io_inject_;
 	q->m.inject_ctx = q;
 	q->cm = cm;
@@ -334,6 +418,8 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 		if ((sqe->cdw10 & 0xff) != UPCIE_NVME_FEAT_NUM_QUEUES)
 			return UPCIE_NVME_SC_INVALID_FIELD;
 		cm->n_set_queues++;
+		if (cm->fail_set_queues)
+			return cm->fail_set_queues;
 		p->dw0 = (cm->nqueues - 1) | ((cm->nqueues - 1) << 16);
 		return 0;
 	case UPCIE_NVME_ADMIN_CREATE_CQ:
@@ -415,10 +501,11 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 2); /* CFS */
 		return;
 	}
-	nvme_model_init(&cm->admin, sq, sqd, cq, cqd, 0, NULL, 0, 512, 12, cm->iomap);
-	cm->admin.sqdbp = &cm->regs[0x1000 / 4];
-	cm->admin.cqdbp = &cm->regs[0x1004 / 4];
-	cm->regs[0x1000 / 4] = cm->regs[0x1004 / 4] = 0;
+	nvme_model_init(&cm->admin, sq, sqd, cq, cqd, 0, NULL, 0, 512, nvme_cmodel_page_shift(cm),
+			cm->iomap);
+	cm->admin.sqdbp = &cm->regs[nvme_cmodel_db_off(cm, 0, 0) / 4];
+	cm->admin.cqdbp = &cm->regs[nvme_cmodel_db_off(cm, 0, 1) / 4];
+	*cm->admin.sqdbp = *cm->admin.cqdbp = 0;
 	cm->admin.exec = nvme_cmodel_admin_exec_;
 	cm->admin.exec_ctx = cm;
 	cm->admin.inject = nvme_cmodel_admin_inject_;
