@@ -70,7 +70,7 @@ static int rig_start(struct rig *r)
 
 static int rig_ctrl(struct rig *r, const struct upcie_nvme_ctrl_opts *o)
 {
-	return upcie_nvme_ctrl_init(&r->c, r->cm.regs, NVME_CMODEL_REGS, &r->host, o);
+	return upcie_nvme_ctrl_init(&r->c, r->cm.regs, r->cm.regs_size, &r->host, o);
 }
 
 static void rig_teardown(struct rig *r)

@@ -49,6 +49,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,10 +137,13 @@ struct upcie_nvme_ctrl {
 	uint32_t admin_depth;
 	/* from Identify Controller */
 	struct upcie_nvme_id_ctrl id;
-	char sn[21], mn[41], fr[9]; /* trimmed copies */
+	char sn[21], mn[41], fr[9]; /* trimmed copies, unprintable bytes as '?' */
 	uint64_t max_xfer;	    /* MDTS in bytes; UINT64_MAX: no limit */
 	bool sgl;		    /* SGLs supported for NVM commands */
 	bool sgl_dword;		    /* ... with dword-aligned data blocks */
+	bool vwc;		    /* a volatile write cache is present */
+	uint32_t nn;		    /* highest namespace ID (NN, at most 0xfffffffe) */
+	uint32_t nbad_id; /* Identify fields out of range: each logged, then clamped or refused */
 	/* I/O queues: granted by Set Features, identifiers 1..nqueues */
 	uint32_t want_queues;
 	uint32_t nqueues;	      /* granted by the last Set Features */
@@ -212,14 +216,18 @@ static inline void upcie_nvme_ctrl_wr64(struct upcie_nvme_ctrl *c, size_t off, u
 	upcie_mmio_write64_lohi(c->regs, off, v);
 }
 
-/* Copy a space-padded Identify string, trimmed, NUL terminated. */
+/*
+ * Copy a space-padded Identify string, trimmed, NUL terminated. The device wrote it: bytes
+ * outside printable ASCII become '?', so a log line can never carry control sequences.
+ */
 static inline void upcie_nvme_ctrl_str_(char *dst, const char *src, size_t n)
 {
 	size_t len = n;
 
 	while (len && (src[len - 1] == ' ' || src[len - 1] == '\0'))
 		len--;
-	memcpy(dst, src, len);
+	for (size_t i = 0; i < len; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
 	dst[len] = '\0';
 }
 
@@ -300,6 +308,11 @@ static inline int upcie_nvme_ctrl_caps_(struct upcie_nvme_ctrl *c, uint32_t *css
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: CAP.MQES allows %u entries", c->name,
 				  c->mqes);
 	c->dstrd = upcie_nvme_cap_dstrd(c->cap);
+	if (upcie_nvme_cq_hdbl_off(0, c->dstrd) + 4 > c->regs_size)
+		return UPCIE_FAIL(-ENODEV,
+				  "nvme %s: BAR0 of %zu bytes ends before the admin doorbells "
+				  "(stride %u bytes, CAP.DSTRD %u)",
+				  c->name, c->regs_size, 4u << c->dstrd, c->dstrd);
 	to = upcie_nvme_cap_to(c->cap);
 	/* NVMe 2.0: CAP.TO is min(0xff, CRTO.CRWMT) when CRWMS is set, so CRTO may be longer. */
 	if (c->vs >= UPCIE_NVME_VS(2, 0, 0) &&
@@ -537,6 +550,11 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	if (!c || !c->lock_live || !sqe || (len && !buf) || len > UPCIE_NVME_CTRL_SCRATCH)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: bad buffer (%zu bytes, at most %zu)", len,
 				  (size_t)UPCIE_NVME_CTRL_SCRATCH);
+	if (len > c->admin_dptr.max_bytes)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: admin command 0x%02x: %zu bytes above the %" PRIu64
+				  "-byte transfer limit (MDTS)",
+				  c->name, sqe->opc, len, c->admin_dptr.max_bytes);
 	seg.mem = c->heap.mem;
 	seg.off = c->scratch.off;
 	seg.len = len;
@@ -563,6 +581,16 @@ static inline int upcie_nvme_ctrl_identify(struct upcie_nvme_ctrl *c, uint8_t cn
 	return upcie_nvme_ctrl_admin_buf(c, &sqe, buf, 4096, UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
 }
 
+/* As upcie_nvme_ctrl_identify() for an I/O command set specific CNS with command set `csi`. */
+static inline int upcie_nvme_ctrl_identify_csi(struct upcie_nvme_ctrl *c, uint8_t cns,
+					       uint32_t nsid, uint8_t csi, void *buf)
+{
+	struct upcie_nvme_sqe sqe;
+
+	upcie_nvme_cmd_identify(&sqe, cns, nsid, 0, csi);
+	return upcie_nvme_ctrl_admin_buf(c, &sqe, buf, 4096, UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
+}
+
 /*
  * Abort command `cid` on submission queue `sqid` (admin Abort). *aborted (may be NULL) is true
  * when the controller says it aborted the command (it then completes with Command Abort
@@ -581,32 +609,99 @@ static inline int upcie_nvme_ctrl_abort(struct upcie_nvme_ctrl *c, uint16_t sqid
 	return err;
 }
 
-/* Identify Controller and keep what the driver needs. Lock not needed (bring-up). */
-static inline int upcie_nvme_ctrl_identify_ctrl_(struct upcie_nvme_ctrl *c)
+/* A device-written Identify field out of range: logged, counted in c->nbad_id. */
+UPCIE_PRINTF(2, 3)
+static inline void upcie_nvme_ctrl_id_bad_(struct upcie_nvme_ctrl *c, const char *fmt, ...)
 {
-	uint64_t shutdown;
-	int err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_CTRL, 0, &c->id);
+	char msg[256];
+	va_list ap;
 
-	if (err)
-		return UPCIE_FAIL(err, "nvme %s: Identify Controller failed", c->name);
-	upcie_nvme_ctrl_str_(c->sn, c->id.sn, sizeof(c->id.sn));
-	upcie_nvme_ctrl_str_(c->mn, c->id.mn, sizeof(c->id.mn));
-	upcie_nvme_ctrl_str_(c->fr, c->id.fr, sizeof(c->id.fr));
-	c->max_xfer = upcie_nvme_mdts_bytes(c->id.mdts, c->cap);
-	c->sgl = (c->id.sgls & 3u) != UPCIE_NVME_SGLS_NONE;
-	c->sgl_dword = (c->id.sgls & 3u) == UPCIE_NVME_SGLS_DWORD;
-	if ((c->id.sqes & 0xf) > 6 || (c->id.cqes & 0xf) > 4)
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	c->nbad_id++;
+	UPCIE_WARN("nvme %s: Identify reports %s", c->name, msg);
+}
+
+/*
+ * Derive what the driver uses from c->id (Identify Controller as the device wrote it) and
+ * c->cap: MDTS in bytes, SGL support, NN, the volatile write cache, the shutdown timeout and
+ * the strings. Absurd values are logged and counted (c->nbad_id), then clamped: an MDTS beyond
+ * 64-bit byte counts means no limit, reserved SGLS bits mean no SGLs, NN 0xffffffff (the
+ * broadcast ID) means 0xfffffffe. Returns 0, or -EOPNOTSUPP when the entry sizes upcie uses
+ * (64-byte SQ, 16-byte CQ entries) are not allowed.
+ */
+static inline int upcie_nvme_ctrl_id_apply_(struct upcie_nvme_ctrl *c)
+{
+	const struct upcie_nvme_id_ctrl *id = &c->id;
+	uint64_t shutdown;
+
+	upcie_nvme_ctrl_str_(c->sn, id->sn, sizeof(id->sn));
+	upcie_nvme_ctrl_str_(c->mn, id->mn, sizeof(id->mn));
+	upcie_nvme_ctrl_str_(c->fr, id->fr, sizeof(id->fr));
+	c->max_xfer = upcie_nvme_mdts_bytes(id->mdts, c->cap);
+	if (id->mdts && c->max_xfer == UINT64_MAX)
+		upcie_nvme_ctrl_id_bad_(c, "MDTS %u: 2^%u bytes; taken as no limit", id->mdts,
+					upcie_nvme_cap_mpsmin_shift(c->cap) + id->mdts);
+	c->sgl = false;
+	c->sgl_dword = false;
+	if ((id->sgls & 3u) == 3u)
+		upcie_nvme_ctrl_id_bad_(c, "SGLS 0x%08x (reserved support value 3); no SGLs",
+					id->sgls);
+	else {
+		c->sgl = (id->sgls & 3u) != UPCIE_NVME_SGLS_NONE;
+		c->sgl_dword = (id->sgls & 3u) == UPCIE_NVME_SGLS_DWORD;
+	}
+	c->nn = id->nn;
+	if (c->nn == UPCIE_NVME_NSID_ALL) {
+		upcie_nvme_ctrl_id_bad_(c, "NN 0xffffffff (the broadcast namespace ID)");
+		c->nn = UPCIE_NVME_NSID_ALL - 1;
+	}
+	c->vwc = id->vwc & UPCIE_NVME_VWC_PRESENT;
+	if ((id->sqes & 0xf) > 6 || (id->cqes & 0xf) > 4)
 		return UPCIE_FAIL(
 		    -EOPNOTSUPP,
 		    "nvme %s: needs SQ/CQ entries of 2^%u/2^%u bytes; upcie uses 64/16", c->name,
-		    c->id.sqes & 0xf, c->id.cqes & 0xf);
-	shutdown = (uint64_t)c->id.rtd3e * UPCIE_NSEC_PER_USEC;
+		    id->sqes & 0xf, id->cqes & 0xf);
+	if ((id->sqes >> 4) < (id->sqes & 0xf) || (id->cqes >> 4) < (id->cqes & 0xf))
+		upcie_nvme_ctrl_id_bad_(c, "SQES 0x%02x / CQES 0x%02x: maximum below required",
+					id->sqes, id->cqes);
+	shutdown = (uint64_t)id->rtd3e * UPCIE_NSEC_PER_USEC;
 	if (shutdown < UPCIE_NVME_CTRL_SHUTDOWN_MIN)
 		shutdown = UPCIE_NVME_CTRL_SHUTDOWN_MIN;
 	if (shutdown > UPCIE_NVME_CTRL_SHUTDOWN_MAX)
 		shutdown = UPCIE_NVME_CTRL_SHUTDOWN_MAX;
 	c->shutdown_timeout_ns = shutdown;
+	/* admin data: what the admin list pages can describe, at most 2 MiB, never above MDTS */
+	c->admin_dptr.max_bytes = UINT64_C(2) << 20;
+	if (c->admin_dptr.max_bytes > c->max_xfer)
+		c->admin_dptr.max_bytes = c->max_xfer;
 	return 0;
+}
+
+/* Identify Controller and keep what the driver needs. Lock not needed (bring-up). */
+static inline int upcie_nvme_ctrl_identify_ctrl_(struct upcie_nvme_ctrl *c)
+{
+	int err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_CTRL, 0, &c->id);
+
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: Identify Controller failed", c->name);
+	return upcie_nvme_ctrl_id_apply_(c);
+}
+
+/*
+ * I/O queue identifiers whose doorbells lie inside BAR0: queue q's CQ head doorbell ends at
+ * 0x1000 + (2q + 2) * stride. A controller may grant more queues than its BAR0 has doorbells
+ * for (or BAR0 may be mapped short); Linux then uses fewer queues, and so does upcie.
+ */
+static inline uint32_t upcie_nvme_ctrl_bar_queues_(const struct upcie_nvme_ctrl *c)
+{
+	uint64_t stride = UINT64_C(4) << c->dstrd, room;
+
+	if (c->regs_size < UPCIE_NVME_REG_DBS + 2 * stride)
+		return 0;
+	room = (c->regs_size - UPCIE_NVME_REG_DBS) / (2 * stride); /* doorbell pairs, admin too */
+	return room - 1 > 65535 ? 65535 : (uint32_t)(room - 1);
 }
 
 /* Set Features Number of Queues; record the grant (both counts' minimum, at most asked). */
@@ -623,12 +718,28 @@ static inline int upcie_nvme_ctrl_set_queues_locked_(struct upcie_nvme_ctrl *c)
 	}
 	upcie_nvme_cmd_set_num_queues(&sqe, c->want_queues, c->want_queues);
 	err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, &cqe);
+	if (err == -EIO) {
+		/* the controller answered, and said no: it still works for admin commands */
+		UPCIE_WARN("nvme %s: Set Features Number of Queues failed (status 0x%03x): "
+			   "admin-only controller, no I/O queues",
+			   c->name, upcie_nvme_cqe_code(&cqe));
+		c->nqueues = 0;
+		return 0;
+	}
 	if (err)
 		return UPCIE_FAIL(err, "nvme %s: Set Features Number of Queues failed", c->name);
 	nsq = upcie_nvme_num_queues_sq(cqe.dw0);
 	ncq = upcie_nvme_num_queues_cq(cqe.dw0);
 	nsq = nsq < ncq ? nsq : ncq;
 	c->nqueues = nsq < c->want_queues ? nsq : c->want_queues;
+	if (c->nqueues > upcie_nvme_ctrl_bar_queues_(c)) {
+		UPCIE_WARN(
+		    "nvme %s: %u I/O queues granted, BAR0 (%zu bytes, doorbell stride %u) has "
+		    "doorbells for %u: using %u",
+		    c->name, c->nqueues, c->regs_size, 4u << c->dstrd,
+		    upcie_nvme_ctrl_bar_queues_(c), upcie_nvme_ctrl_bar_queues_(c));
+		c->nqueues = upcie_nvme_ctrl_bar_queues_(c);
+	}
 	return 0;
 }
 
@@ -677,9 +788,9 @@ static inline int upcie_nvme_ctrl_setup_(struct upcie_nvme_ctrl *c,
 	pthread_mutex_unlock(&c->lock);
 	if (err)
 		return err;
-	/* admin data: what the admin list pages can describe, at most 2 MiB */
+	/* admin data until Identify Controller tells MDTS (never below 2 pages): one page */
 	c->admin_dptr.page_shift = c->page_shift;
-	c->admin_dptr.max_bytes = UINT64_C(2) << 20;
+	c->admin_dptr.max_bytes = UINT64_C(1) << c->page_shift;
 	c->admin_dptr.sgl_dword = false;
 	err = upcie_nvme_ctrl_identify_ctrl_(c);
 	if (err)
@@ -926,16 +1037,22 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 	page = UINT64_C(1) << c->page_shift;
 	q->dptr.page_shift = c->page_shift;
 	q->dptr.sgl_dword = c->sgl_dword;
+	/* never above MDTS, whatever the caller asked for or the page size is */
 	q->dptr.max_bytes = opts->max_xfer ? opts->max_xfer : UPCIE_NVME_IOQ_MAX_XFER;
 	if (q->dptr.max_bytes > c->max_xfer)
 		q->dptr.max_bytes = c->max_xfer;
-	if (q->dptr.max_bytes < page)
-		q->dptr.max_bytes = page;
-	/* a piece of max_bytes starting anywhere touches max_bytes / page + 1 pages */
+	/*
+	 * A piece of max_bytes starting anywhere touches max_bytes / page + 1 pages: that many PRP
+	 * entries (page / 8 a list page), or as many SGL Data Blocks where each page is its own
+	 * device-contiguous run (page / 16 a list page).
+	 */
 	nprp = q->dptr.max_bytes / page + 1;
-	q->lpages = upcie_nvme_prp_lists_needed(nprp, c->page_shift);
+	if (q->sgl)
+		q->lpages = nprp > 1 ? upcie_nvme_lists_needed_(nprp, (uint32_t)(page / 16)) : 1;
+	else
+		q->lpages = upcie_nvme_prp_lists_needed(nprp, c->page_shift);
 	if (!q->lpages)
-		q->lpages = 1; /* SGL: a few descriptors */
+		q->lpages = 1;
 	ncids = q->depth - 1;
 
 	pthread_mutex_lock(&c->lock);
@@ -967,6 +1084,16 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 		goto fail;
 	if (!q->cqb.vaddr || !q->sqb.vaddr || !q->lb.vaddr) {
 		err = UPCIE_FAIL(-EINVAL, "nvme %s: queue memory needs a CPU view", c->name);
+		goto fail;
+	}
+	/* PRP1 of Create I/O CQ/SQ must be aligned to the controller page (CC.MPS); a heap over
+	 * memory whose device address is not page aligned cannot give that */
+	if ((q->cqb.iova | q->sqb.iova) & (page - 1)) {
+		err = UPCIE_FAIL(-EINVAL,
+				 "nvme %s: queue memory at device addresses 0x%" PRIx64
+				 " (CQ) / 0x%" PRIx64 " (SQ) is not aligned to the %" PRIu64
+				 "-byte controller page (CC.MPS)",
+				 c->name, q->cqb.iova, q->sqb.iova, page);
 		goto fail;
 	}
 	q->lmem = q->list_heap->mem;

@@ -29,8 +29,11 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,10 +60,19 @@ struct upcie_nvme_ns {
 	uint32_t lba_bytes;   /* data bytes per logical block */
 	uint32_t ms;	      /* metadata bytes per logical block */
 	bool ext;	      /* metadata interleaved with the data (extended LBA) */
-	uint32_t block_bytes; /* bytes per block in a data buffer: lba_bytes (+ ms when ext) */
+	uint32_t block_bytes; /* bytes per block in a data buffer: lba_bytes (+ ms when ext and
+				 the metadata travels, see pract) */
 	uint8_t block_shift;  /* log2(block_bytes) when a power of two, else 0 */
 	uint8_t lbaf;	      /* LBA format index in use */
 	uint8_t dps;	      /* end-to-end protection settings */
+	uint8_t pi;	      /* protection information type 1..3 (DPS), 0: none */
+	bool pract;	      /* PI is all the metadata (ms 8): the controller inserts and strips
+				 it (PRACT), no metadata buffer, block_bytes = lba_bytes */
+	uint8_t csi;	      /* I/O command set: UPCIE_NVME_CSI_NVM or UPCIE_NVME_CSI_ZNS */
+	bool zoned;	      /* Zoned Namespace: writes only at a zone's write pointer */
+	uint64_t zone_blocks; /* zoned: logical blocks per zone */
+	uint32_t prinfo;      /* PRINFO bits upcie sets on Read/Write/Compare without md */
+	bool slow;	      /* needs the general I/O path (metadata buffer, PI, zones) */
 };
 
 struct upcie_nvme_req;
@@ -84,18 +96,197 @@ struct upcie_nvme_io {
 	unsigned nsegs;
 	const struct upcie_dmamem *md; /* separate metadata: nlb * ms contiguous bytes, or NULL */
 	uint64_t md_off;
-	uint32_t flags; /* UPCIE_NVME_RW_FUA, UPCIE_NVME_RW_LR */
+	uint32_t flags; /* UPCIE_NVME_RW_FUA, UPCIE_NVME_RW_LR, UPCIE_NVME_RW_PR* */
+	bool zoned;	/* a Write to a zoned namespace, at the zone's write pointer: the caller
+			   keeps the zone semantics (plain Writes to zoned namespaces are refused) */
 };
 
+/* Largest logical block upcie accepts (LBADS 24); formats beyond are refused as absurd. */
+#define UPCIE_NVME_LBA_SHIFT_MAX 24
+/* Namespaces the sequential scan (no Active Namespace List) visits at most. */
+#define UPCIE_NVME_NS_SCAN_MAX 1024u
+
+/* An absurd Identify Namespace field: logged (an error when refused), counted in *nbad. */
+UPCIE_PRINTF(4, 5)
+static inline void upcie_nvme_ns_bad_(uint32_t *nbad, uint32_t nsid, bool refused, const char *fmt,
+				      ...)
+{
+	char msg[192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (nbad)
+		(*nbad)++;
+	upcie_log(refused ? UPCIE_LOG_ERROR : UPCIE_LOG_WARN,
+		  "nvme: namespace %u: Identify reports %s%s", nsid, msg,
+		  refused ? ": refused" : "");
+}
+
 /*
- * Identify namespace `nsid` of `c` into `ns`. Returns 0; -ENODEV when the namespace is not
- * active (size 0); -EINVAL when its LBA format is unusable; -EIO with the status logged (for
- * example Invalid Namespace). `ns` is zeroed on failure.
+ * Fill `ns` (nsid, sizes, LBA format, metadata, protection information) from Identify
+ * Namespace data `id` as the device wrote it; ctrl, csi and the zone fields are left to the
+ * caller. Every field is checked before use: NLBAF above 63 is clamped, NCAP above NSZE is
+ * clamped to it; an FLBAS index beyond NLBAF, an LBA size outside 512 B..16 MiB, a size whose
+ * bytes overflow 64 bits, an unknown PI type or PI without room for it are refused. Each such
+ * value is logged and counted in *nbad (may be NULL). Returns 0; -ENODEV for an inactive
+ * namespace (NSZE 0); -EINVAL for data upcie refuses.
+ */
+static inline int upcie_nvme_ns_parse(struct upcie_nvme_ns *ns, const struct upcie_nvme_id_ns *id,
+				      uint32_t nsid, uint32_t *nbad)
+{
+	struct upcie_nvme_id_ns v;
+	const struct upcie_nvme_lbaf *f;
+	unsigned idx;
+
+	memset(ns, 0, sizeof(*ns));
+	if (!id->nsze)
+		return -ENODEV;
+	v.nlbaf = id->nlbaf;
+	v.flbas = id->flbas;
+	if (v.nlbaf > 63) {
+		upcie_nvme_ns_bad_(nbad, nsid, false, "NLBAF %u (at most 63, 64 formats); clamped",
+				   v.nlbaf);
+		v.nlbaf = 63;
+	}
+	idx = upcie_nvme_id_ns_lbaf_index(&v);
+	if (idx > v.nlbaf) {
+		upcie_nvme_ns_bad_(nbad, nsid, true, "LBA format %u in use beyond the %u formats",
+				   idx, v.nlbaf + 1u);
+		return -EINVAL;
+	}
+	f = &id->lbaf[idx];
+	if (f->lbads < 9 || f->lbads > UPCIE_NVME_LBA_SHIFT_MAX) {
+		upcie_nvme_ns_bad_(nbad, nsid, true,
+				   "LBA format %u with LBADS %u (512 B..16 MiB usable)", idx,
+				   f->lbads);
+		return -EINVAL;
+	}
+	ns->nsid = nsid;
+	ns->lbaf = (uint8_t)idx;
+	ns->lba_bytes = UINT32_C(1) << f->lbads;
+	ns->ms = f->ms;
+	ns->ext = ns->ms && upcie_nvme_id_ns_extended_lba(&v);
+	ns->nsze = id->nsze;
+	ns->ncap = id->ncap;
+	if (ns->ncap > ns->nsze) {
+		upcie_nvme_ns_bad_(nbad, nsid, false,
+				   "NCAP %" PRIu64 " above NSZE %" PRIu64 "; clamped", ns->ncap,
+				   ns->nsze);
+		ns->ncap = ns->nsze;
+	}
+	if (ns->nsze > UINT64_MAX / (ns->lba_bytes + ns->ms)) {
+		upcie_nvme_ns_bad_(nbad, nsid, true,
+				   "NSZE %" PRIu64 " of %u-byte blocks: beyond 2^64 bytes",
+				   ns->nsze, ns->lba_bytes + ns->ms);
+		memset(ns, 0, sizeof(*ns));
+		return -EINVAL;
+	}
+	ns->dps = id->dps;
+	ns->pi = id->dps & UPCIE_NVME_DPS_PIT_MASK;
+	if (ns->pi > UPCIE_NVME_DPS_PIT_3 || (ns->pi && ns->ms < UPCIE_NVME_PI_BYTES)) {
+		upcie_nvme_ns_bad_(nbad, nsid, true, "protection type %u with %u bytes of metadata",
+				   ns->pi, ns->ms);
+		memset(ns, 0, sizeof(*ns));
+		return -EINVAL;
+	}
+	if (ns->pi && ns->ms == UPCIE_NVME_PI_BYTES) {
+		/* the metadata is the PI alone: let the controller make and check it */
+		ns->pract = true;
+		ns->prinfo = UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD;
+		if (ns->pi != UPCIE_NVME_DPS_PIT_3)
+			ns->prinfo |= UPCIE_NVME_RW_PRCHK_REF;
+	}
+	ns->block_bytes = ns->lba_bytes + (ns->ext && !ns->pract ? ns->ms : 0);
+	ns->block_shift = upcie_is_pow2(ns->block_bytes) ? (uint8_t)upcie_log2(ns->block_bytes) : 0;
+	ns->csi = UPCIE_NVME_CSI_NVM;
+	ns->slow = (ns->ms && !ns->ext) || ns->pi;
+	return 0;
+}
+
+/*
+ * The I/O command set of namespace `ns` (and its zone size when zoned). With CC.CSS = NVM only
+ * NVM namespaces are active, so there is nothing to ask; otherwise the Namespace
+ * Identification Descriptor list says (CNS 03h), and a zoned namespace's I/O command set
+ * specific Identify (CNS 05h) gives the zone size of the LBA format in use.
+ */
+static inline int upcie_nvme_ns_csi_(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_id_ns_zns *z;
+	uint8_t csi = UPCIE_NVME_CSI_NVM;
+	int err;
+
+	if (upcie_nvme_cc_css(c->cc) != UPCIE_NVME_CC_CSS_IOCS)
+		return 0;
+	z = (struct upcie_nvme_id_ns_zns *)malloc(sizeof(*z));
+	if (!z)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS_DESC_LIST, ns->nsid, z);
+	if (!err) {
+		err = upcie_nvme_ns_desc_csi(z, sizeof(*z), &csi);
+		if (err == -EPROTO) {
+			pthread_mutex_lock(&c->lock);
+			upcie_nvme_ns_bad_(&c->nbad_id, ns->nsid, true,
+					   "a malformed Namespace Identification Descriptor list");
+			pthread_mutex_unlock(&c->lock);
+			err = UPCIE_FAIL(-EPROTO,
+					 "nvme %s: namespace %u: its I/O command set is unknown",
+					 c->name, ns->nsid);
+			goto out;
+		}
+		err = 0; /* -ENOENT: no CSI descriptor, an NVM namespace */
+	} else if (err == -EIO) {
+		err = 0; /* CNS 03h not supported (before NVMe 1.3): NVM */
+	}
+	if (err)
+		goto out;
+	ns->csi = csi;
+	if (csi == UPCIE_NVME_CSI_NVM)
+		goto out;
+	if (csi != UPCIE_NVME_CSI_ZNS) {
+		err = UPCIE_FAIL(-EOPNOTSUPP,
+				 "nvme %s: namespace %u uses I/O command set %u, which upcie does "
+				 "not drive",
+				 c->name, ns->nsid, csi);
+		goto out;
+	}
+	err =
+	    upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_NS, ns->nsid, UPCIE_NVME_CSI_ZNS, z);
+	if (err) {
+		err = UPCIE_FAIL(err, "nvme %s: namespace %u: zoned Identify Namespace failed",
+				 c->name, ns->nsid);
+		goto out;
+	}
+	ns->zone_blocks = z->lbafe[ns->lbaf].zsze;
+	if (!ns->zone_blocks || ns->zone_blocks > ns->nsze) {
+		pthread_mutex_lock(&c->lock);
+		upcie_nvme_ns_bad_(&c->nbad_id, ns->nsid, true,
+				   "a zone size of %" PRIu64 " blocks (namespace: %" PRIu64 ")",
+				   ns->zone_blocks, ns->nsze);
+		pthread_mutex_unlock(&c->lock);
+		err = -EINVAL;
+		goto out;
+	}
+	ns->zoned = true;
+	ns->slow = true;
+out:
+	free(z);
+	return err;
+}
+
+/*
+ * Identify namespace `nsid` of `c` into `ns`: sizes and LBA format (upcie_nvme_ns_parse()),
+ * then its I/O command set (zoned namespaces: the zone size). Returns 0; -ENODEV when the
+ * namespace is not active (size 0); -EINVAL when its Identify data is unusable (logged, counted
+ * in c->nbad_id); -EOPNOTSUPP for an I/O command set upcie does not drive; -EIO with the status
+ * logged (for example Invalid Namespace). `ns` is zeroed on failure.
  */
 static inline int upcie_nvme_ns_open(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c,
 				     uint32_t nsid)
 {
 	struct upcie_nvme_id_ns *id;
+	uint32_t nbad = 0;
 	int err;
 
 	if (!ns)
@@ -109,26 +300,21 @@ static inline int upcie_nvme_ns_open(struct upcie_nvme_ns *ns, struct upcie_nvme
 	err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, nsid, id);
 	if (err)
 		goto out;
-	if (!id->nsze) {
+	err = upcie_nvme_ns_parse(ns, id, nsid, &nbad);
+	if (nbad) {
+		pthread_mutex_lock(&c->lock);
+		c->nbad_id += nbad;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (err == -ENODEV)
 		err = UPCIE_FAIL(-ENODEV, "nvme %s: namespace %u is not active", c->name, nsid);
+	else if (err)
+		err = UPCIE_FAIL(err, "nvme %s: namespace %u: unusable Identify Namespace data",
+				 c->name, nsid);
+	if (err)
 		goto out;
-	}
-	ns->lba_bytes = (uint32_t)upcie_nvme_id_ns_lba_bytes(id);
-	if (!ns->lba_bytes || ns->lba_bytes > (UINT32_C(1) << 24)) {
-		err = UPCIE_FAIL(-EINVAL, "nvme %s: namespace %u: unusable LBA format %u", c->name,
-				 nsid, upcie_nvme_id_ns_lbaf_index(id));
-		goto out;
-	}
 	ns->ctrl = c;
-	ns->nsid = nsid;
-	ns->nsze = id->nsze;
-	ns->ncap = id->ncap;
-	ns->ms = upcie_nvme_id_ns_ms(id);
-	ns->ext = ns->ms && upcie_nvme_id_ns_extended_lba(id);
-	ns->block_bytes = ns->lba_bytes + (ns->ext ? ns->ms : 0);
-	ns->block_shift = upcie_is_pow2(ns->block_bytes) ? (uint8_t)upcie_log2(ns->block_bytes) : 0;
-	ns->lbaf = (uint8_t)upcie_nvme_id_ns_lbaf_index(id);
-	ns->dps = id->dps;
+	err = upcie_nvme_ns_csi_(ns, c);
 out:
 	free(id);
 	if (err)
@@ -144,39 +330,94 @@ static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
 }
 
 /*
+ * Take the NSIDs of one Active Namespace List page (1024 entries, 0 ends it) that follow
+ * *after: into nsids[*n] while *n < max, counting all in *n, *after following. The device
+ * wrote the page: an entry that does not ascend, or the broadcast ID, ends the list there
+ * (logged, counted in *nbad), so a device can neither loop the walk nor smuggle NSID
+ * 0xffffffff in. Returns 1 when a full page ended and more may follow, else 0.
+ */
+static inline int upcie_nvme_ns_list_take_(const struct upcie_nvme_ns_list *l, uint32_t *after,
+					   uint32_t *nsids, uint32_t max, uint32_t *n,
+					   uint32_t *nbad)
+{
+	uint32_t i;
+
+	for (i = 0; i < 1024 && l->nsid[i]; i++) {
+		uint32_t id = l->nsid[i];
+
+		if (id <= *after || id == UPCIE_NVME_NSID_ALL) {
+			if (nbad)
+				(*nbad)++;
+			UPCIE_WARN("nvme: Active Namespace List entry %u is NSID 0x%x after 0x%x: "
+				   "not ascending; the list ends there",
+				   i, id, *after);
+			return 0;
+		}
+		if (*n < max)
+			nsids[*n] = id;
+		(*n)++;
+		*after = id;
+	}
+	return i == 1024 && *after < 0xfffffffeu;
+}
+
+/*
  * Active namespace IDs of `c`, ascending, into nsids[0..max): *count gets how many there are
- * (may exceed max). Returns 0 or the Identify error.
+ * (may exceed max). Reads the Active Namespace List (CNS 02h) page by page; a controller that
+ * does not support it (NVMe 1.0) is scanned instead, Identify Namespace for NSIDs 1..NN, at
+ * most UPCIE_NVME_NS_SCAN_MAX of them. Returns 0 or the Identify error.
  */
 static inline int upcie_nvme_ctrl_ns_list(struct upcie_nvme_ctrl *c, uint32_t *nsids, uint32_t max,
 					  uint32_t *count)
 {
 	struct upcie_nvme_ns_list *l;
-	uint32_t after = 0, n = 0;
+	uint32_t after = 0, n = 0, nbad = 0, scan;
 	int err = 0;
 
 	if (!c || !count || (max && !nsids))
 		return UPCIE_FAIL(-EINVAL, "nvme: ns list: bad arguments");
+	*count = 0;
 	l = (struct upcie_nvme_ns_list *)malloc(sizeof(*l));
 	if (!l)
 		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
 	for (;;) {
 		struct upcie_nvme_sqe sqe;
-		uint32_t i;
 
 		err = upcie_nvme_cmd_identify_ns_list(&sqe, after);
 		if (!err)
 			err = upcie_nvme_ctrl_admin_buf(c, &sqe, l, sizeof(*l),
 							UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
-		if (err)
+		if (err || !upcie_nvme_ns_list_take_(l, &after, nsids, max, &n, &nbad))
 			break;
-		for (i = 0; i < 1024 && l->nsid[i]; i++) {
-			if (n < max)
-				nsids[n] = l->nsid[i];
-			n++;
-			after = l->nsid[i];
+	}
+	if (err == -EIO && !n) {
+		/* no Active Namespace List: ask each NSID, as far as NN and the scan limit */
+		scan = c->nn < UPCIE_NVME_NS_SCAN_MAX ? c->nn : UPCIE_NVME_NS_SCAN_MAX;
+		if (c->nn > scan)
+			UPCIE_WARN(
+			    "nvme %s: no Active Namespace List; scanning NSIDs 1..%u of the %u "
+			    "that NN allows",
+			    c->name, scan, c->nn);
+		err = 0;
+		for (uint32_t id = 1; id <= scan && !err; id++) {
+			struct upcie_nvme_id_ns *ins = (struct upcie_nvme_id_ns *)l;
+
+			err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, id, ins);
+			if (err == -EIO) {
+				err = 0; /* Invalid Namespace: a gap */
+				continue;
+			}
+			if (!err && ins->nsze) {
+				if (n < max)
+					nsids[n] = id;
+				n++;
+			}
 		}
-		if (i < 1024 || after >= 0xfffffffeu)
-			break;
+	}
+	if (nbad) {
+		pthread_mutex_lock(&c->lock);
+		c->nbad_id += nbad;
+		pthread_mutex_unlock(&c->lock);
 	}
 	free(l);
 	*count = n;
@@ -305,6 +546,18 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 	if (io->opc == UPCIE_NVME_NVM_COMPARE && !(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_COMPARE))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Compare not supported (ONCS)",
 				  ns->ctrl->name);
+	if (io->opc == UPCIE_NVME_NVM_WRITE && ns->zoned && !io->zoned)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: namespace %u is zoned (%" PRIu64
+				  " blocks a zone): a Write must land at its zone's write pointer; "
+				  "submit it with io.zoned set if that is what you do",
+				  ns->ctrl->name, ns->nsid, ns->zone_blocks);
+	if (ns->block_bytes > q->dptr.max_bytes)
+		return UPCIE_FAIL(
+		    -EINVAL,
+		    "nvme %s: namespace %u's %u-byte blocks exceed queue %u's %" PRIu64
+		    "-byte transfer limit (MDTS or max_xfer)",
+		    ns->ctrl->name, ns->nsid, ns->block_bytes, q->qid, q->dptr.max_bytes);
 	for (unsigned i = 0; i < io->nsegs; i++) {
 		if (q->sgl) {
 			err = upcie_nvme_dseg_check_(&io->segs[i], i);
@@ -331,15 +584,15 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 		UPCIE_DBG("nvme: LBA %" PRIu64 " + %" PRIu64 " beyond namespace %u (%" PRIu64
 			  " blocks): the controller will say so",
 			  io->slba, nlb, ns->nsid, ns->nsze);
-	if (ns->ms && !ns->ext) {
+	if (ns->ms && !ns->ext && !(ns->pract && !io->md)) {
 		uint64_t mlen = nlb * ns->ms, a;
 
 		if (!io->md)
 			return UPCIE_FAIL(
 			    -EINVAL,
 			    "nvme: namespace %u has %u bytes of metadata per block in a "
-			    "separate buffer: give one (md)",
-			    ns->nsid, ns->ms);
+			    "separate buffer%s: give one (md)",
+			    ns->nsid, ns->ms, ns->pi ? ", protection information included" : "");
 		if (io->md_off >= io->md->size || mlen > io->md->size - io->md_off ||
 		    upcie_dmamem_contig(io->md, io->md_off) < mlen)
 			return UPCIE_FAIL(-EINVAL,
@@ -360,20 +613,30 @@ static inline uint64_t upcie_nvme_ns_blocks_(const struct upcie_nvme_ns *ns, uin
 	return ns->block_shift ? bytes >> ns->block_shift : bytes / ns->block_bytes;
 }
 
-/* Build and enqueue the command for [off, off + len) of the request. */
+/*
+ * Build and enqueue the command for [off, off + len) of the request. `pi`: the namespace may
+ * want PRINFO (the hot path passes false: it never serves such namespaces).
+ */
 static inline int upcie_nvme_io_piece_(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 				       const struct upcie_nvme_io *io,
 				       const struct upcie_nvme_dseg *segs, unsigned nsegs,
-				       uint64_t off, uint64_t len, struct upcie_nvme_req *r)
+				       uint64_t off, uint64_t len, struct upcie_nvme_req *r,
+				       bool pi)
 {
 	struct upcie_nvme_sqe sqe;
 	uint64_t blk = upcie_nvme_ns_blocks_(ns, off);
+	uint32_t flags = io->flags;
 	int err;
 
+	/* without a metadata buffer the controller makes and checks the PI (PRACT) */
+	if (pi && ns->pract && !io->md)
+		flags |= ns->prinfo;
 	err = upcie_nvme_cmd_rw_(&sqe, io->opc, ns->nsid, io->slba + blk,
-				 (uint32_t)upcie_nvme_ns_blocks_(ns, len), io->flags);
+				 (uint32_t)upcie_nvme_ns_blocks_(ns, len), flags);
 	if (UPCIE_UNLIKELY(err))
 		return UPCIE_FAIL(err, "nvme: bad Read/Write fields");
+	if (pi && (flags & UPCIE_NVME_RW_PRCHK_REF))
+		sqe.cdw14 = (uint32_t)(io->slba + blk); /* initial reference tag: the LBA */
 	if (io->md && ns->ms && !ns->ext)
 		sqe.mptr = upcie_dmamem_iova_fast(io->md, io->md_off + blk * ns->ms);
 	return upcie_nvme_ioq_enqueue_(q, &sqe, segs, nsegs, r);
@@ -396,14 +659,14 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 	if (!q || !q->live || !ns || !ns->ctrl || !io || !r)
 		return UPCIE_FAIL(-EINVAL, "nvme: I/O: queue not live or NULL argument");
 	/* the hot path: one segment, one command, power-of-two blocks, no division */
-	if (io->nsegs == 1 && io->segs && ns->block_shift && !wait_ns && !q->sgl &&
-	    !(ns->ms && !ns->ext) && io->opc != UPCIE_NVME_NVM_COMPARE && io->segs[0].len &&
+	if (io->nsegs == 1 && io->segs && ns->block_shift && !wait_ns && !q->sgl && !ns->slow &&
+	    io->opc != UPCIE_NVME_NVM_COMPARE && io->segs[0].len &&
 	    !(io->segs[0].len & (ns->block_bytes - 1)) && io->segs[0].len <= q->dptr.max_bytes &&
 	    (io->segs[0].len >> ns->block_shift) <= UPCIE_NVME_MAX_BLOCKS_PER_CMD) {
 		if (UPCIE_UNLIKELY(!upcie_nvme_qpair_room(&q->qp)))
 			return -EBUSY;
 		upcie_nvme_req_begin_(r);
-		err = upcie_nvme_io_piece_(q, ns, io, io->segs, 1, 0, io->segs[0].len, r);
+		err = upcie_nvme_io_piece_(q, ns, io, io->segs, 1, 0, io->segs[0].len, r, false);
 		if (UPCIE_UNLIKELY(err)) {
 			r->pending = 0;
 			return err;
@@ -412,10 +675,10 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 		upcie_nvme_req_put_(r);
 		return 0;
 	}
-	chunk = upcie_nvme_ioq_chunk_(q, ns);
 	err = upcie_nvme_io_check_(q, ns, io, &total);
 	if (err)
 		return err;
+	chunk = upcie_nvme_ioq_chunk_(q, ns); /* at least one block: checked above */
 	npieces = (total + chunk - 1) / chunk;
 	if (!wait_ns && npieces > upcie_nvme_qpair_room(&q->qp)) {
 		if (npieces > q->qp.ncids)
@@ -450,7 +713,8 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 			upcie_cpu_relax();
 		}
 		if (!err)
-			err = upcie_nvme_io_piece_(q, ns, io, piece, (unsigned)n, off, len, r);
+			err =
+			    upcie_nvme_io_piece_(q, ns, io, piece, (unsigned)n, off, len, r, true);
 		if (err) {
 			/* cannot happen after the checks above; the request ends with it */
 			if (!r->err)
@@ -550,9 +814,20 @@ static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
 	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_WRITE_ZEROES))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Write Zeroes not supported (ONCS)",
 				  ns->ctrl->name);
+	if (ns->zoned)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "nvme %s: namespace %u is zoned: Write Zeroes must land at a "
+		    "zone's write pointer (build it and use upcie_nvme_ioq_submit_cmd)",
+		    ns->ctrl->name, ns->nsid);
+	/* with PI, the controller writes valid protection information for the zeroes */
+	if (ns->pi)
+		flags |= UPCIE_NVME_RW_PRACT;
 	err = upcie_nvme_cmd_write_zeroes(&sqe, ns->nsid, slba, nlb, flags);
 	if (err)
 		return UPCIE_FAIL(err, "nvme: write zeroes: %u blocks (1..65536)", nlb);
+	if (ns->pi && ns->pi != UPCIE_NVME_DPS_PIT_3)
+		sqe.cdw14 = (uint32_t)slba;
 	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
 }
 

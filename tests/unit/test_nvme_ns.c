@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Namespaces as real controllers report them, against the controller model with a namespace
+ * table (nvme_ns_model.h): NSID gaps and the Active Namespace List, the sequential scan when
+ * there is none (bounded, also for an absurd NN), a list that never ends, more than 16 LBA
+ * formats, extended LBAs, protection information (PRACT with the controller making and checking
+ * the PI, refused with a clear error where a metadata buffer is needed), zoned namespaces (the
+ * I/O command set from the descriptor list, the zone size, plain Writes refused, zoned Writes
+ * at the write pointer, zone reset and report, named zoned statuses), and Identify data with
+ * absurd values: each one logged, counted in nbad_id, then clamped or refused.
+ */
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/ns.h>
+
+#include "check.h"
+#include "nvme_ctrl_rig.h"
+
+/* The namespaces of the example controller, plus a few. */
+static void add_namespaces(struct rig *r)
+{
+	struct nvme_nsm_ns *n;
+
+	nvme_nsm_add(&r->nsm, 3, 1024, 512, 8, true, 0, 0);			  /* extended LBA */
+	nvme_nsm_add(&r->nsm, 5, 512, 4096, 8, false, UPCIE_NVME_DPS_PIT_1, 0);	  /* PI, separate */
+	nvme_nsm_add(&r->nsm, 9, 512, 4096, 0, false, 0, 64);			  /* zoned */
+	nvme_nsm_add(&r->nsm, 12, 2048, 4096, 0, false, 0, 0);			  /* plain */
+	nvme_nsm_add(&r->nsm, 14, 256, 4096, 16, false, UPCIE_NVME_DPS_PIT_1, 0); /* PI + more */
+	nvme_nsm_add(&r->nsm, 7, 256, 512, 8, true, UPCIE_NVME_DPS_PIT_3, 0);	  /* PI, extended */
+	n = nvme_nsm_add(&r->nsm, 20, 256, 4096, 0, false, 0, 0); /* 41 formats, #35 in use */
+	n->nlbaf = 40;
+	n->lbaf = 35;
+	r->cm.nn = 32;
+}
+
+static void t_list_and_open(void)
+{
+	struct upcie_nvme_ns ns;
+	uint32_t ids[16], n = 0;
+	struct rig r;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	rig_use_nsm(&r);
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	CHECK_EQ(err, 0, "bring-up with namespaces 3, 5, 7, 9, 12, 14, 20 of NN 32");
+	err = upcie_nvme_ctrl_ns_list(&r.c, ids, 16, &n);
+	CHECK(err == 0 && n == 7 && ids[0] == 3 && ids[1] == 5 && ids[2] == 7 && ids[3] == 9 &&
+		  ids[4] == 12 && ids[5] == 14 && ids[6] == 20,
+	      "active list with gaps: 7 namespaces, ascending (%d, %u)", err, n);
+
+	err = upcie_nvme_ns_open(&ns, &r.c, 3);
+	CHECK(err == 0 && ns.ext && ns.ms == 8 && ns.block_bytes == 520 && !ns.pi && !ns.zoned &&
+		  ns.csi == UPCIE_NVME_CSI_NVM,
+	      "nsid 3: extended LBA, 520-byte blocks in the data buffer");
+	err = upcie_nvme_ns_open(&ns, &r.c, 5);
+	CHECK(err == 0 && ns.pi == 1 && ns.pract && ns.block_bytes == 4096 && ns.slow,
+	      "nsid 5: PI type 1, 8 bytes of metadata: driven with PRACT, 4096-byte blocks");
+	err = upcie_nvme_ns_open(&ns, &r.c, 7);
+	CHECK(err == 0 && ns.pi == 3 && ns.pract && ns.ext && ns.block_bytes == 512,
+	      "nsid 7: PI type 3 as extended LBA: PRACT, no metadata in the data buffer");
+	err = upcie_nvme_ns_open(&ns, &r.c, 9);
+	CHECK(err == 0 && ns.zoned && ns.csi == UPCIE_NVME_CSI_ZNS && ns.zone_blocks == 64,
+	      "nsid 9: zoned (CSI 2 from the descriptor list), 64-block zones (CNS 05h)");
+	err = upcie_nvme_ns_open(&ns, &r.c, 14);
+	CHECK(err == 0 && ns.pi == 1 && !ns.pract && ns.ms == 16,
+	      "nsid 14: PI in 16 bytes of metadata: the caller's metadata buffer carries it");
+	err = upcie_nvme_ns_open(&ns, &r.c, 20);
+	CHECK(err == 0 && ns.lbaf == 35 && ns.lba_bytes == 4096,
+	      "nsid 20: 41 LBA formats, format 35 in use (FLBAS bits 6:5), 4 KiB");
+	err = upcie_nvme_ns_open(&ns, &r.c, 4);
+	CHECK_EQ(err, -ENODEV, "nsid 4 (a gap below NN): not active");
+	err = upcie_nvme_ns_open(&ns, &r.c, 33);
+	CHECK_EQ(err, -EIO, "nsid 33 (beyond NN): Invalid Namespace");
+	CHECK_EQ(r.c.nbad_id, 0, "nothing absurd counted for sane namespaces");
+	rig_teardown(&r);
+}
+
+static void t_list_scan(void)
+{
+	uint32_t ids[16], n = 0;
+	struct rig r;
+	int err;
+
+	/* NVMe 1.0: no Active Namespace List; NN 32 */
+	rig_setup(&r);
+	add_namespaces(&r);
+	r.nsm.no_active_list = true;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	r.nsm.n_identify_ns = 0;
+	err = upcie_nvme_ctrl_ns_list(&r.c, ids, 16, &n);
+	CHECK(err == 0 && n == 7 && ids[0] == 3 && ids[6] == 20,
+	      "no Active Namespace List: the scan finds the same 7 (%d, %u)", err, n);
+	CHECK_EQ(r.nsm.n_identify_ns, 32, "by asking NSIDs 1..NN");
+	rig_teardown(&r);
+
+	/* absurd NN: the scan stops at UPCIE_NVME_NS_SCAN_MAX */
+	rig_setup(&r);
+	add_namespaces(&r);
+	r.nsm.no_active_list = true;
+	r.cm.nn = 0xfffffffe;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	r.nsm.n_identify_ns = 0;
+	err = upcie_nvme_ctrl_ns_list(&r.c, ids, 16, &n);
+	CHECK(err == 0 && n == 7 && r.nsm.n_identify_ns == UPCIE_NVME_NS_SCAN_MAX,
+	      "NN 0xfffffffe: %u Identify commands, not four billion (%d, %u)", r.nsm.n_identify_ns,
+	      err, n);
+	rig_teardown(&r);
+
+	/* an Active Namespace List that never ends: the same full page for any start */
+	rig_setup(&r);
+	add_namespaces(&r);
+	r.nsm.endless_list = true;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	err = upcie_nvme_ctrl_ns_list(&r.c, ids, 16, &n);
+	CHECK(err == 0 && n == 1024 && r.nsm.n_list == 2,
+	      "endless list: the second page does not ascend, the walk ends (%d, %u, %u pages)",
+	      err, n, r.nsm.n_list);
+	CHECK_EQ(r.c.nbad_id, 1, "and the bad page is counted");
+	rig_teardown(&r);
+}
+
+static void over_nlbaf(struct upcie_nvme_id_ns *id)
+{
+	id->nlbaf = 200;
+}
+static void over_lbads(struct upcie_nvme_id_ns *id)
+{
+	id->lbaf[id->flbas & 0xf].lbads = 70;
+}
+static void over_lbads_small(struct upcie_nvme_id_ns *id)
+{
+	id->lbaf[id->flbas & 0xf].lbads = 3;
+}
+static void over_flbas(struct upcie_nvme_id_ns *id)
+{
+	id->nlbaf = 1;
+	id->flbas = 7;
+}
+static void over_nsze(struct upcie_nvme_id_ns *id)
+{
+	id->nsze = id->ncap = UINT64_C(1) << 60; /* 2^72 bytes of 4 KiB blocks */
+}
+static void over_ncap(struct upcie_nvme_id_ns *id)
+{
+	id->ncap = id->nsze + 100;
+}
+static void over_dps(struct upcie_nvme_id_ns *id)
+{
+	id->dps = 5;
+}
+static void over_pi_ms(struct upcie_nvme_id_ns *id)
+{
+	id->dps = 1; /* PI without room for it */
+}
+
+static void t_absurd_ns(void)
+{
+	static const struct {
+		void (*fn)(struct upcie_nvme_id_ns *);
+		int err;
+		const char *what;
+	} cases[] = {
+		{ over_nlbaf, 0, "NLBAF 200: clamped to 63, namespace usable" },
+		{ over_lbads, -EINVAL, "LBADS 70: refused" },
+		{ over_lbads_small, -EINVAL, "LBADS 3: refused" },
+		{ over_flbas, -EINVAL, "FLBAS index 7 of 2 formats: refused" },
+		{ over_nsze, -EINVAL, "NSZE 2^60 blocks of 4 KiB: refused" },
+		{ over_ncap, 0, "NCAP above NSZE: clamped, usable" },
+		{ over_dps, -EINVAL, "protection type 5: refused" },
+		{ over_pi_ms, -EINVAL, "PI type 1 without metadata: refused" },
+	};
+	struct upcie_nvme_ns ns;
+	struct rig r;
+
+	for (size_t i = 0; i < UPCIE_ARRAY_SIZE(cases); i++) {
+		int err;
+
+		rig_setup(&r);
+		add_namespaces(&r);
+		r.nsm.over_nsid = 12;
+		r.nsm.over = cases[i].fn;
+		rig_use_nsm(&r);
+		rig_start(&r);
+		rig_ctrl(&r, NULL);
+		err = upcie_nvme_ns_open(&ns, &r.c, 12);
+		CHECK(err == cases[i].err && r.c.nbad_id == 1, "%s (%d, counted %u)", cases[i].what,
+		      err, r.c.nbad_id);
+		if (!err)
+			CHECK(ns.ncap <= ns.nsze && ns.lba_bytes == 4096,
+			      "  and what was kept is sane");
+		rig_teardown(&r);
+	}
+
+	/* command sets: a malformed descriptor list, none at all, an unknown set */
+	rig_setup(&r);
+	add_namespaces(&r);
+	r.nsm.bad_desc_list = true;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	CHECK(upcie_nvme_ns_open(&ns, &r.c, 12) == -EPROTO && r.c.nbad_id == 1,
+	      "a descriptor that runs past the page: -EPROTO, counted");
+	rig_teardown(&r);
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	r.nsm.no_desc_list = true;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	CHECK(upcie_nvme_ns_open(&ns, &r.c, 12) == 0 && ns.csi == UPCIE_NVME_CSI_NVM,
+	      "no descriptor list (before NVMe 1.3): the NVM command set");
+	rig_teardown(&r);
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	nvme_nsm_find(&r.nsm, 12)->csi = UPCIE_NVME_CSI_KV;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	CHECK_EQ(upcie_nvme_ns_open(&ns, &r.c, 12), -EOPNOTSUPP,
+		 "a Key Value namespace: -EOPNOTSUPP, never driven as NVM");
+	rig_teardown(&r);
+
+	/* CC.CSS = NVM (CAP.CSS without bit 6): no descriptor list is asked for */
+	rig_setup(&r);
+	add_namespaces(&r);
+	nvme_cmodel_set_cap(&r.cm, nvme_cmodel_cap(2048, 1, 0x01, 0, 0));
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	CHECK(upcie_nvme_ns_open(&ns, &r.c, 12) == 0 && r.nsm.n_desc == 0,
+	      "CC.CSS = NVM: only NVM namespaces are active, no CNS 03h sent");
+	rig_teardown(&r);
+}
+
+static void t_absurd_ctrl(void)
+{
+	static struct upcie_nvme_ctrl c;
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "fake");
+	c.cap = 0; /* MPSMIN 4 KiB */
+	c.id.sqes = 0x66;
+	c.id.cqes = 0x44;
+	c.id.mdts = 7;
+	c.id.nn = 3;
+	memcpy(c.id.mn, "model\x1b[2Jx\x01", 11);
+	CHECK_EQ(upcie_nvme_ctrl_id_apply_(&c), 0, "sane Identify Controller");
+	CHECK(c.max_xfer == 512 * 1024 && c.nn == 3 && c.nbad_id == 0 &&
+		  c.admin_dptr.max_bytes == 512 * 1024,
+	      "MDTS 7: 512 KiB, admin transfers at most that");
+	CHECK(!strcmp(c.mn, "model?[2Jx?"), "escape and control bytes in MN print as '?': '%s'",
+	      c.mn);
+	c.id.mdts = 255;
+	c.id.nn = UPCIE_NVME_NSID_ALL;
+	c.id.sgls = 3;
+	CHECK_EQ(upcie_nvme_ctrl_id_apply_(&c), 0, "absurd MDTS, NN and SGLS");
+	CHECK(c.max_xfer == UINT64_MAX && c.nn == 0xfffffffe && !c.sgl && c.nbad_id == 3,
+	      "MDTS 255: no limit; NN 0xffffffff: 0xfffffffe; SGLS 3: no SGLs; 3 counted (%u)",
+	      c.nbad_id);
+	c.id.mdts = 1;
+	upcie_nvme_ctrl_id_apply_(&c);
+	CHECK(c.max_xfer == 8192 && c.admin_dptr.max_bytes == 8192,
+	      "MDTS 1: 8 KiB, for the admin queue too");
+	c.id.sqes = 0x77;
+	CHECK_EQ(upcie_nvme_ctrl_id_apply_(&c), -EOPNOTSUPP, "SQ entries of 128 bytes: refused");
+}
+
+/* Write then read `len` bytes at `slba` of `ns` through data memory offset 0 / len. */
+static int wr_rd(struct rig *r, struct upcie_nvme_ioq *q, struct upcie_nvme_ns *ns, uint64_t slba,
+		 uint64_t len, uint32_t tag)
+{
+	uint8_t *va = (uint8_t *)r->data_va;
+	int err;
+
+	rig_fill(va, len, tag);
+	memset(va + len, 0, len);
+	err = upcie_nvme_ioq_write_sync(q, ns, slba, &r->data, 0, len, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(q, ns, slba, &r->data, len, len, NULL);
+	if (!err && !rig_same(va + len, len, tag))
+		err = -EBADMSG;
+	return err;
+}
+
+static void t_pi(void)
+{
+	struct upcie_nvme_ns ns5, ns7, ns14;
+	struct upcie_nvme_ioq q;
+	struct nvme_nsm_ns *m5, *m7;
+	struct upcie_nvme_cqe cqe;
+	struct upcie_nvme_io io;
+	struct upcie_nvme_dseg seg;
+	uint8_t *pi;
+	struct rig r;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns5, &r.c, 5);
+	upcie_nvme_ns_open(&ns7, &r.c, 7);
+	upcie_nvme_ns_open(&ns14, &r.c, 14);
+	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK_EQ(err, 0, "I/O queue");
+	m5 = nvme_nsm_find(&r.nsm, 5);
+	m7 = nvme_nsm_find(&r.nsm, 7);
+
+	err = wr_rd(&r, &q, &ns5, 10, 3 * 4096, 55);
+	CHECK_EQ(err, 0, "PI type 1 namespace without a metadata buffer: write, read, verified");
+	CHECK(m5->n_pract == 2 &&
+		  (m5->last_cdw12 &
+		   (UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD | UPCIE_NVME_RW_PRCHK_REF)) ==
+		      (UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD | UPCIE_NVME_RW_PRCHK_REF) &&
+		  m5->last_cdw14 == 10 && m5->last_mptr == 0,
+	      "both with PRACT, guard and reference checks, ILBRT = SLBA 10, no MPTR");
+	pi = nvme_nsm_pi_at_(m5, 11);
+	CHECK((uint16_t)(pi[0] << 8 | pi[1]) == nvme_nsm_crc16(m5->data + 11 * 4096, 4096) &&
+		  pi[7] == 11 && pi[6] == 0,
+	      "the controller stored a CRC guard and reference tag 11 for LBA 11");
+	/* negative control: data changed under the PI is caught by the read's guard check */
+	m5->data[11 * 4096 + 7] ^= 1;
+	err = upcie_nvme_ioq_read_sync(&q, &ns5, 10, &r.data, 0, 3 * 4096, &cqe);
+	CHECK(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_GUARD_CHECK,
+	      "a corrupted block reads as a guard check error (0x%03x), never as data",
+	      upcie_nvme_cqe_code(&cqe));
+
+	err = wr_rd(&r, &q, &ns7, 3, 4 * 512, 77);
+	CHECK(err == 0 && m7->n_pract == 2 && !(m7->last_cdw12 & UPCIE_NVME_RW_PRCHK_REF),
+	      "PI type 3, extended LBA: 512-byte blocks in the buffer, PRACT, no reference check");
+
+	err = upcie_nvme_ioq_write_sync(&q, &ns14, 0, &r.data, 0, 4096, NULL);
+	CHECK_EQ(err, -EINVAL, "PI inside 16 bytes of separate metadata, no md: refused");
+	memset(&io, 0, sizeof(io));
+	seg.mem = &r.data;
+	seg.off = 0;
+	seg.len = 4096;
+	io.opc = UPCIE_NVME_NVM_WRITE;
+	io.segs = &seg;
+	io.nsegs = 1;
+	io.md = &r.host;
+	io.md_off = 8 * RIG_MiB;
+	err = upcie_nvme_ioq_io_sync(&q, &ns14, &io, 0, NULL);
+	CHECK(err == 0 && !(nvme_nsm_find(&r.nsm, 14)->last_cdw12 & UPCIE_NVME_RW_PRACT) &&
+		  nvme_nsm_find(&r.nsm, 14)->last_mptr == RIG_HOST_IOVA + 8 * RIG_MiB,
+	      "with a metadata buffer: the caller's PI travels through MPTR, no PRACT");
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
+static void t_zoned(void)
+{
+	struct upcie_nvme_ns ns;
+	struct upcie_nvme_ioq q;
+	struct nvme_nsm_ns *m;
+	struct upcie_nvme_cqe cqe;
+	struct upcie_nvme_sqe sqe;
+	struct upcie_nvme_req req;
+	struct upcie_nvme_io io;
+	struct upcie_nvme_dseg seg;
+	const struct upcie_nvme_zone_desc *zd;
+	uint8_t *va;
+	uint32_t n_io;
+	struct rig r;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns, &r.c, 9);
+	upcie_nvme_ioq_create(&q, &r.c, NULL);
+	m = nvme_nsm_find(&r.nsm, 9);
+	va = (uint8_t *)r.data_va;
+
+	n_io = m->n_io;
+	err = upcie_nvme_ioq_write_sync(&q, &ns, 0, &r.data, 0, 4096, NULL);
+	CHECK(err == -EOPNOTSUPP && m->n_io == n_io,
+	      "a plain Write to a zoned namespace: refused before it reaches the drive");
+	memset(&req, 0, sizeof(req));
+	CHECK_EQ(upcie_nvme_ioq_write_zeroes(&q, &ns, 0, 1, 0, &req), -EOPNOTSUPP,
+		 "Write Zeroes too");
+
+	rig_fill(va, 8192, 9);
+	memset(&io, 0, sizeof(io));
+	seg.mem = &r.data;
+	seg.off = 0;
+	seg.len = 8192;
+	io.opc = UPCIE_NVME_NVM_WRITE;
+	io.slba = 64; /* zone 1 */
+	io.segs = &seg;
+	io.nsegs = 1;
+	io.zoned = true;
+	err = upcie_nvme_ioq_io_sync(&q, &ns, &io, 0, NULL);
+	CHECK(err == 0 && m->wp[1] == 66, "zoned Write at zone 1's write pointer: wp 66");
+	err = upcie_nvme_ioq_read_sync(&q, &ns, 64, &r.data, 8192, 8192, NULL);
+	CHECK(err == 0 && rig_same(va + 8192, 8192, 9), "read back verified");
+	err = upcie_nvme_ioq_io_sync(&q, &ns, &io, 0, &cqe);
+	CHECK(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_ZONE_INVALID_WRITE,
+	      "the same Write again, behind the write pointer: %s",
+	      upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)));
+
+	/* report zones from zone 1 into host memory, then reset zone 1 */
+	upcie_nvme_cmd_zone_report(&sqe, ns.nsid, 64, 4096, true);
+	seg.mem = &r.host;
+	seg.off = 9 * RIG_MiB;
+	seg.len = 4096;
+	memset(&req, 0, sizeof(req));
+	err = upcie_nvme_ioq_sync(&q, upcie_nvme_ioq_submit_cmd(&q, &sqe, &seg, 1, &req), &req, 0,
+				  NULL);
+	zd = (const struct upcie_nvme_zone_desc *)((uint8_t *)r.host_va + 9 * RIG_MiB + 64);
+	CHECK(err == 0 &&
+		  upcie_nvme_zone_report_count((uint8_t *)r.host_va + 9 * RIG_MiB, 4096) == 7 &&
+		  zd[0].zslba == 64 && zd[0].wp == 66 && (zd[0].zs >> 4) == UPCIE_NVME_ZS_IOPEN &&
+		  (zd[1].zs >> 4) == UPCIE_NVME_ZS_EMPTY,
+	      "Report Zones: 7 zones from 64, zone 1 open at 66, zone 2 empty");
+	upcie_nvme_cmd_zone_mgmt_send(&sqe, ns.nsid, 64, UPCIE_NVME_ZSA_RESET, false);
+	memset(&req, 0, sizeof(req));
+	err = upcie_nvme_ioq_sync(&q, upcie_nvme_ioq_submit_cmd(&q, &sqe, NULL, 0, &req), &req, 0,
+				  NULL);
+	CHECK(err == 0 && m->wp[1] == 64, "zone 1 reset: write pointer back at 64");
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
+int main(void)
+{
+	upcie_log_set_handler(rig_log, NULL);
+	t_list_and_open();
+	t_list_scan();
+	t_absurd_ns();
+	t_absurd_ctrl();
+	t_pi();
+	t_zoned();
+	return check_done();
+}
