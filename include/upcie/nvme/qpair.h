@@ -357,6 +357,7 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 	uint16_t head = qp->cq_head;
 	uint32_t phase16 = (uint32_t)qp->phase << 16;
 	unsigned n = 0;
+	bool odd = false; /* a bad or late entry was consumed (n counts the others) */
 	int ret;
 
 	while (n < max) {
@@ -382,6 +383,7 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 				break;
 			cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
 			upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
+			odd = true;
 			if (cb == UPCIE_NVME_CID_FREE_) {
 				qp->nbad++;
 				ret = -EPROTO;
@@ -417,14 +419,16 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 	}
 	ret = (int)n;
 out:
-	if (head == qp->cq_head)
+	/*
+	 * Nothing consumed: no doorbell. Not "head unchanged": a conforming controller posts at
+	 * most cq_depth - 1 entries past the head it was last told, but a broken one can fill the
+	 * ring again behind the entries consumed here (completions of commands the callbacks just
+	 * submitted, stale or bad entries), bring the head full circle, and would never be told.
+	 */
+	if (!n && !odd)
 		return ret;
 moved:
-	/*
-	 * One doorbell write for the batch (qp->phase already follows every wrap). The head
-	 * cannot come full circle in one call: the controller posts at most cq_depth - 1 entries
-	 * past the head it was last told, so it moved exactly when something was consumed.
-	 */
+	/* One doorbell write for the batch (qp->phase already follows every wrap). */
 	qp->cq_head = head;
 	upcie_nvme_port_doorbell(qp->cqdb, head);
 	return ret;
