@@ -435,6 +435,44 @@ static void t_zoned(void)
 	rig_teardown(&r);
 }
 
+/* Found by fuzz_identify: an extended LBA format whose blocks are not a dword multiple. */
+static void t_odd_metadata(void)
+{
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_ns ns;
+	struct rig r;
+	uint8_t *va;
+	int err;
+
+	CHECK(upcie_nvme_split_chunk(4096, 518) == 3108 &&
+		  upcie_nvme_split_chunk(4096, 513) == 2052 &&
+		  upcie_nvme_split_chunk(1024, 513) == 0 &&
+		  upcie_nvme_split_chunk(4096, 512) == 4096,
+	      "chunks are whole blocks and whole dwords: 518-byte blocks 6 a command, 513-byte 4");
+	rig_setup(&r);
+	nvme_nsm_add(&r.nsm, 1, 256, 512, 6, true, 0, 0); /* 518-byte blocks */
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	CHECK(err == 0 && ns.block_bytes == 518, "extended LBA with 6 bytes of metadata");
+	memset(&qo, 0, sizeof(qo));
+	qo.max_xfer = 4096;
+	upcie_nvme_ioq_create(&q, &r.c, &qo);
+	va = (uint8_t *)r.data_va;
+	rig_fill(va, 20 * 518, 61);
+	err = upcie_nvme_ioq_write_sync(&q, &ns, 3, &r.data, 0, 20 * 518, NULL);
+	memset(va, 0, 20 * 518);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(&q, &ns, 3, &r.data, 0, 20 * 518, NULL);
+	CHECK(err == 0 && rig_same(va, 20 * 518, 61),
+	      "20 blocks through a 4 KiB limit: every piece starts dword aligned, verified (%d)",
+	      err);
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -444,5 +482,6 @@ int main(void)
 	t_absurd_ctrl();
 	t_pi();
 	t_zoned();
+	t_odd_metadata();
 	return check_done();
 }

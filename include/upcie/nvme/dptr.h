@@ -142,7 +142,7 @@ static inline uint64_t upcie_nvme_lists_iova_(const struct upcie_nvme_lists *l, 
  *
  * A request larger than the controller takes (MDTS, or 65536 blocks) becomes several commands.
  * The split cuts at multiples of `chunk` bytes from the start of the request, `chunk` being
- * max_bytes rounded down to whole blocks (and at most 65536 blocks). Every piece of a request
+ * max_bytes rounded down to whole blocks (at most 65536) and to a multiple of 4 bytes. Every piece of a request
  * that satisfies the PRP rules satisfies them too: a piece may start where its predecessor
  * stopped (the first segment of a transfer may start anywhere dword aligned) and may stop
  * anywhere (the last segment may end unaligned). Typical use:
@@ -167,21 +167,43 @@ struct upcie_nvme_split {
 };
 
 /*
+ * Bytes per command when `max_bytes` is cut into whole blocks of `block_bytes`: at most 65536
+ * blocks, and a multiple of 4 so that every piece starts dword aligned when the request does
+ * (PRP1 and dword SGLs need that; an extended LBA format with, say, 6 bytes of metadata has
+ * 518-byte blocks). 0 when not even that fits.
+ */
+static inline uint64_t upcie_nvme_split_chunk(uint64_t max_bytes, uint32_t block_bytes)
+{
+	uint64_t cap = (uint64_t)UPCIE_NVME_MAX_BLOCKS_PER_CMD * block_bytes, chunk;
+
+	if (!block_bytes)
+		return 0;
+	chunk = max_bytes - max_bytes % block_bytes;
+	if (chunk > cap)
+		chunk = cap;
+	/* chunk is k blocks; removing blocks reaches a multiple of 4 in at most 3 steps */
+	while (chunk % 4)
+		chunk -= block_bytes;
+	return chunk;
+}
+
+/*
  * Prepare to split `segs` (nsegs entries, kept by reference) into commands of at most
  * `max_bytes` bytes, cut at multiples of `block_bytes` (the LBA size, metadata included for
- * extended LBAs). Returns 0, or -EINVAL (no segments, an empty segment, a total that is not a
- * whole number of blocks, max_bytes below one block).
+ * extended LBAs), at most 65536 blocks, and at multiples of 4 bytes (upcie_nvme_split_chunk()).
+ * Returns 0, or -EINVAL (no segments, an empty segment, a total that is not a whole number of
+ * blocks, max_bytes below what one command needs).
  */
 static inline int upcie_nvme_split_init(struct upcie_nvme_split *sp,
 					const struct upcie_nvme_dseg *segs, unsigned nsegs,
 					uint64_t max_bytes, uint32_t block_bytes)
 {
-	uint64_t total = 0, chunk, cap;
+	uint64_t total = 0, chunk = upcie_nvme_split_chunk(max_bytes, block_bytes);
 
 	/* A failed init leaves a splitter that yields nothing, never stale state. */
 	if (sp)
 		memset(sp, 0, sizeof(*sp));
-	if (!sp || !segs || !nsegs || !block_bytes || max_bytes < block_bytes)
+	if (!sp || !segs || !nsegs || !chunk)
 		return UPCIE_FAIL(-EINVAL,
 				  "nvme: split: bad arguments (nsegs %u, max %llu, block %u)",
 				  nsegs, (unsigned long long)max_bytes, block_bytes);
@@ -193,15 +215,13 @@ static inline int upcie_nvme_split_init(struct upcie_nvme_split *sp,
 		return UPCIE_FAIL(-EINVAL,
 				  "nvme: split: %llu bytes is not a whole number of %u-byte blocks",
 				  (unsigned long long)total, block_bytes);
-	chunk = max_bytes - max_bytes % block_bytes;
-	cap = (uint64_t)UPCIE_NVME_MAX_BLOCKS_PER_CMD * block_bytes;
 	sp->segs = segs;
 	sp->nsegs = nsegs;
 	sp->idx = 0;
 	sp->pos = 0;
 	sp->done = 0;
 	sp->total = total;
-	sp->chunk = chunk < cap ? chunk : cap;
+	sp->chunk = chunk;
 	return 0;
 }
 

@@ -519,14 +519,11 @@ static inline int upcie_nvme_ioq_submit_cmd(struct upcie_nvme_ioq *q,
 	return 0;
 }
 
-/* Bytes per command for `ns` on `q`: max_xfer in whole blocks, at most 65536 blocks. */
+/* Bytes per command for `ns` on `q` (upcie_nvme_split_chunk(): whole blocks, dword multiple). */
 static inline uint64_t upcie_nvme_ioq_chunk_(const struct upcie_nvme_ioq *q,
 					     const struct upcie_nvme_ns *ns)
 {
-	uint64_t chunk = q->dptr.max_bytes - q->dptr.max_bytes % ns->block_bytes;
-	uint64_t cap = (uint64_t)UPCIE_NVME_MAX_BLOCKS_PER_CMD * ns->block_bytes;
-
-	return chunk < cap ? chunk : cap;
+	return upcie_nvme_split_chunk(q->dptr.max_bytes, ns->block_bytes);
 }
 
 /* Checks of a whole request that every piece of it then passes. Sets *total. */
@@ -552,11 +549,11 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 				  " blocks a zone): a Write must land at its zone's write pointer; "
 				  "submit it with io.zoned set if that is what you do",
 				  ns->ctrl->name, ns->nsid, ns->zone_blocks);
-	if (ns->block_bytes > q->dptr.max_bytes)
+	if (!upcie_nvme_ioq_chunk_(q, ns))
 		return UPCIE_FAIL(
 		    -EINVAL,
-		    "nvme %s: namespace %u's %u-byte blocks exceed queue %u's %" PRIu64
-		    "-byte transfer limit (MDTS or max_xfer)",
+		    "nvme %s: namespace %u's %u-byte blocks do not fit queue %u's %" PRIu64
+		    "-byte transfer limit (MDTS or max_xfer) in whole dwords",
 		    ns->ctrl->name, ns->nsid, ns->block_bytes, q->qid, q->dptr.max_bytes);
 	for (unsigned i = 0; i < io->nsegs; i++) {
 		if (q->sgl) {
