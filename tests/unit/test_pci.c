@@ -63,6 +63,14 @@ static void link_(const char *target, const char *rel)
 	}
 }
 
+static void unlink_(const char *rel)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	unlink(path);
+}
+
 static void read_back(const char *rel, char *buf, size_t len)
 {
 	char path[512];
@@ -229,6 +237,23 @@ static void test_func(void)
 		  !strcmp(sc.names[1], "0000:00:05.0"),
 	      "scan visits both functions in order and skips non-BDF entries (%d)", sc.n);
 	CHECK_EQ(upcie_pci_scan(scan_stop, NULL), 42, "scan stops with the callback's value");
+
+	/* found by fuzz_pci: the group number was atoi() of the link name */
+	upcie_log_set_level(UPCIE_LOG_NONE);
+	link_("../../../../kernel/iommu_groups/abc", "bus/pci/devices/0000:00:05.0/iommu_group");
+	CHECK_EQ(upcie_pci_func_read(&shm, &fn), -EINVAL,
+		 "an iommu_group link to 'abc' is not group 0: -EINVAL");
+	unlink_("bus/pci/devices/0000:00:05.0/iommu_group");
+	link_("../../../../kernel/iommu_groups/99999999999",
+	      "bus/pci/devices/0000:00:05.0/iommu_group");
+	CHECK_EQ(upcie_pci_func_read(&shm, &fn), -EINVAL, "nor is '99999999999' (beyond int)");
+	unlink_("bus/pci/devices/0000:00:05.0/iommu_group");
+	link_("../../../../kernel/iommu_groups/2147483647",
+	      "bus/pci/devices/0000:00:05.0/iommu_group");
+	CHECK(upcie_pci_func_read(&shm, &fn) == 0 && fn.iommu_group == 2147483647,
+	      "'2147483647' is group 2147483647");
+	unlink_("bus/pci/devices/0000:00:05.0/iommu_group");
+	upcie_log_set_level(UPCIE_LOG_ERROR);
 }
 
 static void test_config(void)

@@ -154,9 +154,27 @@ static inline int upcie_pci_func_resources(const struct upcie_pci_bdf *bdf,
 	return 0;
 }
 
+/* An IOMMU group number: decimal digits only, at most INT_MAX; -1 for anything else. */
+static inline int64_t upcie_pci_group_num_(const char *s)
+{
+	int64_t v = 0;
+
+	if (!*s)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (*s - '0');
+		if (v > INT_MAX)
+			return -1;
+	}
+	return v;
+}
+
 /*
  * Read everything sysfs says about `bdf` into *fn. Returns 0, -ENODEV when the function does not
- * exist, or another -errno when sysfs is unreadable.
+ * exist, -EINVAL when an attribute does not parse (the iommu_group link must name a decimal
+ * group number), or another -errno when sysfs is unreadable.
  */
 static inline int upcie_pci_func_read(const struct upcie_pci_bdf *bdf, struct upcie_pci_func *fn)
 {
@@ -201,7 +219,18 @@ static inline int upcie_pci_func_read(const struct upcie_pci_bdf *bdf, struct up
 	err = upcie_pci_func_link_name(bdf, "iommu_group", buf, sizeof(buf));
 	if (err)
 		goto fail;
-	fn->iommu_group = buf[0] ? atoi(buf) : -1;
+	fn->iommu_group = -1;
+	if (buf[0]) {
+		int64_t g = upcie_pci_group_num_(buf);
+
+		if (g < 0) {
+			err = -EINVAL;
+			return UPCIE_FAIL(
+			    err, "pci: %s: iommu_group link names '%s', not a group number",
+			    fn->name, buf);
+		}
+		fn->iommu_group = (int)g;
+	}
 	err = upcie_pci_func_resources(bdf, fn->res);
 	if (err && err != -ENOENT)
 		goto fail;
