@@ -4,11 +4,13 @@
 # machine can run and ends with one line "N passed, N failed, N skipped".
 #
 #   scripts/test.sh            everything: hygiene, format, unit (gcc, clang, ASan+UBSan),
-#                              installed-headers consumer, device-code compile checks, guest tests
+#                              fuzzing (30 s per harness), installed-headers consumer,
+#                              device-code compile checks, guest tests
 #   scripts/test.sh --no-guest everything but the QEMU guest tier
 #
-# Environment: UPCIE_NO_APT=1 skips the package step; UPCIE_TESTBED_CACHE, UPCIE_TESTBED_WORK
-# are passed to the guest test bed (tests/guest/README.md).
+# Environment: UPCIE_NO_APT=1 skips the package step; UPCIE_FUZZ_SECONDS sets the time per
+# fuzzer (default 30); UPCIE_TESTBED_CACHE, UPCIE_TESTBED_WORK are passed to the guest test bed
+# (tests/guest/README.md).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,7 +19,7 @@ for a in "$@"; do
 	case $a in
 	--no-guest) guest=0 ;;
 	-h | --help)
-		sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -154,6 +156,41 @@ for cfg in "gcc build-gcc" "clang build-clang" "gcc build-asan -Db_sanitize=addr
 done
 
 restore_hugepages
+
+# libFuzzer harnesses (built in build-clang): each runs for a bounded time from its checked-in
+# seeds, new inputs going to a scratch corpus; one TAP line per harness with its execution count.
+# A crash or broken invariant leaves its input in build-logs/ (fuzz-<name>-crash-*).
+fuzz_secs=${UPCIE_FUZZ_SECONDS:-30}
+run_fuzz() { # harness
+	local h=$1 name scratch rc execs
+	name=$(basename "$h")
+	scratch=$(mktemp -d /tmp/upcie-fuzz.XXXXXX)
+	"$h" -max_total_time="$fuzz_secs" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+		-artifact_prefix="$logdir/fuzz-$name-" "$scratch" "tests/fuzz/corpus/$name" \
+		>"$logdir/fuzz-$name.out" 2>&1
+	rc=$?
+	rm -rf "$scratch"
+	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logdir/fuzz-$name.out")
+	if [ "$rc" -eq 0 ] && [ -n "$execs" ]; then
+		echo "ok 1 - $name: $execs executions in $fuzz_secs s, nothing found"
+	else
+		echo "not ok 1 - $name: exit status $rc after ${execs:-?} executions"
+		grep -E 'invariant broken|ERROR:|SUMMARY|runtime error' "$logdir/fuzz-$name.out" | head -5 |
+			sed 's/^/# /'
+	fi
+}
+note "fuzzing (libFuzzer, $fuzz_secs s per harness)"
+fuzzers=()
+for h in "$root"/build-clang/tests/fuzz/fuzz_*; do
+	[ -f "$h" ] && [ -x "$h" ] && fuzzers+=("$h")
+done
+if [ ${#fuzzers[@]} -gt 0 ]; then
+	for h in "${fuzzers[@]}"; do
+		tap "fuzz $(basename "$h")" run_fuzz "$h"
+	done
+else
+	tap "fuzz harnesses built" sh -c 'echo "not ok 1 - no libFuzzer harness in build-clang (clang with libclang-rt-14-dev)"; exit 1'
+fi
 
 note "kernel modules"
 tap "kernel modules: build 6.1 + 7.x, .debs, dkms install" scripts/build-dkms.sh
