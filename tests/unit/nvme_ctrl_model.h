@@ -13,7 +13,8 @@
  * aborted, Abort that does or does not abort; what real drives report: CAP.DSTRD != 0 (the
  * doorbells move with it), CAP.MPSMIN and CC.MPS (PRPs walked at the page the host chose), a
  * BAR0 of any size (exactly that much memory, so an access beyond it is a reported overflow),
- * NN, VWC, a failing Set Features Number of Queues, and through nvme_ns_model.h namespaces of
+ * NN, VWC, a failing Set Features Number of Queues, a CMB's registers, and through
+ * nvme_ns_model.h namespaces of
  * any NSID, LBA format, metadata, protection information and zones. One thread steps
  * everything (nvme_cmodel_start/stop).
  */
@@ -94,6 +95,7 @@ struct nvme_cmodel {
 	uint32_t last_cc, last_aqa;
 	uint64_t last_asq, last_acq;
 	uint32_t cq_ien_iv; /* last created CQ: ien << 16 | iv */
+	uint32_t last_create_sq_cdw11, last_create_cq_cdw11;
 	pthread_t thread;
 	int run;
 };
@@ -174,6 +176,19 @@ static inline void nvme_cmodel_set_regs_size(struct nvme_cmodel *cm, size_t size
 	free(cm->regs);
 	cm->regs = r;
 	cm->regs_size = size;
+}
+
+/*
+ * A controller memory buffer: CAP.CMBS, and CMBLOC/CMBSZ as given. The registers hold their
+ * values whatever CMBMSC.CRE says (a register model cannot answer a write before the read that
+ * follows it); what the host writes to CMBMSC stays in the register for the test to read.
+ * Queues in the CMB work when the test maps its controller addresses in the iomap.
+ */
+static inline void nvme_cmodel_set_cmb(struct nvme_cmodel *cm, uint32_t cmbloc, uint32_t cmbsz)
+{
+	nvme_cmodel_set_cap(cm, nvme_cmodel_rd64(cm, UPCIE_NVME_REG_CAP) | (UINT64_C(1) << 57));
+	cm->regs[UPCIE_NVME_REG_CMBLOC / 4] = cmbloc;
+	cm->regs[UPCIE_NVME_REG_CMBSZ / 4] = cmbsz;
 }
 
 /* Byte offset of doorbell `cq` (0: SQ tail, 1: CQ head) of queue `qid` with the CAP stride. */
@@ -332,6 +347,7 @@ static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
 	uint8_t *sq, *cq;
 
 	cm->n_create_sq++;
+	cm->last_create_sq_cdw11 = sqe->cdw11;
 	if (cm->fail_create_sq)
 		return cm->fail_create_sq;
 	if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].sq ||
@@ -424,6 +440,7 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 		return 0;
 	case UPCIE_NVME_ADMIN_CREATE_CQ:
 		cm->n_create_cq++;
+		cm->last_create_cq_cdw11 = sqe->cdw11;
 		if (!qid || qid > cm->nqueues || qid > NVME_CMODEL_MAXQ || cm->q[qid].cq)
 			return UPCIE_NVME_SC_QID_INVALID;
 		if ((sqe->cdw10 >> 16) + 1 > 2048)
