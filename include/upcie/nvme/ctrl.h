@@ -109,11 +109,26 @@ struct upcie_nvme_cmb {
 	struct upcie_dmamem mem; /* CPU view through the BAR; device address = cba + offset */
 	struct upcie_heap heap;	 /* give &ctrl->cmb.heap as an I/O queue's sq_heap */
 	struct upcie_nvme_dev_bar bar;
-	uint64_t cba;		/* controller base address programmed in CMBMSC */
+	uint64_t cba;		/* the CMB's controller address (CMBMSC.CBA from NVMe 1.4) */
 	uint64_t size;		/* bytes (CMBSZ) */
 	uint64_t reserved;	/* bytes of device address space reserved for cba (vfio) */
-	uint32_t cmbloc, cmbsz; /* as read after CMBMSC.CRE */
+	uint32_t cmbloc, cmbsz; /* as read (after CMBMSC.CRE from NVMe 1.4) */
+	bool claimed;		/* cba is the BAR's own address, claimed in the IOVA space */
 	bool on;
+};
+
+/*
+ * A BAR that holds the CMB, for upcie_nvme_ctrl_cmb_enable_at() (controllers from
+ * upcie_nvme_ctrl_init(), whose BARs the caller maps).
+ */
+struct upcie_nvme_cmb_bar {
+	uint32_t bir; /* the BAR's index: CMBLOC.BIR must name it */
+	void *addr;   /* CPU mapping of the whole BAR; must outlive the CMB */
+	size_t size;
+	uint64_t bus; /* the BAR's address as the controller decodes it (before NVMe 1.4 the CMB
+			 is there) */
+	uint64_t cba; /* NVMe >= 1.4: the controller address to program in CMBMSC.CBA for the
+			 CMB, where no host memory is mapped for the device; 0: bus + offset */
 };
 
 struct upcie_nvme_ioq;
@@ -365,9 +380,14 @@ static inline int upcie_nvme_ctrl_admin_setup_(struct upcie_nvme_ctrl *c)
 	return 0;
 }
 
-/* Re-program CMBMSC (upper half first: the controller evaluates the register on the lower). */
+/*
+ * Re-program CMBMSC (upper half first: the controller evaluates the register on the lower).
+ * CMBMSC exists from NVMe 1.4 on; before, its offset is reserved and nothing is written.
+ */
 static inline void upcie_nvme_ctrl_cmbmsc_write_(struct upcie_nvme_ctrl *c, uint64_t v)
 {
+	if (c->vs < UPCIE_NVME_VS(1, 4, 0))
+		return;
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC + 4, (uint32_t)(v >> 32));
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC, (uint32_t)v);
 }
@@ -989,6 +1009,36 @@ static inline void upcie_nvme_ioq_release_(struct upcie_nvme_ioq *q)
 }
 
 /*
+ * What CMBSZ and CMBLOC allow for the queue's memory in the CMB: CQs (CMBSZ.CQS) and PRP lists /
+ * SGLs (CMBSZ.LISTS) only where supported; with CMBLOC.CDPCILS clear, lists in the CMB only for
+ * commands in the CMB. The rest holds by construction: each queue is one physically contiguous
+ * range (PC set) of one memory, so it is neither discontiguous (what CQPDS clear forbids) nor
+ * partly in the CMB and partly outside (CQMMS clear); it is page aligned (what CQDA clear asks);
+ * and a command's list pages come from one memory (CDPMLS clear).
+ */
+static inline int upcie_nvme_ioq_cmb_check_(const struct upcie_nvme_ioq *q)
+{
+	const struct upcie_nvme_ctrl *c = q->ctrl;
+	const struct upcie_nvme_cmb *m = &c->cmb;
+	bool sq = m->on && q->sq_heap == &m->heap, cq = m->on && q->cq_heap == &m->heap;
+	bool l = m->on && q->list_heap == &m->heap;
+
+	if (cq && !upcie_nvme_cmbsz_cqs(m->cmbsz))
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: the CMB holds no CQs (CMBSZ.CQS 0)",
+				  c->name);
+	if (l && !upcie_nvme_cmbsz_lists(m->cmbsz))
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: the CMB holds no PRP lists or SGLs (CMBSZ.LISTS 0)",
+				  c->name);
+	if (l && !sq && !upcie_nvme_cmbloc_cdpcils(m->cmbloc))
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: PRP lists in the CMB for commands outside it are not "
+				  "supported (CMBLOC.CDPCILS 0)",
+				  c->name);
+	return 0;
+}
+
+/*
  * Create an I/O queue pair on `c` as `opts` says (NULL: defaults): memory for SQ, CQ and the
  * per-CID list pages from the given heaps, CQ then SQ created on the controller, the queue pair
  * ready for commands (nvme/ns.h). The caller's thread owns `q` afterwards. Returns 0; -EINVAL
@@ -1034,6 +1084,11 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 	q->sq_heap = opts->sq_heap ? opts->sq_heap : &c->heap;
 	q->cq_heap = opts->cq_heap ? opts->cq_heap : &c->heap;
 	q->list_heap = opts->list_heap ? opts->list_heap : &c->heap;
+	err = upcie_nvme_ioq_cmb_check_(q);
+	if (err) {
+		memset(q, 0, sizeof(*q));
+		return err;
+	}
 	page = UINT64_C(1) << c->page_shift;
 	q->dptr.page_shift = c->page_shift;
 	q->dptr.sgl_dword = c->sgl_dword;
@@ -1087,7 +1142,8 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 		goto fail;
 	}
 	/* PRP1 of Create I/O CQ/SQ must be aligned to the controller page (CC.MPS); a heap over
-	 * memory whose device address is not page aligned cannot give that */
+	 * memory whose device address is not page aligned cannot give that. (In the CMB,
+	 * CMBLOC.CQDA set would allow a dword: page alignment satisfies both settings.) */
 	if ((q->cqb.iova | q->sqb.iova) & (page - 1)) {
 		err = UPCIE_FAIL(-EINVAL,
 				 "nvme %s: queue memory at device addresses 0x%" PRIx64
@@ -1282,94 +1338,188 @@ static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid
 }
 
 /*
- * Enable the controller memory buffer: CMBMSC.CRE, read CMBLOC/CMBSZ, map its BAR, pick the
- * controller base address (the BAR's bus address under uio; a reserved range of the device
- * address space, where no host memory can ever be mapped, under vfio), set CMBMSC.CMSE, and
- * give c->cmb.mem (CPU view through the BAR) and c->cmb.heap. Needs upcie_nvme_ctrl_open().
- * Returns 0, -EOPNOTSUPP (no CAP.CMBS, or CMBSZ says no SQ support), -EIO (CMBSTS.CBAI: the
- * controller refused the address), or the mapping's error. Disabled by close.
+ * Read CMBLOC and CMBSZ (from NVMe 1.4 they read 0 until CMBMSC.CRE is set; before 1.4 they are
+ * always valid and CMBMSC does not exist) and check them: a size, SQ support. *ofst gets the
+ * CMB's byte offset in its BAR. Lock held.
  */
-static inline int upcie_nvme_ctrl_cmb_enable(struct upcie_nvme_ctrl *c)
+static inline int upcie_nvme_ctrl_cmb_read_(struct upcie_nvme_ctrl *c, uint64_t *ofst)
 {
-	struct upcie_nvme_cmb *m;
-	uint64_t unit, ofst, span;
-	uint32_t bir;
-	int err;
+	struct upcie_nvme_cmb *m = &c->cmb;
 
-	if (!c || !c->lock_live || !c->dev.open)
-		return UPCIE_FAIL(-EINVAL,
-				  "nvme: CMB: needs a controller from upcie_nvme_ctrl_open()");
 	if (!upcie_nvme_cap_cmbs(c->cap))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no controller memory buffer (CAP.CMBS 0)",
 				  c->name);
-	m = &c->cmb;
-	if (m->on)
-		return 0;
-	pthread_mutex_lock(&c->lock);
-	/* CMBLOC and CMBSZ read 0 until CRE is set */
-	upcie_nvme_ctrl_cmbmsc_write_(c, 1);
+	upcie_nvme_ctrl_cmbmsc_write_(c, 1); /* CRE */
 	m->cmbloc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBLOC);
 	m->cmbsz = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBSZ);
-	unit = upcie_nvme_cmbsz_unit_bytes(m->cmbsz);
 	m->size = upcie_nvme_cmbsz_bytes(m->cmbsz);
-	ofst = (uint64_t)upcie_nvme_cmbloc_ofst(m->cmbloc) * unit;
-	bir = upcie_nvme_cmbloc_bir(m->cmbloc);
-	if (!m->size || !upcie_nvme_cmbsz_sqs(m->cmbsz)) {
-		err = UPCIE_FAIL(-EOPNOTSUPP,
-				 "nvme %s: CMB of %" PRIu64 " bytes without SQ support (CMBSZ "
-				 "0x%08x)",
-				 c->name, m->size, m->cmbsz);
-		goto fail;
-	}
-	err = upcie_nvme_dev_bar_map(&c->dev, bir, &m->bar);
-	if (err)
-		goto fail;
-	if (ofst >= m->bar.size || m->size > m->bar.size - ofst) {
+	*ofst = (uint64_t)upcie_nvme_cmbloc_ofst(m->cmbloc) * upcie_nvme_cmbsz_unit_bytes(m->cmbsz);
+	if (!m->size || !upcie_nvme_cmbsz_sqs(m->cmbsz))
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: CMB of %" PRIu64 " bytes without SQ support (CMBSZ "
+				  "0x%08x)",
+				  c->name, m->size, m->cmbsz);
+	return 0;
+}
+
+/* Fit the CMB into its BAR of `bar_size` bytes. */
+static inline int upcie_nvme_ctrl_cmb_fit_(struct upcie_nvme_ctrl *c, uint64_t ofst,
+					   size_t bar_size)
+{
+	struct upcie_nvme_cmb *m = &c->cmb;
+
+	if (ofst >= bar_size || m->size > bar_size - ofst) {
 		/* controllers behind a bridge may report more than the BAR holds */
-		m->size = ofst < m->bar.size ? m->bar.size - ofst : 0;
-		if (!m->size) {
-			err = UPCIE_FAIL(
+		m->size = ofst < bar_size ? bar_size - ofst : 0;
+		if (!m->size)
+			return UPCIE_FAIL(
 			    -EINVAL, "nvme %s: CMB offset 0x%" PRIx64 " beyond BAR%u (%zu bytes)",
-			    c->name, ofst, bir, m->bar.size);
-			goto fail;
-		}
+			    c->name, ofst, upcie_nvme_cmbloc_bir(m->cmbloc), bar_size);
 	}
-	span = UINT64_C(1) << (upcie_log2(m->size) + (upcie_is_pow2(m->size) ? 0 : 1));
-	err = upcie_nvme_dev_addr_reserve(&c->dev, span, &m->cba);
-	if (err == -EOPNOTSUPP) {
-		m->cba = m->bar.bus + ofst;
-		err = 0;
-	} else if (!err) {
-		m->reserved = span;
-	}
-	if (err)
-		goto fail;
+	return 0;
+}
+
+/*
+ * Program the CMB's controller address m->cba (CMBMSC.CBA with CRE and CMSE, NVMe >= 1.4;
+ * before 1.4 the CMB simply sits at its BAR's address) and make the dmamem and heap over the
+ * CPU view `cpu`. Lock held.
+ */
+static inline int upcie_nvme_ctrl_cmb_finish_(struct upcie_nvme_ctrl *c, void *cpu)
+{
+	struct upcie_nvme_cmb *m = &c->cmb;
+	int err;
+
 	upcie_nvme_ctrl_cmbmsc_write_(c, m->cba | 3u); /* CRE | CMSE | CBA */
-	if (upcie_nvme_cmbsts_cbai(upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBSTS))) {
-		err = UPCIE_FAIL(-EIO,
-				 "nvme %s: controller refused CMB base 0x%" PRIx64 " (CMBSTS.CBAI)",
-				 c->name, m->cba);
-		goto fail;
-	}
-	err = upcie_dmamem_init_arith(&m->mem, (char *)m->bar.addr + ofst, m->size, m->cba);
+	if (c->vs >= UPCIE_NVME_VS(1, 4, 0) &&
+	    upcie_nvme_cmbsts_cbai(upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CMBSTS)))
+		return UPCIE_FAIL(
+		    -EIO, "nvme %s: controller refused CMB base 0x%" PRIx64 " (CMBSTS.CBAI)",
+		    c->name, m->cba);
+	err = upcie_dmamem_init_arith(&m->mem, cpu, m->size, m->cba);
 	if (!err)
 		err = upcie_heap_init(&m->heap, &m->mem);
 	if (err)
-		goto fail;
+		return err;
 	m->mem.kind = "nvme-cmb";
 	m->on = true;
-	pthread_mutex_unlock(&c->lock);
-	UPCIE_DBG("nvme %s: CMB %" PRIu64 " KiB in BAR%u at controller address 0x%" PRIx64, c->name,
-		  m->size >> 10, bir, m->cba);
+	UPCIE_DBG("nvme %s: CMB %" PRIu64 " KiB in BAR%u at controller address 0x%" PRIx64
+		  " (NVMe %u.%u)",
+		  c->name, m->size >> 10, upcie_nvme_cmbloc_bir(m->cmbloc), m->cba,
+		  upcie_nvme_vs_mjr(c->vs), upcie_nvme_vs_mnr(c->vs));
 	return 0;
-fail:
+}
+
+/* Undo a failed enable. Lock held. */
+static inline void upcie_nvme_ctrl_cmb_undo_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cmb *m = &c->cmb;
+
 	upcie_heap_fini(&m->heap);
 	upcie_dmamem_destroy(&m->mem);
 	upcie_nvme_ctrl_cmbmsc_write_(c, 0);
 	if (m->reserved)
 		upcie_nvme_dev_addr_release(&c->dev, m->cba, m->reserved);
+	if (m->claimed)
+		upcie_nvme_dev_addr_unclaim(&c->dev, m->cba, m->size);
 	upcie_nvme_dev_bar_unmap(&m->bar);
 	memset(m, 0, sizeof(*m));
+}
+
+/*
+ * Enable the controller memory buffer: read CMBLOC/CMBSZ (setting CMBMSC.CRE first from NVMe
+ * 1.4 on), map its BAR, pick the controller address and give c->cmb.mem (CPU view through the
+ * BAR) and c->cmb.heap. From NVMe 1.4 the address is programmed in CMBMSC (with CMSE): the BAR's
+ * bus address under uio, a reserved range of the device address space, where no host memory can
+ * ever be mapped, under vfio. Before 1.4 there is no CMBMSC: the CMB is where its BAR is, and
+ * under vfio that range is claimed in the IOVA space (type1), or must lie outside what the IOAS
+ * may map (iommufd). Needs upcie_nvme_ctrl_open() (upcie_nvme_ctrl_cmb_enable_at() otherwise).
+ * Returns 0, -EOPNOTSUPP (no CAP.CMBS, or CMBSZ says no SQ support, or a pre-1.4 CMB whose
+ * address the IOAS may map), -EIO (CMBSTS.CBAI: the controller refused the address), or the
+ * mapping's error. Disabled by close.
+ */
+static inline int upcie_nvme_ctrl_cmb_enable(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cmb *m;
+	uint64_t ofst, span;
+	int err;
+
+	if (!c || !c->lock_live || !c->dev.open)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: CMB: needs a controller from upcie_nvme_ctrl_open()");
+	m = &c->cmb;
+	if (m->on)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_cmb_read_(c, &ofst);
+	if (!err)
+		err = upcie_nvme_dev_bar_map(&c->dev, upcie_nvme_cmbloc_bir(m->cmbloc), &m->bar);
+	if (!err)
+		err = upcie_nvme_ctrl_cmb_fit_(c, ofst, m->bar.size);
+	if (err)
+		goto fail;
+	if (c->vs < UPCIE_NVME_VS(1, 4, 0)) {
+		m->cba = m->bar.bus + ofst;
+		err = upcie_nvme_dev_addr_claim(&c->dev, m->cba, m->size);
+		m->claimed = !err;
+	} else {
+		span = UINT64_C(1) << (upcie_log2(m->size) + (upcie_is_pow2(m->size) ? 0 : 1));
+		err = upcie_nvme_dev_addr_reserve(&c->dev, span, &m->cba);
+		if (err == -EOPNOTSUPP) {
+			m->cba = m->bar.bus + ofst;
+			err = 0;
+		} else if (!err) {
+			m->reserved = span;
+		}
+	}
+	if (!err)
+		err = upcie_nvme_ctrl_cmb_finish_(c, (char *)m->bar.addr + ofst);
+	if (err)
+		goto fail;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+fail:
+	upcie_nvme_ctrl_cmb_undo_(c);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/*
+ * Enable the controller memory buffer of a controller brought up with upcie_nvme_ctrl_init(),
+ * whose BARs the caller maps: `bar` describes the BAR CMBLOC.BIR names (read c->cmb.cmbloc
+ * after a first call that fails with -EINVAL, or know it) and the controller address to use. As
+ * upcie_nvme_ctrl_cmb_enable() otherwise; keeping no host memory mapped for the device at the
+ * CMB's controller address is the caller's part. Returns 0, -EINVAL (another BAR, or no mapping),
+ * -EOPNOTSUPP, -EIO.
+ */
+static inline int upcie_nvme_ctrl_cmb_enable_at(struct upcie_nvme_ctrl *c,
+						const struct upcie_nvme_cmb_bar *bar)
+{
+	struct upcie_nvme_cmb *m;
+	uint64_t ofst;
+	int err;
+
+	if (!c || !c->lock_live || !bar || !bar->addr)
+		return UPCIE_FAIL(-EINVAL, "nvme: CMB: controller not open or no BAR mapping");
+	m = &c->cmb;
+	if (m->on)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_ctrl_cmb_read_(c, &ofst);
+	if (!err && upcie_nvme_cmbloc_bir(m->cmbloc) != bar->bir)
+		err = UPCIE_FAIL(-EINVAL, "nvme %s: the CMB is in BAR%u, not BAR%u", c->name,
+				 upcie_nvme_cmbloc_bir(m->cmbloc), bar->bir);
+	if (!err)
+		err = upcie_nvme_ctrl_cmb_fit_(c, ofst, bar->size);
+	if (!err) {
+		m->cba = c->vs >= UPCIE_NVME_VS(1, 4, 0) && bar->cba ? bar->cba : bar->bus + ofst;
+		err = upcie_nvme_ctrl_cmb_finish_(c, (char *)bar->addr + ofst);
+	}
+	if (err) {
+		uint32_t cmbloc = m->cmbloc;
+
+		upcie_nvme_ctrl_cmb_undo_(c);
+		m->cmbloc = cmbloc; /* so the caller can learn the BIR */
+	}
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }
@@ -1387,6 +1537,8 @@ static inline void upcie_nvme_ctrl_cmb_disable_(struct upcie_nvme_ctrl *c)
 		upcie_nvme_ctrl_cmbmsc_write_(c, 0);
 	if (m->reserved)
 		upcie_nvme_dev_addr_release(&c->dev, m->cba, m->reserved);
+	if (m->claimed)
+		upcie_nvme_dev_addr_unclaim(&c->dev, m->cba, m->size);
 	upcie_nvme_dev_bar_unmap(&m->bar);
 	memset(m, 0, sizeof(*m));
 }

@@ -458,6 +458,47 @@ static inline void upcie_nvme_dev_addr_release(const struct upcie_nvme_dev *dev,
 }
 
 /*
+ * Claim [addr, addr + size) of the controller's device address space at that address: a range
+ * the controller decodes itself (a CMB before NVMe 1.4 sits at its BAR's bus address), where no
+ * host memory may ever be mapped for it. type1: reserved in the container's IOVA allocator
+ * (release with upcie_nvme_dev_addr_unclaim()); iommufd: the kernel picks IOVAs, so the range
+ * must lie outside every range the IOAS may map (-EOPNOTSUPP otherwise); uio: nothing to do
+ * (the device sees physical addresses, and that one is the BAR's).
+ */
+static inline int upcie_nvme_dev_addr_claim(const struct upcie_nvme_dev *dev, uint64_t addr,
+					    uint64_t size)
+{
+	struct upcie_vfio_iova_ranges r;
+	uint64_t last;
+	int err;
+
+	if (!dev || !dev->open || !size || upcie_add_overflow(addr, size - 1, &last))
+		return UPCIE_FAIL(-EINVAL, "nvme: address claim: bad arguments");
+	if (dev->path == UPCIE_NVME_PATH_UIO)
+		return 0;
+	if (dev->path == UPCIE_NVME_PATH_TYPE1)
+		return upcie_vfio_iova_reserve_at(&dev->container->iovas, addr, size);
+	err = upcie_vfio_ioas_iova_ranges(dev->ioas, &r);
+	if (err)
+		return err;
+	for (uint32_t i = 0; i < r.n; i++)
+		if (r.r[i].start <= last && r.r[i].last >= addr)
+			return UPCIE_FAIL(-EOPNOTSUPP,
+					  "nvme: %s: [0x%" PRIx64 ", 0x%" PRIx64
+					  "] may be mapped in the IOAS: the controller could not "
+					  "tell its own memory from host memory there",
+					  dev->name, addr, last);
+	return 0;
+}
+
+static inline void upcie_nvme_dev_addr_unclaim(const struct upcie_nvme_dev *dev, uint64_t addr,
+					       uint64_t size)
+{
+	if (dev && dev->open && dev->path == UPCIE_NVME_PATH_TYPE1 && size)
+		upcie_vfio_iova_free(&dev->container->iovas, addr, size);
+}
+
+/*
  * Enable `count` MSI-X vectors of the controller, each signalling its own eventfd (vfio paths
  * only: -EOPNOTSUPP under uio). Disable with upcie_vfio_irq_disable().
  */

@@ -344,7 +344,39 @@ static inline int upcie_vfio_iova_alloc(struct upcie_vfio_iova_space *s, uint64_
 }
 
 /*
- * Return an allocation made by upcie_vfio_iova_alloc() with the same size. -ENOENT when
+ * Mark [iova, iova + size) as taken, at that address (a range the device decodes itself, such as
+ * a BAR it must reach by its bus address, where no memory may be mapped). The range need not be
+ * inside the allowed ranges; release it with upcie_vfio_iova_free() and the same size. Returns
+ * 0; -EINVAL for a bad range; -EBUSY when it overlaps an allocation; -ENOMEM.
+ */
+static inline int upcie_vfio_iova_reserve_at(struct upcie_vfio_iova_space *s, uint64_t iova,
+					     uint64_t size)
+{
+	uint64_t last;
+	int err;
+
+	if (!s || !s->ready || !size || size > UINT64_MAX - s->pgsize ||
+	    upcie_add_overflow(iova, upcie_align_up(size, s->pgsize) - 1, &last) ||
+	    (iova & (s->pgsize - 1)))
+		return UPCIE_FAIL(-EINVAL, "iova: bad fixed range 0x%" PRIx64 " + 0x%" PRIx64, iova,
+				  size);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nused; i++) {
+		if (s->used[i].start <= last && s->used[i].last >= iova) {
+			pthread_mutex_unlock(&s->lock);
+			return UPCIE_FAIL(-EBUSY,
+					  "iova: [0x%" PRIx64 ", 0x%" PRIx64 "] is already in use",
+					  iova, last);
+		}
+	}
+	err = upcie_vfio_iova_insert_(s, iova, last);
+	pthread_mutex_unlock(&s->lock);
+	return err ? UPCIE_FAIL(err, "iova: out of memory for allocator bookkeeping") : 0;
+}
+
+/*
+ * Return an allocation made by upcie_vfio_iova_alloc() (or a range of
+ * upcie_vfio_iova_reserve_at()) with the same size. -ENOENT when
  * [iova, +size) is not exactly one allocation.
  */
 static inline int upcie_vfio_iova_free(struct upcie_vfio_iova_space *s, uint64_t iova,
