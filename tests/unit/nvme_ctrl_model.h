@@ -13,7 +13,9 @@
  * aborted, Abort that does or does not abort; what real drives report: CAP.DSTRD != 0 (the
  * doorbells move with it), CAP.MPSMIN and CC.MPS (PRPs walked at the page the host chose), a
  * BAR0 of any size (exactly that much memory, so an access beyond it is a reported overflow),
- * NN, VWC, a failing Set Features Number of Queues, a CMB's registers, and through
+ * NN, VWC (with the Flushes that came before the shutdown counted), a shutdown that never
+ * completes, NVM subsystem reset (CAP.NSSRS, NSSR, CSTS.NSSRO), a failing Set Features
+ * Number of Queues, a CMB's registers, and through
  * nvme_ns_model.h namespaces of
  * any NSID, LBA format, metadata, protection information and zones. One thread steps
  * everything (nvme_cmodel_start/stop).
@@ -73,6 +75,7 @@ struct nvme_cmodel {
 	uint8_t vwc;		  /* Identify VWC */
 	uint16_t fail_set_queues; /* status for Set Features Number of Queues, 0: succeed */
 	size_t regs_size;	  /* BAR0 bytes (nvme_cmodel_set_regs_size()) */
+	bool hold_shutdown;	  /* CC.SHN is never answered with SHST complete */
 	struct nvme_nsm *nsm;	  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
 	/* namespace 1 */
 	uint8_t *ns;
@@ -96,6 +99,10 @@ struct nvme_cmodel {
 	uint64_t last_asq, last_acq;
 	uint32_t cq_ien_iv; /* last created CQ: ien << 16 | iv */
 	uint32_t last_create_sq_cdw11, last_create_cq_cdw11;
+	/* Flushes, and how many preceded the first CC.SHN */
+	uint32_t n_flush, last_flush_nsid, flushes_at_shutdown;
+	uint32_t n_nssr; /* NVM subsystem resets */
+	bool nssro;	 /* CSTS.NSSRO, set by a subsystem reset */
 	pthread_t thread;
 	int run;
 };
@@ -113,6 +120,16 @@ static inline void nvme_cmodel_wr(struct nvme_cmodel *cm, uint32_t off, uint32_t
 static inline uint64_t nvme_cmodel_rd64(struct nvme_cmodel *cm, uint32_t off)
 {
 	return nvme_cmodel_rd(cm, off) | ((uint64_t)nvme_cmodel_rd(cm, off + 4) << 32);
+}
+
+/*
+ * Write CSTS as the controller: `v`, plus NSSRO once a subsystem reset set it. (NSSRO is RW1C;
+ * a host's write of 1 cannot be told from the 1 already there in a register held in memory, so
+ * the model never sees it cleared.)
+ */
+static inline void nvme_cmodel_csts_(struct nvme_cmodel *cm, uint32_t v)
+{
+	nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, v | (cm->nssro ? UPCIE_NVME_CSTS_NSSRO : 0));
 }
 
 /* CAP: MQES, CQR, TO, DSTRD 0, CSS, MPSMIN 0, MPSMAX, CRMS. */
@@ -331,6 +348,10 @@ static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe
 	struct nvme_cmodel_q *q = (struct nvme_cmodel_q *)ctx;
 	struct nvme_cmodel *cm = q->cm;
 
+	if (sqe->opc == UPCIE_NVME_NVM_FLUSH) {
+		cm->n_flush++;
+		cm->last_flush_nsid = sqe->nsid;
+	}
 	if (cm->hold_opc && sqe->opc == cm->hold_opc && q->nheld < NVME_CMODEL_MAXHLD) {
 		act->drop = true;
 		q->held[q->nheld++] = sqe->cid;
@@ -515,7 +536,7 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 	cm->last_asq = asq;
 	cm->last_acq = acq;
 	if (!sq || !cq) {
-		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 2); /* CFS */
+		nvme_cmodel_csts_(cm, 2); /* CFS */
 		return;
 	}
 	nvme_model_init(&cm->admin, sq, sqd, cq, cqd, 0, NULL, 0, 512, nvme_cmodel_page_shift(cm),
@@ -530,13 +551,27 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 	cm->admin_live = true;
 	cm->rdy = true;
 	cm->n_enable++;
-	nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 1);
+	nvme_cmodel_csts_(cm, 1);
 }
 
 static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 {
-	uint32_t cc = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC);
-	uint32_t csts = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS);
+	uint32_t cc, csts;
+
+	/* NVM subsystem reset: every queue gone, CC cleared, CSTS.NSSRO set */
+	if (nvme_cmodel_rd(cm, UPCIE_NVME_REG_NSSR) == UPCIE_NVME_NSSR_RESET &&
+	    upcie_nvme_cap_nssrs(nvme_cmodel_rd64(cm, UPCIE_NVME_REG_CAP))) {
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_NSSR, 0);
+		cm->n_nssr++;
+		nvme_cmodel_reset_(cm);
+		cm->rdy = false;
+		cm->en_at_ns = 0;
+		cm->nssro = true;
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CC, 0);
+		nvme_cmodel_csts_(cm, 0);
+	}
+	cc = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC);
+	csts = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS);
 
 	if (!(cc & 1)) {
 		if (csts & 1 || cm->rdy) {
@@ -546,7 +581,7 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		}
 		cm->en_at_ns = 0;
 		if (csts)
-			nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 0);
+			nvme_cmodel_csts_(cm, 0);
 		return;
 	}
 	if (!cm->rdy) {
@@ -554,7 +589,7 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 			return; /* fatal */
 		cm->last_cc = cc;
 		if (cm->cfs_on_enable) {
-			nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, 2);
+			nvme_cmodel_csts_(cm, 2);
 			return;
 		}
 		if (!cm->en_at_ns)
@@ -565,10 +600,13 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		nvme_cmodel_enable_(cm);
 		return;
 	}
-	if (((cc >> 14) & 3) && ((csts >> 2) & 3) != UPCIE_NVME_CSTS_SHST_COMPLETE) {
+	if (((cc >> 14) & 3) && ((csts >> 2) & 3) != UPCIE_NVME_CSTS_SHST_COMPLETE &&
+	    !cm->hold_shutdown) {
+		if (!cm->n_shutdown)
+			cm->flushes_at_shutdown = cm->n_flush;
 		cm->n_shutdown++;
-		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS,
-			       (csts & ~(3u << 2)) | (UPCIE_NVME_CSTS_SHST_COMPLETE << 2));
+		nvme_cmodel_csts_(cm, (csts & ~(3u << 2) & ~UPCIE_NVME_CSTS_NSSRO) |
+					  (UPCIE_NVME_CSTS_SHST_COMPLETE << 2));
 	}
 	if (cm->admin_live)
 		nvme_model_step(&cm->admin);
