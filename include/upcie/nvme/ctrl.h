@@ -159,6 +159,7 @@ struct upcie_nvme_ctrl {
 	bool vwc;		    /* a volatile write cache is present */
 	uint32_t nn;		    /* highest namespace ID (NN, at most 0xfffffffe) */
 	uint32_t nbad_id; /* Identify fields out of range: each logged, then clamped or refused */
+	uint32_t nssr_seen; /* NVM subsystem resets seen (CSTS.NSSRO at bring-up or reset) */
 	/* I/O queues: granted by Set Features, identifiers 1..nqueues */
 	uint32_t want_queues;
 	uint32_t nqueues;	      /* granted by the last Set Features */
@@ -403,6 +404,14 @@ static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
 	err = upcie_nvme_ctrl_caps_(c, &css);
 	if (err)
 		return err;
+	csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	if (csts != UPCIE_NVME_REG_GONE && (csts & UPCIE_NVME_CSTS_NSSRO)) {
+		/* RW1C: acknowledged, so the next subsystem reset is seen as new */
+		c->nssr_seen++;
+		UPCIE_WARN("nvme %s: an NVM subsystem reset happened (CSTS.NSSRO); clearing it",
+			   c->name);
+		upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CSTS, UPCIE_NVME_CSTS_NSSRO);
+	}
 	err = upcie_nvme_ctrl_disable_(c);
 	if (err)
 		return err;
@@ -609,6 +618,104 @@ static inline int upcie_nvme_ctrl_identify_csi(struct upcie_nvme_ctrl *c, uint8_
 
 	upcie_nvme_cmd_identify(&sqe, cns, nsid, 0, csi);
 	return upcie_nvme_ctrl_admin_buf(c, &sqe, buf, 4096, UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
+}
+
+/* Namespaces the sequential scan (no Active Namespace List) visits at most. */
+#define UPCIE_NVME_NS_SCAN_MAX 1024u
+
+/*
+ * Take the NSIDs of one Active Namespace List page (1024 entries, 0 ends it) that follow
+ * *after: into nsids[*n] while *n < max, counting all in *n, *after following. The device
+ * wrote the page: an entry that does not ascend, or the broadcast ID, ends the list there
+ * (logged, counted in *nbad), so a device can neither loop the walk nor smuggle NSID
+ * 0xffffffff in. Returns 1 when a full page ended and more may follow, else 0.
+ */
+static inline int upcie_nvme_ns_list_take_(const struct upcie_nvme_ns_list *l, uint32_t *after,
+					   uint32_t *nsids, uint32_t max, uint32_t *n,
+					   uint32_t *nbad)
+{
+	uint32_t i;
+
+	for (i = 0; i < 1024 && l->nsid[i]; i++) {
+		uint32_t id = l->nsid[i];
+
+		if (id <= *after || id == UPCIE_NVME_NSID_ALL) {
+			if (nbad)
+				(*nbad)++;
+			UPCIE_WARN("nvme: Active Namespace List entry %u is NSID 0x%x after 0x%x: "
+				   "not ascending; the list ends there",
+				   i, id, *after);
+			return 0;
+		}
+		if (*n < max)
+			nsids[*n] = id;
+		(*n)++;
+		*after = id;
+	}
+	return i == 1024 && *after < 0xfffffffeu;
+}
+
+/*
+ * Active namespace IDs of `c`, ascending, into nsids[0..max): *count gets how many there are
+ * (may exceed max). Reads the Active Namespace List (CNS 02h) page by page; a controller that
+ * does not support it (NVMe 1.0) is scanned instead, Identify Namespace for NSIDs 1..NN, at
+ * most UPCIE_NVME_NS_SCAN_MAX of them. Returns 0 or the Identify error.
+ */
+static inline int upcie_nvme_ctrl_ns_list(struct upcie_nvme_ctrl *c, uint32_t *nsids, uint32_t max,
+					  uint32_t *count)
+{
+	struct upcie_nvme_ns_list *l;
+	uint32_t after = 0, n = 0, nbad = 0, scan;
+	int err = 0;
+
+	if (!c || !count || (max && !nsids))
+		return UPCIE_FAIL(-EINVAL, "nvme: ns list: bad arguments");
+	*count = 0;
+	l = (struct upcie_nvme_ns_list *)malloc(sizeof(*l));
+	if (!l)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	for (;;) {
+		struct upcie_nvme_sqe sqe;
+
+		err = upcie_nvme_cmd_identify_ns_list(&sqe, after);
+		if (!err)
+			err = upcie_nvme_ctrl_admin_buf(c, &sqe, l, sizeof(*l),
+							UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
+		if (err || !upcie_nvme_ns_list_take_(l, &after, nsids, max, &n, &nbad))
+			break;
+	}
+	if (err == -EIO && !n) {
+		/* no Active Namespace List: ask each NSID, as far as NN and the scan limit */
+		scan = c->nn < UPCIE_NVME_NS_SCAN_MAX ? c->nn : UPCIE_NVME_NS_SCAN_MAX;
+		if (c->nn > scan)
+			UPCIE_WARN(
+			    "nvme %s: no Active Namespace List; scanning NSIDs 1..%u of the %u "
+			    "that NN allows",
+			    c->name, scan, c->nn);
+		err = 0;
+		for (uint32_t id = 1; id <= scan && !err; id++) {
+			struct upcie_nvme_id_ns *ins = (struct upcie_nvme_id_ns *)l;
+
+			err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, id, ins);
+			if (err == -EIO) {
+				err = 0; /* Invalid Namespace: a gap */
+				continue;
+			}
+			if (!err && ins->nsze) {
+				if (n < max)
+					nsids[n] = id;
+				n++;
+			}
+		}
+	}
+	if (nbad) {
+		pthread_mutex_lock(&c->lock);
+		c->nbad_id += nbad;
+		pthread_mutex_unlock(&c->lock);
+	}
+	free(l);
+	*count = n;
+	return err;
 }
 
 /*
@@ -1566,21 +1673,102 @@ static inline int upcie_nvme_ctrl_shutdown_locked_(struct upcie_nvme_ctrl *c)
 	return 0;
 }
 
+static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_nvme_ctrl *c,
+					const struct upcie_nvme_ioq_opts *opts);
+static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q);
+
+/* One Flush of namespace `nsid` on `q`, waited for. */
+static inline int upcie_nvme_ctrl_flush_one_(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q,
+					     uint32_t nsid)
+{
+	struct upcie_nvme_sqe sqe;
+	struct upcie_nvme_cqe cqe;
+	int err;
+
+	upcie_nvme_cmd_flush(&sqe, nsid);
+	memset(&cqe, 0, sizeof(cqe));
+	err = upcie_nvme_qpair_submit_sync(&q->qp, &sqe, c->admin_timeout_ns, &cqe, NULL);
+	if (err == -EIO)
+		UPCIE_ERR("nvme %s: Flush of namespace 0x%x: %s (status 0x%03x)", c->name, nsid,
+			  upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)), upcie_nvme_cqe_code(&cqe));
+	else if (err && err != -EBUSY)
+		UPCIE_ERR("nvme %s: Flush of namespace 0x%x: %s", c->name, nsid,
+			  upcie_errno_name(err));
+	return err;
+}
+
 /*
- * Shut the controller down (as close does, but keeping the object): CC.SHN normal, wait for
+ * With a volatile write cache (Identify VWC), write it back before the controller is shut down:
+ * one Flush of every namespace at once (NSID FFFFFFFFh) where VWC bits 2:1 say the controller
+ * takes that, else one Flush per active namespace; on a live I/O queue (no other thread may use
+ * it now, as for close), or on a temporary one when none is live or it is full. A shutdown that
+ * then times out has the data in media all the same. Lock not held. Returns 0 or the first
+ * error.
+ */
+static inline int upcie_nvme_ctrl_flush_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_ioq_opts o;
+	struct upcie_nvme_ioq tmp, *q = NULL;
+	uint32_t *ids = NULL, n = 0;
+	bool all;
+	int err = 0;
+
+	if (!c->vwc || c->state != UPCIE_NVME_CTRL_READY)
+		return 0;
+	if (!c->nqueues)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: volatile write cache present but no I/O queue to "
+				  "flush it through (admin-only controller)",
+				  c->name);
+	all = ((c->id.vwc >> 1) & 3u) == 3u;
+	if (!all) {
+		ids = (uint32_t *)calloc(UPCIE_NVME_NS_SCAN_MAX, sizeof(*ids));
+		if (!ids)
+			return UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
+		err = upcie_nvme_ctrl_ns_list(c, ids, UPCIE_NVME_NS_SCAN_MAX, &n);
+		if (n > UPCIE_NVME_NS_SCAN_MAX)
+			n = UPCIE_NVME_NS_SCAN_MAX;
+	}
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t k = 1; c->ioqs && k <= c->nslots && !q; k++)
+		if (c->ioqs[k] && c->ioqs[k]->live && upcie_nvme_qpair_room(&c->ioqs[k]->qp))
+			q = c->ioqs[k];
+	pthread_mutex_unlock(&c->lock);
+	memset(&tmp, 0, sizeof(tmp));
+	if (!q && !err) {
+		memset(&o, 0, sizeof(o));
+		o.depth = 2;
+		err = upcie_nvme_ioq_create(&tmp, c, &o);
+		q = &tmp;
+	}
+	for (uint32_t i = 0; !err && i < (all ? 1u : n); i++)
+		err = upcie_nvme_ctrl_flush_one_(c, q, all ? UPCIE_NVME_NSID_ALL : ids[i]);
+	upcie_nvme_ioq_delete(&tmp);
+	free(ids);
+	if (!err)
+		UPCIE_DBG("nvme %s: volatile write cache flushed (%s)", c->name,
+			  all ? "all namespaces at once" : "namespace by namespace");
+	return err;
+}
+
+/*
+ * Shut the controller down (as close does, but keeping the object): write the volatile write
+ * cache back (Flush, when Identify VWC says there is one), then CC.SHN normal and wait for
  * CSTS.SHST complete. The I/O queues stay allocated; upcie_nvme_ctrl_reset() brings the
- * controller and them back. Returns 0, -ETIMEDOUT, -ENODEV.
+ * controller and them back. No other thread may use the queues meanwhile. Returns 0,
+ * -ETIMEDOUT, -ENODEV, or the Flush's error (the shutdown is done regardless).
  */
 static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
 {
-	int err;
+	int err, e2;
 
 	if (!c || !c->lock_live)
 		return UPCIE_FAIL(-EINVAL, "nvme: shutdown: controller not open");
+	e2 = upcie_nvme_ctrl_flush_(c);
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ctrl_shutdown_locked_(c);
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return err ? err : e2;
 }
 
 /*
@@ -1645,19 +1833,63 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 }
 
 /*
- * Delete the I/O queues still open (their structs must still exist; no thread may use them),
- * disable the CMB and interrupts, shut the controller down (CC.SHN normal, wait for CSTS.SHST
- * complete) and disable it, then release memory and the PCI function. Returns 0, or the
- * shutdown's error (-ETIMEDOUT); everything is released regardless. A zeroed controller is a
+ * NVM Subsystem Reset (CAP.NSSRS): "NVMe" written to NSSR resets every controller of the NVM
+ * subsystem, as a power cycle would, without the caller's commands completing (they end with
+ * -ECANCELED, as in a reset). The controller is then waited for (CSTS readable again, RDY 0;
+ * on PCIe the link retrains meanwhile) and brought back as upcie_nvme_ctrl_reset() does, I/O
+ * queues included; CSTS.NSSRO, which the subsystem reset sets, is acknowledged on the way
+ * (c->nssr_seen counts it). Other controllers of the subsystem, in other processes, are reset
+ * too: theirs to recover. No other thread may use the queues meanwhile. Returns 0, -EOPNOTSUPP
+ * (CAP.NSSRS clear), -ENODEV (the function did not come back within CAP.TO), or the reset's
+ * error.
+ */
+static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_deadline dl;
+	uint32_t csts;
+
+	if (!c || !c->lock_live)
+		return UPCIE_FAIL(-EINVAL, "nvme: subsystem reset: controller not open");
+	if (!upcie_nvme_cap_nssrs(c->cap))
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: no NVM subsystem reset (CAP.NSSRS 0)", c->name);
+	pthread_mutex_lock(&c->lock);
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_NSSR, UPCIE_NVME_NSSR_RESET);
+	c->state = UPCIE_NVME_CTRL_FAILED; /* until the reset below brings it back */
+	upcie_deadline_set(&dl, c->ready_timeout_ns);
+	for (;;) {
+		csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+		if (csts != UPCIE_NVME_REG_GONE && !upcie_nvme_csts_rdy(csts))
+			break;
+		if (upcie_deadline_passed(&dl)) {
+			pthread_mutex_unlock(&c->lock);
+			return UPCIE_FAIL(-ENODEV,
+					  "nvme %s: not back %" PRIu64
+					  " ms after the NVM subsystem reset (CSTS 0x%08x)",
+					  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+		}
+		upcie_sleep_ns(UPCIE_NVME_CTRL_REG_POLL_NS);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return upcie_nvme_ctrl_reset(c);
+}
+
+/*
+ * Write the volatile write cache back (Flush, when Identify VWC says there is one), delete the
+ * I/O queues still open (their structs must still exist; no thread may use them), disable the
+ * CMB and interrupts, shut the controller down (CC.SHN normal, wait for CSTS.SHST complete) and
+ * disable it, then release memory and the PCI function. Returns 0, or the shutdown's error
+ * (-ETIMEDOUT), or the Flush's; everything is released regardless. A zeroed controller is a
  * no-op returning 0.
  */
 static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 {
-	int err = 0;
+	int err = 0, eflush = 0;
 
 	if (!c)
 		return 0;
 	if (c->lock_live) {
+		eflush = upcie_nvme_ctrl_flush_(c);
 		pthread_mutex_lock(&c->lock);
 		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
 			if (c->ioqs[q])
@@ -1674,6 +1906,8 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 		}
 		pthread_mutex_unlock(&c->lock);
 		pthread_mutex_destroy(&c->lock);
+		if (!err)
+			err = eflush;
 	}
 	upcie_nvme_qpair_fini(&c->admin);
 	upcie_heap_fini(&c->heap);

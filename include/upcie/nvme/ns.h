@@ -103,8 +103,7 @@ struct upcie_nvme_io {
 
 /* Largest logical block upcie accepts (LBADS 24); formats beyond are refused as absurd. */
 #define UPCIE_NVME_LBA_SHIFT_MAX 24
-/* Namespaces the sequential scan (no Active Namespace List) visits at most. */
-#define UPCIE_NVME_NS_SCAN_MAX 1024u
+
 
 /* An absurd Identify Namespace field: logged (an error when refused), counted in *nbad. */
 UPCIE_PRINTF(4, 5)
@@ -327,101 +326,6 @@ static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
 {
 	if (ns)
 		memset(ns, 0, sizeof(*ns));
-}
-
-/*
- * Take the NSIDs of one Active Namespace List page (1024 entries, 0 ends it) that follow
- * *after: into nsids[*n] while *n < max, counting all in *n, *after following. The device
- * wrote the page: an entry that does not ascend, or the broadcast ID, ends the list there
- * (logged, counted in *nbad), so a device can neither loop the walk nor smuggle NSID
- * 0xffffffff in. Returns 1 when a full page ended and more may follow, else 0.
- */
-static inline int upcie_nvme_ns_list_take_(const struct upcie_nvme_ns_list *l, uint32_t *after,
-					   uint32_t *nsids, uint32_t max, uint32_t *n,
-					   uint32_t *nbad)
-{
-	uint32_t i;
-
-	for (i = 0; i < 1024 && l->nsid[i]; i++) {
-		uint32_t id = l->nsid[i];
-
-		if (id <= *after || id == UPCIE_NVME_NSID_ALL) {
-			if (nbad)
-				(*nbad)++;
-			UPCIE_WARN("nvme: Active Namespace List entry %u is NSID 0x%x after 0x%x: "
-				   "not ascending; the list ends there",
-				   i, id, *after);
-			return 0;
-		}
-		if (*n < max)
-			nsids[*n] = id;
-		(*n)++;
-		*after = id;
-	}
-	return i == 1024 && *after < 0xfffffffeu;
-}
-
-/*
- * Active namespace IDs of `c`, ascending, into nsids[0..max): *count gets how many there are
- * (may exceed max). Reads the Active Namespace List (CNS 02h) page by page; a controller that
- * does not support it (NVMe 1.0) is scanned instead, Identify Namespace for NSIDs 1..NN, at
- * most UPCIE_NVME_NS_SCAN_MAX of them. Returns 0 or the Identify error.
- */
-static inline int upcie_nvme_ctrl_ns_list(struct upcie_nvme_ctrl *c, uint32_t *nsids, uint32_t max,
-					  uint32_t *count)
-{
-	struct upcie_nvme_ns_list *l;
-	uint32_t after = 0, n = 0, nbad = 0, scan;
-	int err = 0;
-
-	if (!c || !count || (max && !nsids))
-		return UPCIE_FAIL(-EINVAL, "nvme: ns list: bad arguments");
-	*count = 0;
-	l = (struct upcie_nvme_ns_list *)malloc(sizeof(*l));
-	if (!l)
-		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
-	for (;;) {
-		struct upcie_nvme_sqe sqe;
-
-		err = upcie_nvme_cmd_identify_ns_list(&sqe, after);
-		if (!err)
-			err = upcie_nvme_ctrl_admin_buf(c, &sqe, l, sizeof(*l),
-							UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
-		if (err || !upcie_nvme_ns_list_take_(l, &after, nsids, max, &n, &nbad))
-			break;
-	}
-	if (err == -EIO && !n) {
-		/* no Active Namespace List: ask each NSID, as far as NN and the scan limit */
-		scan = c->nn < UPCIE_NVME_NS_SCAN_MAX ? c->nn : UPCIE_NVME_NS_SCAN_MAX;
-		if (c->nn > scan)
-			UPCIE_WARN(
-			    "nvme %s: no Active Namespace List; scanning NSIDs 1..%u of the %u "
-			    "that NN allows",
-			    c->name, scan, c->nn);
-		err = 0;
-		for (uint32_t id = 1; id <= scan && !err; id++) {
-			struct upcie_nvme_id_ns *ins = (struct upcie_nvme_id_ns *)l;
-
-			err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, id, ins);
-			if (err == -EIO) {
-				err = 0; /* Invalid Namespace: a gap */
-				continue;
-			}
-			if (!err && ins->nsze) {
-				if (n < max)
-					nsids[n] = id;
-				n++;
-			}
-		}
-	}
-	if (nbad) {
-		pthread_mutex_lock(&c->lock);
-		c->nbad_id += nbad;
-		pthread_mutex_unlock(&c->lock);
-	}
-	free(l);
-	*count = n;
-	return err;
 }
 
 /* Start a request: no commands yet, one "submitting" reference. */
