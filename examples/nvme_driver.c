@@ -4,12 +4,16 @@
  *
  *   nvme_driver [--path auto|uio|type1|iommufd] [--nsid N] [--lba L] [--bytes B] BDF
  *
- * Takes the controller at BDF from whatever driver has it (binding it to uio_pci_generic, or to
- * vfio-pci when the function has an IOMMU group: --path auto), brings it up, prints what
- * Identify says about the controller and its namespaces, creates an I/O queue pair, and on one
- * namespace (the first without metadata, or --nsid) saves B bytes at LBA L (default: 1 MiB at
- * the end of the namespace), writes a pattern there, reads it back and compares, then writes
- * the saved data back and checks that too, so the namespace is left as it was found. Close shuts
+ * Takes the controller at BDF from whatever driver has it (--path auto: vfio-pci with the vfio
+ * cdev and iommufd where the kernel has them, vfio-pci with a type1 container where the function
+ * has an IOMMU group, uio_pci_generic otherwise; it says which and why), brings it up, prints
+ * what Identify says about the controller and its namespaces, creates an I/O queue pair, and on
+ * one namespace (the first that is neither zoned nor formatted with metadata, or --nsid) saves B
+ * bytes at LBA L (default: 1 MiB at the end of the namespace), writes a pattern there, reads it
+ * back and compares, then writes the saved data back and checks that too, so the namespace is
+ * left as it was found. Zoned namespaces (writes only at a zone's write pointer, so no restore
+ * in place) and namespaces with metadata or protection information (whose metadata it could not
+ * restore) are refused, also by --nsid. Close flushes the volatile write cache, if any, and shuts
  * the controller down. The same code runs on every path: only the dmamem behind the buffers
  * differs (physical addresses under uio, IOMMU addresses under vfio).
  *
@@ -32,7 +36,20 @@ static void usage(void)
 			"[--bytes B] BDF\n");
 }
 
-/* Pick the namespace: the one asked for, else the first without metadata. */
+/* Why the write/restore cycle cannot run on `ns`, or NULL when it can. */
+static const char *unusable(const struct upcie_nvme_ns *ns)
+{
+	if (ns->zoned)
+		return "zoned: writes go to a zone's write pointer, so the data cannot be restored "
+		       "in place";
+	if (ns->pi)
+		return "formatted with protection information, which writing would regenerate";
+	if (ns->ms)
+		return "formatted with metadata, which this example cannot save and restore";
+	return NULL;
+}
+
+/* Pick the namespace: the one asked for, else the first the cycle can run on. */
 static int pick_ns(struct upcie_nvme_ctrl *c, uint32_t want, struct upcie_nvme_ns *out)
 {
 	uint32_t ids[64], n = 0;
@@ -42,13 +59,27 @@ static int pick_ns(struct upcie_nvme_ctrl *c, uint32_t want, struct upcie_nvme_n
 		return err;
 	for (uint32_t i = 0; i < n && i < 64; i++) {
 		struct upcie_nvme_ns ns;
+		const char *why;
 
-		if (upcie_nvme_ns_open(&ns, c, ids[i]))
+		if (upcie_nvme_ns_open(&ns, c, ids[i])) {
+			printf("  namespace %u: not usable (see the message above)\n", ids[i]);
 			continue;
-		printf("  namespace %u: %" PRIu64 " blocks of %u B%s (%" PRIu64 " MiB)\n", ns.nsid,
-		       ns.nsze, ns.lba_bytes, ns.ms ? " + metadata" : "",
-		       ns.nsze * ns.lba_bytes >> 20);
-		if (!found && (want ? ns.nsid == want : !ns.ms)) {
+		}
+		printf("  namespace %u: %" PRIu64 " blocks of %u B (%" PRIu64 " MiB)", ns.nsid,
+		       ns.nsze, ns.lba_bytes, ns.nsze * ns.lba_bytes >> 20);
+		if (ns.zoned)
+			printf(", zoned, %" PRIu64 "-block zones", ns.zone_blocks);
+		if (ns.ms)
+			printf(", %u B metadata%s", ns.ms, ns.ext ? " (extended LBA)" : "");
+		if (ns.pi)
+			printf(", protection information type %u", ns.pi);
+		printf("\n");
+		why = unusable(&ns);
+		if (want && ns.nsid == want && why) {
+			fprintf(stderr, "nvme_driver: namespace %u is %s\n", ns.nsid, why);
+			return -EOPNOTSUPP;
+		}
+		if (!found && (want ? ns.nsid == want : !why)) {
 			*out = ns;
 			found = 1;
 		}
@@ -104,7 +135,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nvme_driver: cannot bring up %s: %s\n", bdf_s, strerror(-err));
 		return 1;
 	}
-	printf("%s on the %s path\n", c.name, upcie_nvme_path_name(c.dev.path));
+	printf("%s on the %s path (%s)\n", c.name, upcie_nvme_path_name(c.dev.path),
+	       c.dev.path_why);
 	printf("  %s, serial %s, firmware %s, NVMe %u.%u, MDTS ", c.mn, c.sn, c.fr,
 	       upcie_nvme_vs_mjr(c.vs), upcie_nvme_vs_mnr(c.vs));
 	if (c.max_xfer == UINT64_MAX)
@@ -117,8 +149,9 @@ int main(int argc, char **argv)
 	memset(&mem, 0, sizeof(mem));
 	err = pick_ns(&c, nsid, &ns);
 	if (err) {
-		fprintf(stderr, "nvme_driver: no usable namespace%s\n",
-			nsid ? " with that id" : "");
+		if (err == -ENOENT)
+			fprintf(stderr, "nvme_driver: no usable namespace%s\n",
+				nsid ? " with that id" : "");
 		goto out;
 	}
 	bytes -= bytes % ns.lba_bytes;

@@ -18,21 +18,27 @@
  *
  * Needs root (binding, sysfs resources, pagemap, /dev/vfio). The struct holds pointers into
  * itself once open: keep it in place. Memory and peers made through a dev must be destroyed
- * before the dev is closed. Does not: choose a path for you beyond UPCIE_NVME_PATH_AUTO (type1
- * when the function has an IOMMU group, uio otherwise), or share one container among devices
- * unless you pass one in the options.
+ * before the dev is closed. UPCIE_NVME_PATH_AUTO prefers the vfio cdev with iommufd (the
+ * kernel's direction: type1 is the legacy container interface) where the function has a cdev
+ * once bound to vfio-pci and /dev/iommu exists, then type1 where it has an IOMMU group, then uio;
+ * dev->path_why says which and why. Does not share one container among devices unless you pass
+ * one in the options.
  */
 #ifndef UPCIE_NVME_DEV_H
 #define UPCIE_NVME_DEV_H
 
 #include <upcie/base/feature.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <linux/vfio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <upcie/base/log.h>
 #include <upcie/mem/dmamem.h>
@@ -52,7 +58,8 @@
 #include <upcie/vfio/type1.h>
 
 enum upcie_nvme_path {
-	UPCIE_NVME_PATH_AUTO = 0, /* type1 when the function has an IOMMU group, else uio */
+	UPCIE_NVME_PATH_AUTO = 0, /* iommufd where the function has a vfio cdev and /dev/iommu
+				     exists, else type1 when it has an IOMMU group, else uio */
 	UPCIE_NVME_PATH_UIO = 1,
 	UPCIE_NVME_PATH_TYPE1 = 2,
 	UPCIE_NVME_PATH_IOMMUFD = 3,
@@ -75,6 +82,7 @@ struct upcie_nvme_dev {
 	volatile void *regs; /* BAR0 */
 	size_t regs_size;
 	enum upcie_nvme_path path;
+	char path_why[96]; /* why this path: AUTO's choice, or "asked for" */
 	struct upcie_pci_bdf bdf;
 	char name[UPCIE_PCI_BDF_STRLEN];
 	struct upcie_hugepage_opts hp;
@@ -164,6 +172,25 @@ static inline void upcie_nvme_dev_close(struct upcie_nvme_dev *dev)
 	dev->bar0.index = -1;
 	dev->vdev.fd = -1;
 	dev->group.fd = -1;
+}
+
+/* The function's vfio cdev exists (bound to vfio-pci, a kernel with CONFIG_VFIO_DEVICE_CDEV). */
+static inline bool upcie_nvme_dev_has_cdev_(const struct upcie_pci_bdf *bdf)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	bool found = false;
+	DIR *d;
+
+	if (upcie_pci_func_path(bdf, "vfio-dev", path, sizeof(path)))
+		return false;
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)))
+		found = upcie_vfio_cdev_name_ok_(de->d_name);
+	closedir(d);
+	return found;
 }
 
 /* Refuse a function another driver owns: both would program the same queues. */
@@ -274,8 +301,13 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	if (err)
 		goto fail;
 	dev->path = opts->path;
-	if (dev->path == UPCIE_NVME_PATH_AUTO)
+	snprintf(dev->path_why, sizeof(dev->path_why), "asked for");
+	if (dev->path == UPCIE_NVME_PATH_AUTO) {
+		/* vfio either way when there is a group; cdev or container is decided once bound */
 		dev->path = fn.iommu_group >= 0 ? UPCIE_NVME_PATH_TYPE1 : UPCIE_NVME_PATH_UIO;
+		snprintf(dev->path_why, sizeof(dev->path_why), "%s",
+			 fn.iommu_group >= 0 ? "" : "auto: no IOMMU group");
+	}
 	if (dev->path != UPCIE_NVME_PATH_UIO && dev->path != UPCIE_NVME_PATH_TYPE1 &&
 	    dev->path != UPCIE_NVME_PATH_IOMMUFD) {
 		err = UPCIE_FAIL(-EINVAL, "nvme: %s: unknown path %d", dev->name, (int)opts->path);
@@ -297,6 +329,17 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	err = upcie_nvme_dev_driver_check_(dev, driver);
 	if (err)
 		goto fail;
+	if (opts->path == UPCIE_NVME_PATH_AUTO && dev->path == UPCIE_NVME_PATH_TYPE1) {
+		bool cdev = upcie_nvme_dev_has_cdev_(bdf), iommu = access("/dev/iommu", F_OK) == 0;
+
+		if (cdev && iommu)
+			dev->path = UPCIE_NVME_PATH_IOMMUFD;
+		snprintf(dev->path_why, sizeof(dev->path_why), "auto: %s",
+			 cdev && iommu ? "vfio cdev and /dev/iommu present"
+			 : cdev	       ? "vfio cdev present, no /dev/iommu (iommufd not loaded)"
+			 : iommu       ? "/dev/iommu present, no vfio cdev for the function"
+				       : "no vfio cdev, no /dev/iommu");
+	}
 	if (dev->path == UPCIE_NVME_PATH_UIO) {
 		err = upcie_pci_bar_map(bdf, 0, 0, &dev->bar0);
 		if (err)
@@ -316,7 +359,8 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 		goto fail;
 	}
 	dev->open = true;
-	UPCIE_DBG("nvme: %s open on the %s path", dev->name, upcie_nvme_path_name(dev->path));
+	UPCIE_INFO("nvme: %s open on the %s path (%s)", dev->name, upcie_nvme_path_name(dev->path),
+		   dev->path_why);
 	return 0;
 fail:
 	upcie_nvme_dev_close(dev);
