@@ -45,12 +45,14 @@ declare -A CFG_TEXT=(
 # emulated device layout; the guest learns it from the kernel command line
 readonly BDF_C0=0000:00:04.0 BDF_C1=0000:00:05.0 BDF_VRAM=0000:00:06.0
 readonly SN_C0=deadbeef SN_C1=cafe0001
-# namespaces: name ctrl nsid lba-size metadata-size image-size
+# namespaces: name ctrl nsid lba-size metadata-size image-size [more nvme-ns properties]
 readonly NAMESPACES=(
 	"c0n1 c0 1 512 0 32M"
 	"c1n1 c1 1 4096 0 32M"
 	"c1n2 c1 2 4096 16 16M"
 	"c1n3 c1 3 512 0 8M"
+	"c1n4 c1 4 4096 0 8M zoned=on,zoned.zone_size=1M"
+	"c1n5 c1 5 4096 8 8M pi=1"
 )
 readonly VRAM_SIZE=64M PMR_SIZE=16M
 
@@ -896,16 +898,28 @@ img_var() { echo "TB_IMG_$(echo "$1" | tr '[:lower:]' '[:upper:]')"; }
 
 make_backing_files() { # RUNDIR NONCE : fresh pattern-filled files for one boot
 	local dir=$1 nonce=$2 ns name
+	local lbs ms extra bytes nlbas
 	for ns in "${NAMESPACES[@]}"; do
-		read -r name _ _ _ _ size <<<"$ns"
+		read -r name _ _ lbs ms size extra <<<"$ns"
 		"$WORK/build/bin/tbpat" fill "$dir/$name.img" "$size" "$name$nonce"
+		case ",$extra," in
+		*,pi=[123],*)
+			# protection information: metadata all ones (application tag ffffh: the checks
+			# are off for blocks never written with PI, as after a format)
+			bytes=$(numfmt --from=iec "$size")
+			nlbas=$((bytes / (lbs + ms)))
+			head -c $((bytes - nlbas * lbs)) /dev/zero | tr '\0' '\377' |
+				dd of="$dir/$name.img" bs=4096 seek=$((nlbas * lbs)) oflag=seek_bytes \
+					conv=notrunc status=none
+			;;
+		esac
 	done
 	"$WORK/build/bin/tbpat" fill "$dir/vram.img" "$VRAM_SIZE" "vram$nonce"
 	"$WORK/build/bin/tbpat" fill "$dir/pmr.img" "$PMR_SIZE" "pmr_$nonce"
 }
 
 qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QARGS)
-	local c=$1 dir=$2 nonce=$3 cases=$4 ns name ctrl nsid lbs ms size kernel nsfacts=()
+	local c=$1 dir=$2 nonce=$3 cases=$4 ns name ctrl nsid lbs ms size extra kernel nsfacts=()
 	load_state "${CFG_SLOT[$c]}"
 	kernel=${VMLINUX:-$BZIMAGE}
 	[ -n "$kernel" ] && [ -f "$kernel" ] || kernel=$BZIMAGE
@@ -919,9 +933,9 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		-device "nvme,id=c0,serial=$SN_C0,addr=${BDF_C0:8:2}.${BDF_C0:11:1}"
 		-device "nvme,id=c1,serial=$SN_C1,addr=${BDF_C1:8:2}.${BDF_C1:11:1},mdts=0,cmb_size_mb=16,pmrdev=pmr")
 	for ns in "${NAMESPACES[@]}"; do
-		read -r name ctrl nsid lbs ms size <<<"$ns"
+		read -r name ctrl nsid lbs ms size extra <<<"$ns"
 		QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw"
-			-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs$([ "$ms" = 0 ] || echo ",ms=$ms")")
+			-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs$([ "$ms" = 0 ] || echo ",ms=$ms")${extra:+,$extra}")
 		nsfacts+=("$name/$nsid/$lbs/$ms/$size")
 	done
 	QARGS+=(-object "memory-backend-file,id=vram,size=$VRAM_SIZE,mem-path=$dir/vram.img,share=on"

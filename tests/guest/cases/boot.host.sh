@@ -34,7 +34,7 @@ for ns in c0n1 c1n1; do
 		$(($(size_of "$img") - off - len))
 done
 
-for f in c1n2 c1n3 vram pmr; do
+for f in c1n2 c1n3 c1n4 c1n5 vram pmr; do
 	img=$(tb_img "$f")
 	check "$f.img is untouched" "$img" "$(tb_tag "$f")" 0 "$(size_of "$img")"
 done

@@ -5,8 +5,9 @@
 # kernel's nvme driver owns both emulated controllers), shows what upcie-setup sees, runs a short
 # benchmark (4 KiB random reads on c0 through the kernel, then through upcie's driver after it
 # takes the controller: progs/t_nvme_perf.c), then examples/nvme_driver.c on both controllers:
-# take, bring up, Identify, write/read verify, restore, shut down. uio without an IOMMU (A),
-# vfio-pci with one (B, C).
+# take, bring up, Identify, write/read verify, restore, shut down. nvme_driver's --path auto
+# picks uio without an IOMMU (A), vfio type1 with one (B), the vfio cdev with iommufd where the
+# kernel has them (C), and says so.
 #
 # configs: A B C
 # timeout: 180
@@ -16,6 +17,12 @@
 echo 64 >/proc/sys/vm/nr_hugepages
 tb_modprobe nvme uio_pci_generic
 [ "$TB_IOMMU" = 1 ] && tb_modprobe vfio_iommu_type1 vfio-pci
+[ "$TB_OOT" = 1 ] && tb_modprobe iommufd
+case $TB_CONFIG in
+A) want_path=uio ;;
+B) want_path=vfio-type1 ;;
+*) want_path=vfio-iommufd ;;
+esac
 for bdf in "$TB_C0_BDF" "$TB_C1_BDF"; do
 	tap_check "upcie-setup bind $bdf nvme" /bin/upcie-setup bind "$bdf" nvme
 done
@@ -41,6 +48,11 @@ for bdf in "$TB_C0_BDF" "$TB_C1_BDF"; do
 		tap_ok "nvme_driver $bdf verified its data"
 	else
 		tap_fail "nvme_driver $bdf verified its data"
+	fi
+	if printf '%s\n' "$out" | grep -q "on the $want_path path (auto: "; then
+		tap_ok "nvme_driver $bdf: --path auto chose $want_path and said why"
+	else
+		tap_fail "nvme_driver $bdf: --path auto chose $want_path and said why"
 	fi
 done
 tap_done

@@ -31,7 +31,7 @@
 #   tb_wait SECS CMD...  retry CMD every 0.2 s until it succeeds or SECS pass
 #
 # Host scripts (TB_* variables set by testbed.sh, see README.md)
-#   tb_img NAME          backing file of c0n1, c1n1, c1n2, c1n3, vram or pmr
+#   tb_img NAME          backing file of c0n1, c1n1 ... c1n5, vram or pmr
 #   tb_tag NAME          as in the guest
 #   tb_guest_info KEY    VALUE of the guest's "tap_info KEY VALUE" line
 

@@ -844,8 +844,9 @@ static void part_c1(void)
 	TAP(!strcmp(c.sn, sn ? sn : "cafe0001") && c.max_xfer == UINT64_MAX && c.sgl,
 	    "c1: SN '%s', MDTS 0 (no limit), SGLs supported (SGLS 0x%x)", c.sn, c.id.sgls);
 	err = upcie_nvme_ctrl_ns_list(&c, nsids, 8, &n);
-	TAP(err == 0 && n == 3 && nsids[0] == 1 && nsids[1] == 2 && nsids[2] == 3,
-	    "c1: active namespaces {1, 2, 3} (%d, %u)", err, n);
+	TAP(err == 0 && n == 5 && nsids[0] == 1 && nsids[1] == 2 && nsids[2] == 3 &&
+		nsids[3] == 4 && nsids[4] == 5,
+	    "c1: active namespaces {1, 2, 3, 4 (zoned), 5 (PI)} (%d, %u)", err, n);
 	err = upcie_nvme_ns_open(&ns, &c, 1);
 	TAP(err == 0 && ns.lba_bytes == 4096 && ns.nsze == 8192, "c1n1: 4 KiB blocks (%d)", err);
 	err = upcie_nvme_dev_dmamem(&c.dev, DATA_BYTES, &mem);

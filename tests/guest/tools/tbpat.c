@@ -21,6 +21,14 @@
  *                                          for [OFFSET, OFFSET+LEN); AT defaults to OFFSET;
  *                                          FILE "-" reads LEN bytes from stdin
  *   tbpat head  FILE OFFSET                print unit index and tag found at OFFSET
+ *   tbpat byte  FILE OFFSET LEN BYTE       check that FILE bytes [OFFSET, OFFSET+LEN) all
+ *                                          hold BYTE
+ *   tbpat pi    FILE LBS MDOFF LBA COUNT   check the protection information (8 bytes per
+ *                                          block, metadata of block n at MDOFF + 8n, as QEMU
+ *                                          keeps a namespace with 8 bytes of metadata) of
+ *                                          blocks [LBA, LBA+COUNT) of LBS bytes: guard = the
+ *                                          T10 DIF CRC-16 of the block's data, application
+ *                                          tag 0, reference tag = the LBA (type 1)
  * Numbers take an optional K, M or G suffix (powers of 1024) or a 0x prefix.
  * Exit status: 0 match/success, 1 mismatch, 2 usage or I/O error.
  */
@@ -295,12 +303,86 @@ static int cmd_head(const char *path, uint64_t off)
 	return 0;
 }
 
+static int cmd_byte(const char *path, uint64_t off, uint64_t len, uint64_t byte)
+{
+	unsigned char buf[4096];
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		die("cannot open %s", path);
+	for (uint64_t done = 0; done < len;) {
+		uint64_t n = len - done < sizeof(buf) ? len - done : sizeof(buf);
+
+		if (read_full(fd, buf, n, off + done, 0) != (ssize_t)n)
+			die("short read from %s", path);
+		for (uint64_t k = 0; k < n; k++)
+			if (buf[k] != (unsigned char)byte) {
+				fprintf(stderr,
+					"tbpat: %s: byte 0x%02x at offset 0x%" PRIx64
+					", want 0x%02x\n",
+					path, buf[k], off + done + k, (unsigned)(byte & 0xff));
+				close(fd);
+				return 1;
+			}
+		done += n;
+	}
+	close(fd);
+	return 0;
+}
+
+/* CRC-16 of the T10 DIF guard: polynomial 0x8bb7, initial value 0, not reflected. */
+static uint16_t crc16_t10(const unsigned char *p, size_t len)
+{
+	uint16_t crc = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		crc ^= (uint16_t)(p[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x8bb7 : crc << 1);
+	}
+	return crc;
+}
+
+static int cmd_pi(const char *path, uint64_t lbs, uint64_t mdoff, uint64_t lba, uint64_t count)
+{
+	unsigned char *blk = malloc(lbs), pi[8];
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0 || !blk)
+		die("cannot open %s", path);
+	for (uint64_t n = lba; n < lba + count; n++) {
+		uint16_t guard, want;
+		uint32_t ref;
+
+		if (read_full(fd, blk, lbs, n * lbs, 0) != (ssize_t)lbs ||
+		    read_full(fd, pi, 8, mdoff + 8 * n, 0) != 8)
+			die("short read from %s", path);
+		guard = (uint16_t)(pi[0] << 8 | pi[1]);
+		want = crc16_t10(blk, lbs);
+		ref = (uint32_t)pi[4] << 24 | (uint32_t)pi[5] << 16 | (uint32_t)pi[6] << 8 | pi[7];
+		if (guard != want || pi[2] || pi[3] || ref != (uint32_t)n) {
+			fprintf(stderr,
+				"tbpat: %s: block %" PRIu64 ": guard 0x%04x (data's CRC 0x%04x), "
+				"application tag 0x%02x%02x, reference tag 0x%08x\n",
+				path, n, guard, want, pi[2], pi[3], ref);
+			free(blk);
+			close(fd);
+			return 1;
+		}
+	}
+	free(blk);
+	close(fd);
+	return 0;
+}
+
 static void usage(void)
 {
 	fputs("usage: tbpat fill FILE SIZE TAG\n"
 	      "       tbpat gen TAG OFFSET LEN\n"
 	      "       tbpat check FILE TAG OFFSET LEN [AT]\n"
-	      "       tbpat head FILE OFFSET\n",
+	      "       tbpat head FILE OFFSET\n"
+	      "       tbpat byte FILE OFFSET LEN BYTE\n"
+	      "       tbpat pi FILE LBS MDOFF LBA COUNT\n",
 	      stderr);
 	exit(2);
 }
@@ -318,6 +400,10 @@ int main(int argc, char **argv)
 				 argc == 7 ? num(argv[6]) : num(argv[4]));
 	if (!strcmp(argv[1], "head") && argc == 4)
 		return cmd_head(argv[2], num(argv[3]));
+	if (!strcmp(argv[1], "byte") && argc == 6)
+		return cmd_byte(argv[2], num(argv[3]), num(argv[4]), num(argv[5]));
+	if (!strcmp(argv[1], "pi") && argc == 7)
+		return cmd_pi(argv[2], num(argv[3]), num(argv[4]), num(argv[5]), num(argv[6]));
 	usage();
 	return 2;
 }
