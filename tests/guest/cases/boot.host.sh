@@ -34,9 +34,18 @@ for ns in c0n1 c1n1; do
 		$(($(size_of "$img") - off - len))
 done
 
-for f in c1n2 c1n3 c1n4 c1n5 vram pmr; do
+for f in c1n2 c1n3 c1n4 vram pmr; do
 	img=$(tb_img "$f")
 	check "$f.img is untouched" "$img" "$(tb_tag "$f")" 0 "$(size_of "$img")"
 done
+# c1n5: pattern in the data, all ones in the metadata (4 KiB blocks + 8 bytes of PI each)
+img=$(tb_img c1n5)
+md=$(($(size_of "$img") / 4104 * 4096))
+check "c1n5.img data is untouched" "$img" "$(tb_tag c1n5)" 0 "$md"
+if out=$("$TB_PAT" byte "$img" "$md" $(($(size_of "$img") - md)) 255 2>&1); then
+	tap_ok "c1n5.img metadata is untouched (all ones)"
+else
+	tap_fail "c1n5.img metadata is untouched (all ones)" "$out"
+fi
 
 tap_done

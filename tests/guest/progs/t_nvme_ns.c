@@ -11,8 +11,9 @@
  * Zones; a zoned Write of 64 KiB at zone 2's write pointer, read back, the write pointer moved;
  * the same Write again fails with the zoned status, named. PI: 16 KiB written and read back
  * without a metadata buffer (PRACT: QEMU makes the PI on the write and checks it on the read);
- * a block never written reads back (application tag ffffh); a read with a wrong initial
- * reference tag fails the check (so the checks do run). The host script checks the images: the
+ * a block never written reads back (application tag ffffh); a block written with the caller's
+ * metadata holding a wrong guard fails the read's check (so the checks do run), and reads back
+ * once written again with PRACT. The host script checks the images: the
  * zoned data where the write pointer was, the PI tuples QEMU stored (CRC guard, reference tag =
  * LBA), everything else untouched. Last, examples/nvme_driver must refuse both namespaces
  * when asked for them by NSID (and so leave them as they were).
@@ -131,8 +132,8 @@ static void pi(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q, struct upcie
 {
 	struct upcie_nvme_ns ns;
 	struct upcie_nvme_cqe cqe;
-	struct upcie_nvme_sqe sqe;
 	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
 	uint8_t *d = (uint8_t *)mem->vaddr;
 	char tag[9], img[9];
 	int err;
@@ -155,19 +156,39 @@ static void pi(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q, struct upcie
 	err = upcie_nvme_ioq_read_sync(q, &ns, PI_UNWRIT, mem, MiB, 4096, NULL);
 	TAP(err == 0 && tn_pat_diff(d + MiB, 4096, img, (uint64_t)PI_UNWRIT * 4096) < 0,
 	    "c1n5: a block never written (application tag ffffh) reads its image data (%d)", err);
-	/* negative control: an initial reference tag that is not the LBA */
-	upcie_nvme_cmd_read(&sqe, ns.nsid, PI_SLBA, 1,
-			    UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD |
-				UPCIE_NVME_RW_PRCHK_REF);
-	sqe.cdw14 = PI_SLBA + 1000;
+	/*
+	 * Negative control: block PI_SLBA + PI_BLOCKS written with the caller's metadata (no
+	 * PRACT, no checks on the write) holding a wrong guard; a read with PRACT checks it and
+	 * fails. Then it is written again with PRACT, so the host finds valid PI for all.
+	 */
+	memset(&io, 0, sizeof(io));
+	tn_pat(d, 4096, tag, (uint64_t)(PI_SLBA + PI_BLOCKS) * 4096);
+	memset(d + 2 * MiB, 0, 8);
+	d[2 * MiB] = 0xde; /* guard 0xdead, application tag 0, reference tag = the LBA */
+	d[2 * MiB + 1] = 0xad;
+	d[2 * MiB + 7] = PI_SLBA + PI_BLOCKS;
 	seg.mem = mem;
-	seg.off = MiB;
+	seg.off = 0;
 	seg.len = 4096;
-	err = sync_cmd(q, &sqe, &seg, &cqe);
-	TAP(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_REFTAG_CHECK,
-	    "c1n5: a read expecting another reference tag fails the check: '%s' (%d)",
-	    upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)), err);
-	INFO("pi_c1n5", "%u+%u+%s", PI_SLBA, PI_BLOCKS, tag);
+	io.opc = UPCIE_NVME_NVM_WRITE;
+	io.slba = PI_SLBA + PI_BLOCKS;
+	io.segs = &seg;
+	io.nsegs = 1;
+	io.md = mem;
+	io.md_off = 2 * MiB;
+	err = upcie_nvme_ioq_io_sync(q, &ns, &io, 0, NULL);
+	TAP(err == 0 &&
+		upcie_nvme_ioq_read_sync(q, &ns, PI_SLBA + PI_BLOCKS, mem, MiB, 4096, &cqe) ==
+		    -EIO &&
+		upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_GUARD_CHECK,
+	    "c1n5: a block written with a wrong guard (caller's metadata, no PRACT) fails the "
+	    "read's check: '%s'",
+	    upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)));
+	err = upcie_nvme_ioq_write_sync(q, &ns, PI_SLBA + PI_BLOCKS, mem, 0, 4096, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(q, &ns, PI_SLBA + PI_BLOCKS, mem, MiB, 4096, NULL);
+	TAP(err == 0, "c1n5: written again with PRACT, it reads back (%d)", err);
+	INFO("pi_c1n5", "%u+%u+%s", PI_SLBA, PI_BLOCKS + 1, tag);
 }
 
 /* examples/nvme_driver on a namespace it must refuse: non-zero exit, the reason printed. */
