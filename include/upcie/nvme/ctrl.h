@@ -13,8 +13,10 @@
  * ready timeout from CAP.TO, or from CRTO.CRWMT where VS >= 2.0 and CAP.CRMS says CRTO is
  * valid; admin queues from a heap over host DMA memory; enable with CC.CSS = all I/O command
  * sets when CAP.CSS bit 6 is set; wait for RDY, with CSTS.CFS reported as -EIO. Then Identify
- * Controller (MDTS, SGLS, ONCS, NN, SN/MN/FR kept in the object) and Set Features Number of
- * Queues, whose answer bounds the queue identifiers handed out.
+ * Controller (MDTS, SGLS, ONCS, NN, VWC, SN/MN/FR kept in the object; it is device-written data:
+ * absurd values are logged, counted in nbad_id, and clamped or refused) and Set Features Number
+ * of Queues, whose answer, bounded by the doorbells BAR0 holds, bounds the queue identifiers
+ * handed out (a controller that refuses it is brought up admin-only).
  *
  * I/O queue pairs (struct upcie_nvme_ioq): any depth up to CAP.MQES + 1, memory sized from the
  * depth and taken from any heap (host memory by default, the CMB's heap for a CMB-resident SQ),
@@ -30,8 +32,10 @@
  *
  * Reset (upcie_nvme_ctrl_reset()) disables and re-enables the controller and recreates every
  * I/O queue in place (same identifier, depth and memory; the caller's struct stays valid); the
- * commands in flight end with -ECANCELED. Close deletes the I/O queues still open, shuts the
- * controller down (CC.SHN normal, CSTS.SHST complete, bounded by RTD3E) and disables it.
+ * commands in flight end with -ECANCELED. upcie_nvme_ctrl_subsystem_reset() does the same after
+ * an NVM subsystem reset (NSSR). Close writes a volatile write cache back (Flush), deletes the
+ * I/O queues still open, shuts the controller down (CC.SHN normal, CSTS.SHST complete, bounded
+ * by RTD3E) and disables it. The CMB works from NVMe 1.2 on (CMBMSC only from 1.4).
  *
  * Threading: admin commands, queue create/delete, CMB and interrupt setup take the controller's
  * mutex, so threads may create their queues concurrently. Each I/O queue has one owner thread.

@@ -12,8 +12,14 @@
  * split with the split helper (nvme/dptr.h) into several commands that complete as one request.
  * Namespaces with metadata in a separate buffer (ms > 0, not extended LBAs) need a contiguous
  * metadata buffer of nlb * ms bytes for Read, Write and Compare (MPTR); with extended LBAs the
- * metadata travels inside the data buffer (block_bytes = lba_bytes + ms). End-to-end protection
- * information is not set up here (PRINFO is 0).
+ * metadata travels inside the data buffer (block_bytes = lba_bytes + ms). A namespace whose
+ * metadata is exactly its protection information (8 bytes) is driven with PRACT and the guard
+ * and reference checks: no metadata anywhere, the controller makes and checks the PI. PI inside
+ * larger metadata travels in the caller's metadata buffer, untouched. Identify Namespace is
+ * device-written data: it is checked before use (upcie_nvme_ns_parse()). The namespace's I/O
+ * command set is identified: NVM, or Zoned Namespace, whose zone size is kept and to which
+ * plain Writes are refused unless the request says it keeps the zone semantics (io.zoned); other
+ * command sets are refused.
  *
  * Requests (struct upcie_nvme_req, caller-allocated) complete once, through their callback,
  * when every command of theirs did: err 0, -EIO (the first error status in req->cqe:
