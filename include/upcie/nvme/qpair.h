@@ -357,7 +357,6 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 	uint16_t head = qp->cq_head;
 	uint32_t phase16 = (uint32_t)qp->phase << 16;
 	unsigned n = 0;
-	bool odd = false; /* a bad or late entry was consumed (n counts the others) */
 	int ret;
 
 	while (n < max) {
@@ -383,11 +382,10 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 				break;
 			cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
 			upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
-			odd = true;
 			if (cb == UPCIE_NVME_CID_FREE_) {
 				qp->nbad++;
 				ret = -EPROTO;
-				goto out;
+				goto moved; /* consumed: the head moved, or came full circle */
 			}
 			if (cb == UPCIE_NVME_CID_CANCELLED_) {
 				qp->ncancelled--;
@@ -418,14 +416,14 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 		}
 	}
 	ret = (int)n;
-out:
 	/*
-	 * Nothing consumed: no doorbell. Not "head unchanged": a conforming controller posts at
-	 * most cq_depth - 1 entries past the head it was last told, but a broken one can fill the
-	 * ring again behind the entries consumed here (completions of commands the callbacks just
-	 * submitted, stale or bad entries), bring the head full circle, and would never be told.
+	 * Nothing consumed: no doorbell. Not "head unchanged" alone: a conforming controller posts
+	 * at most cq_depth - 1 entries past the head it was last told, but a broken one can fill
+	 * the ring again behind the entries consumed here and bring the head full circle. Such a
+	 * circle holds an entry counted in n (late completions alone cannot make one: fewer CIDs
+	 * are cancelled than the ring has entries), or it ends in a bad entry, which goes to moved.
 	 */
-	if (!n && !odd)
+	if (head == qp->cq_head && !n)
 		return ret;
 moved:
 	/* One doorbell write for the batch (qp->phase already follows every wrap). */
