@@ -1717,13 +1717,9 @@ static inline int upcie_nvme_ctrl_flush_(struct upcie_nvme_ctrl *c)
 	bool all;
 	int err = 0;
 
-	if (!c->vwc || c->state != UPCIE_NVME_CTRL_READY)
+	/* an admin-only controller never took a write from us */
+	if (!c->vwc || c->state != UPCIE_NVME_CTRL_READY || !c->nqueues)
 		return 0;
-	if (!c->nqueues)
-		return UPCIE_FAIL(-EOPNOTSUPP,
-				  "nvme %s: volatile write cache present but no I/O queue to "
-				  "flush it through (admin-only controller)",
-				  c->name);
 	all = ((c->id.vwc >> 1) & 3u) == 3u;
 	if (!all) {
 		ids = (uint32_t *)calloc(UPCIE_NVME_NS_SCAN_MAX, sizeof(*ids));
