@@ -162,7 +162,7 @@ struct upcie_nvme_ctrl {
 	bool sgl_dword;		    /* ... with dword-aligned data blocks */
 	bool vwc;		    /* a volatile write cache is present */
 	uint32_t nn;		    /* highest namespace ID (NN, at most 0xfffffffe) */
-	uint32_t nbad_id; /* Identify fields out of range: each logged, then clamped or refused */
+	uint32_t nbad_id;   /* Identify fields out of range: each logged, then clamped or refused */
 	uint32_t nssr_seen; /* NVM subsystem resets seen (CSTS.NSSRO at bring-up or reset) */
 	/* I/O queues: granted by Set Features, identifiers 1..nqueues */
 	uint32_t want_queues;
@@ -1694,7 +1694,8 @@ static inline int upcie_nvme_ctrl_flush_one_(struct upcie_nvme_ctrl *c, struct u
 	err = upcie_nvme_qpair_submit_sync(&q->qp, &sqe, c->admin_timeout_ns, &cqe, NULL);
 	if (err == -EIO)
 		UPCIE_ERR("nvme %s: Flush of namespace 0x%x: %s (status 0x%03x)", c->name, nsid,
-			  upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)), upcie_nvme_cqe_code(&cqe));
+			  upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)),
+			  upcie_nvme_cqe_code(&cqe));
 	else if (err && err != -EBUSY)
 		UPCIE_ERR("nvme %s: Flush of namespace 0x%x: %s", c->name, nsid,
 			  upcie_errno_name(err));
@@ -1851,8 +1852,8 @@ static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
 	if (!c || !c->lock_live)
 		return UPCIE_FAIL(-EINVAL, "nvme: subsystem reset: controller not open");
 	if (!upcie_nvme_cap_nssrs(c->cap))
-		return UPCIE_FAIL(-EOPNOTSUPP,
-				  "nvme %s: no NVM subsystem reset (CAP.NSSRS 0)", c->name);
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no NVM subsystem reset (CAP.NSSRS 0)",
+				  c->name);
 	pthread_mutex_lock(&c->lock);
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_NSSR, UPCIE_NVME_NSSR_RESET);
 	c->state = UPCIE_NVME_CTRL_FAILED; /* until the reset below brings it back */

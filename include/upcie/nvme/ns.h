@@ -110,7 +110,6 @@ struct upcie_nvme_io {
 /* Largest logical block upcie accepts (LBADS 24); formats beyond are refused as absurd. */
 #define UPCIE_NVME_LBA_SHIFT_MAX 24
 
-
 /* An absurd Identify Namespace field: logged (an error when refused), counted in *nbad. */
 UPCIE_PRINTF(4, 5)
 static inline void upcie_nvme_ns_bad_(uint32_t *nbad, uint32_t nsid, bool refused, const char *fmt,
