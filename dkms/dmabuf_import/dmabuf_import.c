@@ -52,6 +52,30 @@ MODULE_IMPORT_NS("DMA_BUF");
 MODULE_IMPORT_NS(DMA_BUF);
 #endif
 
+/*
+ * The identity user space checks before it talks to /dev/dmabuf_import: another project ships a
+ * module of the same name and device node with another interface. Read-only, and refused as a
+ * load argument, so no module can be made to claim another identity.
+ */
+static int dbi_abi_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%s %d\n", UPCIE_DMABUF_IMPORT_IDENT,
+			 UPCIE_DMABUF_IMPORT_ABI);
+}
+
+static int dbi_abi_set(const char *val, const struct kernel_param *kp)
+{
+	return -EPERM;
+}
+
+static const struct kernel_param_ops dbi_abi_ops = {
+	.set = dbi_abi_set,
+	.get = dbi_abi_get,
+};
+module_param_cb(abi, &dbi_abi_ops, NULL, 0444);
+MODULE_PARM_DESC(abi,
+		 "identity and ABI version: \"" UPCIE_DMABUF_IMPORT_IDENT " <n>\" (read-only)");
+
 static unsigned int max_attachments = 4096;
 module_param(max_attachments, uint, 0644);
 MODULE_PARM_DESC(max_attachments, "attachments one open file may hold (default 4096)");

@@ -62,6 +62,29 @@ MODULE_IMPORT_NS("DMA_BUF");
 MODULE_IMPORT_NS(DMA_BUF);
 #endif
 
+/*
+ * The identity user space checks before it talks to /dev/iommu_map_pa: another project ships a
+ * module of the same name and device node with another interface. Read-only, and refused as a
+ * load argument, so no module can be made to claim another identity.
+ */
+static int imp_abi_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%s %d\n", UPCIE_IOMMU_MAP_PA_IDENT,
+			 UPCIE_IOMMU_MAP_PA_ABI);
+}
+
+static int imp_abi_set(const char *val, const struct kernel_param *kp)
+{
+	return -EPERM;
+}
+
+static const struct kernel_param_ops imp_abi_ops = {
+	.set = imp_abi_set,
+	.get = imp_abi_get,
+};
+module_param_cb(abi, &imp_abi_ops, NULL, 0444);
+MODULE_PARM_DESC(abi, "identity and ABI version: \"" UPCIE_IOMMU_MAP_PA_IDENT " <n>\" (read-only)");
+
 /* iommu_map() takes a gfp_t from 6.3 on. */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
 #define imp_iommu_map(d, iova, pa, sz, prot) iommu_map(d, iova, pa, sz, prot, GFP_KERNEL)

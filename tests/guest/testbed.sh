@@ -695,8 +695,18 @@ build_kmods() { # SLOT : dkms/ modules for the slot's kernel -> $WORK/build/kmod
 		esac
 		strip --strip-debug -o "$out/$m.ko" "$tmp/$m/$m.ko"
 	done
+	# stand-ins for another project's modules of the same names (case kmod_ident)
+	cp -r "$TB_DIR/kmod-other" "$tmp/other"
+	log=$WORK/build/kmod-$KV-other.log
+	rm -f "$log"
+	PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/other" modules ||
+		die "building tests/guest/kmod-other for $KV failed (log: $log)"
+	mkdir -p "$out/other"
+	for m in $KMODS; do
+		strip --strip-debug -o "$out/other/$m.ko" "$tmp/other/$m.ko"
+	done
 	rm -rf "$tmp"
-	log "dkms modules for $KV: $(cd "$out" && echo *.ko)"
+	log "dkms modules for $KV: $(cd "$out" && echo *.ko) (and stand-ins: other/)"
 }
 
 cmd_kbuild_env() { # SLOT : print the module build environment of a guest kernel (for scripts)
@@ -804,6 +814,11 @@ build_initramfs() { # SLOT OOTDIR(or '') OUT
 	if [ -d "$WORK/build/kmod/$KV" ]; then # upcie's modules (dkms/), from build_kmods
 		mkdir -p "$root/lib/modules/$KV/extra"
 		cp "$WORK/build/kmod/$KV"/*.ko "$root/lib/modules/$KV/extra/"
+		# the stand-ins stay out of depmod's sight: loaded by path only
+		if [ -d "$WORK/build/kmod/$KV/other" ]; then
+			mkdir -p "$root/lib/tb-other"
+			cp "$WORK/build/kmod/$KV"/other/*.ko "$root/lib/tb-other/"
+		fi
 	fi
 	depmod -b "$root" "$KV" || die "depmod failed for the $KV initramfs"
 	cp "$WORK"/build/bin/* "$root/bin/"

@@ -2,9 +2,11 @@
 /*
  * Unit tests for kmod/dmabuf_import.h and kmod/device.h without the module: the UAPI layout the
  * module and the wrapper share (sizes, offsets, request numbers), the open errors (a missing node
- * names the package to install; a node that is not the module is -EPROTO), closed and zeroed
- * contexts, argument checks, and trimming a scatter list to a size. The module itself is tested
- * in the guests (tests/guest/cases/kmod_dmabuf.sh).
+ * names the package to install; a node that is not the module is -EPROTO), the module identity
+ * check against a fake sysfs tree (another project's module of the same name, another identity,
+ * another ABI: -EPROTO before the node is opened, with a message that says what was found),
+ * closed and zeroed contexts, argument checks, and trimming a scatter list to a size. The module
+ * itself is tested in the guests (tests/guest/cases/kmod_dmabuf.sh, kmod_ident.sh).
  */
 #include <upcie/kmod/dmabuf_import.h>
 
@@ -76,6 +78,107 @@ static void test_open(void)
 	CHECK_EQ(upcie_kmod_dmabuf_import_open(NULL), -EINVAL, "NULL context: -EINVAL");
 }
 
+/* A file of the fake sysfs tree under `root`, its folders made as needed. */
+static void put(const char *root, const char *rel, const char *content)
+{
+	char path[4096], cmd[4096 + 16];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", path);
+	*strrchr(cmd, '/') = '\0';
+	strcat(cmd, "'");
+	if (system(cmd) != 0)
+		abort();
+	fp = fopen(path, "w");
+	if (!fp)
+		abort();
+	fputs(content, fp);
+	fclose(fp);
+}
+
+static void test_identity(void)
+{
+	char root[] = "/tmp/upcie-kmod-ident-XXXXXX", cmd[64];
+	struct upcie_kmod_dmabuf_import ctx;
+	char want[64];
+
+	if (!mkdtemp(root)) {
+		CHECK(0, "identity: mkdtemp");
+		return;
+	}
+	setenv("UPCIE_SYSFS_ROOT", root, 1);
+	memset(&ctx, 0, sizeof(ctx));
+
+	/* No module of that name: the open says what is missing. */
+	setenv("UPCIE_KMOD_DMABUF_IMPORT_PATH", "/nonexistent/dmabuf_import", 1);
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -ENOENT, "identity: no module: -ENOENT");
+	CHECK(strstr(last_msg, "not loaded") != NULL, "and says it is not loaded: %s", last_msg);
+
+	/* Another project's module of the same name: no parameters/abi. Refused before the node is
+	 * opened (the node does not even exist here), naming what was found and what to install. */
+	put(root, "module/dmabuf_import/version", "0.2.0\n");
+	put(root, "module/dmabuf_import/refcnt", "0\n");
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO,
+		 "identity: module without an identity: -EPROTO, before opening the node");
+	CHECK(strstr(last_msg, "/nonexistent/dmabuf_import is not upcie's module") &&
+		  strstr(last_msg, "version 0.2.0") && strstr(last_msg, "parameters/abi") &&
+		  strstr(last_msg, "rmmod dmabuf_import") &&
+		  strstr(last_msg, UPCIE_KMOD_DMABUF_IMPORT_PACKAGE),
+	      "the message names the node, what was found, and what to unload and install: %s",
+	      last_msg);
+	CHECK_EQ(ctx.fd, 0, "the context stays closed");
+
+	/* A module with another identity. */
+	put(root, "module/dmabuf_import/parameters/abi", "other-dmabuf_import 1\n");
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO, "identity: another one: -EPROTO");
+	snprintf(want, sizeof(want), "\"%s %d\"", UPCIE_DMABUF_IMPORT_IDENT,
+		 UPCIE_DMABUF_IMPORT_ABI);
+	CHECK(strstr(last_msg, "not upcie's module") &&
+		  strstr(last_msg, "\"other-dmabuf_import 1\"") && strstr(last_msg, want),
+	      "the message quotes what was found and what is needed: %s", last_msg);
+	put(root, "module/dmabuf_import/parameters/abi", "upcie-dmabuf_importx 1\n");
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO,
+		 "identity: a longer name with the same prefix: -EPROTO");
+
+	/* upcie's module with another ABI, or an unreadable number. */
+	snprintf(want, sizeof(want), "%s %d\n", UPCIE_DMABUF_IMPORT_IDENT,
+		 UPCIE_DMABUF_IMPORT_ABI + 1);
+	put(root, "module/dmabuf_import/parameters/abi", want);
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO, "identity: ABI + 1: -EPROTO");
+	snprintf(want, sizeof(want), "ABI \"%d\"", UPCIE_DMABUF_IMPORT_ABI + 1);
+	CHECK(strstr(last_msg, "is upcie's dmabuf_import") && strstr(last_msg, want) &&
+		  strstr(last_msg, UPCIE_KMOD_DMABUF_IMPORT_PACKAGE),
+	      "the message names both ABIs and the package: %s", last_msg);
+	put(root, "module/dmabuf_import/parameters/abi", UPCIE_DMABUF_IMPORT_IDENT " 1x\n");
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO, "identity: ABI '1x': -EPROTO");
+	put(root, "module/dmabuf_import/parameters/abi", UPCIE_DMABUF_IMPORT_IDENT " \n");
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO, "identity: no number: -EPROTO");
+
+	/* The right identity: the open goes on to the node (missing here, then /dev/null, which
+	 * does not answer INFO). */
+	snprintf(want, sizeof(want), "%s %d\n", UPCIE_DMABUF_IMPORT_IDENT, UPCIE_DMABUF_IMPORT_ABI);
+	put(root, "module/dmabuf_import/parameters/abi", want);
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -ENOENT,
+		 "identity matches: the open goes on (node missing: -ENOENT)");
+	setenv("UPCIE_KMOD_DMABUF_IMPORT_PATH", "/dev/null", 1);
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_dmabuf_import_open(&ctx), -EPROTO,
+		 "identity matches, /dev/null: -EPROTO");
+	CHECK(strstr(last_msg, "does not answer") != NULL, "from the INFO request: %s", last_msg);
+	CHECK_EQ(ctx.fd, 0, "the context stays closed");
+
+	unsetenv("UPCIE_KMOD_DMABUF_IMPORT_PATH");
+	unsetenv("UPCIE_SYSFS_ROOT");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	CHECK(system(cmd) == 0, "identity: fake tree removed");
+}
+
 static void test_closed(void)
 {
 	struct upcie_kmod_dmabuf_import ctx;
@@ -145,6 +248,7 @@ int main(void)
 	upcie_log_set_handler(capture, NULL);
 	test_layout();
 	test_open();
+	test_identity();
 	test_closed();
 	test_trim();
 	return check_done();

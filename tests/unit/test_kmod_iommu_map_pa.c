@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Unit tests for kmod/iommu_map_pa.h without the module: the UAPI layout, the open errors, closed
- * contexts and argument checks, and the IOVA window: defaults and environment overrides (bad
+ * Unit tests for kmod/iommu_map_pa.h without the module: the UAPI layout, the open errors (and the
+ * module identity the wrapper checks, against a fake sysfs tree), closed contexts and argument
+ * checks, and the IOVA window: defaults and environment overrides (bad
  * numbers, alignment, wrap), checking against a controller's usable ranges (-ERANGE outside,
  * across a hole, past the end), carving it out of ranges and out of a vfio allocator, allocation
  * with alignment, exhaustion (-ENOSPC), free and reuse. The module itself is tested in the
@@ -51,6 +52,44 @@ static void test_layout(void)
 	      "request sizes and directions");
 }
 
+/* The identity check is kmod/device.h's (tested in full with dmabuf_import): here, that this
+ * wrapper asks for its own module's identity. Called with the path set to /dev/null. */
+static void test_identity(void)
+{
+	char root[] = "/tmp/upcie-kmod-ident-XXXXXX", path[256], cmd[256];
+	struct upcie_kmod_iommu_map_pa ctx;
+	FILE *fp;
+
+	memset(&ctx, 0, sizeof(ctx));
+	if (!mkdtemp(root)) {
+		CHECK(0, "identity: mkdtemp");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/module/iommu_map_pa/parameters'", root);
+	CHECK(system(cmd) == 0, "identity: fake sysfs tree");
+	setenv("UPCIE_SYSFS_ROOT", root, 1);
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_iommu_map_pa_open(&ctx), -EPROTO,
+		 "identity: iommu_map_pa without parameters/abi: -EPROTO");
+	CHECK(strstr(last_msg, "/dev/null is not upcie's module") &&
+		  strstr(last_msg, "rmmod iommu_map_pa") &&
+		  strstr(last_msg, UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE),
+	      "the message names the node, the module and the package: %s", last_msg);
+	snprintf(path, sizeof(path), "%s/module/iommu_map_pa/parameters/abi", root);
+	fp = fopen(path, "w");
+	if (fp) {
+		fprintf(fp, "%s %d\n", UPCIE_IOMMU_MAP_PA_IDENT, UPCIE_IOMMU_MAP_PA_ABI);
+		fclose(fp);
+	}
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_iommu_map_pa_open(&ctx), -EPROTO,
+		 "identity \"" UPCIE_IOMMU_MAP_PA_IDENT " <ABI>\" matches: on to INFO (-EPROTO)");
+	CHECK(strstr(last_msg, "does not answer") != NULL, "from the INFO request: %s", last_msg);
+	unsetenv("UPCIE_SYSFS_ROOT");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	CHECK(system(cmd) == 0, "identity: fake tree removed");
+}
+
 static void test_open_closed(void)
 {
 	struct upcie_kmod_iommu_map_pa ctx;
@@ -67,6 +106,7 @@ static void test_open_closed(void)
 	      last_msg);
 	setenv("UPCIE_KMOD_IOMMU_MAP_PA_PATH", "/dev/null", 1);
 	CHECK_EQ(upcie_kmod_iommu_map_pa_open(&ctx), -EPROTO, "/dev/null: -EPROTO");
+	test_identity();
 	unsetenv("UPCIE_KMOD_IOMMU_MAP_PA_PATH");
 	CHECK_EQ(ctx.fd, 0, "closed after failures");
 	upcie_kmod_iommu_map_pa_close(&ctx);

@@ -37,6 +37,14 @@
 #define UPCIE_DMABUF_IMPORT_DEVICE "/dev/dmabuf_import"
 #define UPCIE_DMABUF_IMPORT_ABI	   1
 
+/*
+ * Identity: the module's read-only parameter /sys/module/dmabuf_import/parameters/abi reads
+ * "upcie-dmabuf_import <ABI>". Another project ships a module of the same name and device
+ * node with another interface (uPCIe's upcie-experimental-dkms): user space reads this before
+ * opening the device, and a module without it is not this one.
+ */
+#define UPCIE_DMABUF_IMPORT_IDENT "upcie-dmabuf_import"
+
 /* One segment of the scatter list: `len` bytes at device address `addr`, in buffer order. */
 struct upcie_dmabuf_import_seg {
 	__u64 addr;

@@ -38,6 +38,14 @@
 #define UPCIE_IOMMU_MAP_PA_DEVICE "/dev/iommu_map_pa"
 #define UPCIE_IOMMU_MAP_PA_ABI	  1
 
+/*
+ * Identity: the module's read-only parameter /sys/module/iommu_map_pa/parameters/abi reads
+ * "upcie-iommu_map_pa <ABI>". Another project ships a module of the same name and device
+ * node with another interface (uPCIe's upcie-experimental-dkms): user space reads this before
+ * opening the device, and a module without it is not this one.
+ */
+#define UPCIE_IOMMU_MAP_PA_IDENT "upcie-iommu_map_pa"
+
 /* A PCI function: segment (domain), bus, device/function number. */
 struct upcie_iommu_map_pa_pci {
 	__u32 segment;

@@ -73,9 +73,9 @@ static inline int upcie_kmod_dmabuf_import_open(struct upcie_kmod_dmabuf_import 
 	memset(ctx, 0, sizeof(*ctx));
 	memset(&info, 0, sizeof(info));
 	return upcie_kmod_open_("UPCIE_KMOD_DMABUF_IMPORT_PATH", UPCIE_DMABUF_IMPORT_DEVICE,
-				"dmabuf_import", UPCIE_KMOD_DMABUF_IMPORT_PACKAGE,
-				UPCIE_DMABUF_IMPORT_IOC_INFO, &info, &info.abi,
-				UPCIE_DMABUF_IMPORT_ABI, &ctx->fd);
+				"dmabuf_import", UPCIE_DMABUF_IMPORT_IDENT,
+				UPCIE_KMOD_DMABUF_IMPORT_PACKAGE, UPCIE_DMABUF_IMPORT_IOC_INFO,
+				&info, &info.abi, UPCIE_DMABUF_IMPORT_ABI, &ctx->fd);
 }
 
 /* Close the context; its attachments go when no dmamem made from it holds the file either.

@@ -80,9 +80,9 @@ static inline int upcie_kmod_iommu_map_pa_open(struct upcie_kmod_iommu_map_pa *c
 	memset(ctx, 0, sizeof(*ctx));
 	memset(&info, 0, sizeof(info));
 	return upcie_kmod_open_("UPCIE_KMOD_IOMMU_MAP_PA_PATH", UPCIE_IOMMU_MAP_PA_DEVICE,
-				"iommu_map_pa", UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE,
-				UPCIE_IOMMU_MAP_PA_IOC_INFO, &info, &info.abi,
-				UPCIE_IOMMU_MAP_PA_ABI, &ctx->fd);
+				"iommu_map_pa", UPCIE_IOMMU_MAP_PA_IDENT,
+				UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE, UPCIE_IOMMU_MAP_PA_IOC_INFO, &info,
+				&info.abi, UPCIE_IOMMU_MAP_PA_ABI, &ctx->fd);
 }
 
 /* Close the context: mappings no dmamem holds go now. Zeroed or closed: no-op. */
