@@ -8,13 +8,18 @@
 #  - each module builds against the headers of both guest kernels (Debian bookworm 6.1 with
 #    gcc-12, Debian 7.x with the kernel's own gcc, fetched and unpacked by the guest test bed:
 #    tests/guest/testbed.sh kbuild-env) with -Werror, modpost clean, the kernel's vermagic;
-#  - each builds as a .deb with dpkg-buildpackage (debhelper + dh-dkms), holding the sources,
-#    dkms.conf and the UAPI header;
+#  - each builds as a .deb with dpkg-buildpackage (debhelper), holding the sources, dkms.conf
+#    and the UAPI header, with upcie's maintainer scripts (dkms/debian-common) and the
+#    Conflicts with uPCIe's packages of the same modules;
+#  - dkms.conf's BUILD_EXCLUSIVE_KERNEL accepts 5.19 and newer (the guest kernels among them)
+#    and refuses older kernels, and dkms itself skips (status 77) a kernel too old and one
+#    without a kernel option the module needs (fake kernel trees);
 #  - the contents of each .deb are added, built and installed with dkms against each unpacked
 #    kernel tree (private dkms, source and install trees: nothing on this system changes), and
 #    depmod/modprobe resolve the installed module.
 # What this cannot do: install the .deb into the system (its postinst runs dkms for the running
-# kernel, whose headers this machine does not have) or load a module (the guest tests do).
+# kernel, whose headers this machine does not have) or load a module: tests/install/dkms-install.sh
+# does both in a Debian system booted in QEMU, the guest tests load the modules.
 #
 #   scripts/build-dkms.sh [OUTDIR]    the .debs are left in OUTDIR (default build-dkms/)
 set -uo pipefail
@@ -40,7 +45,7 @@ t() { # DESC CMD... (output to a log shown on failure)
 	if "$@" >"$log" 2>&1; then ok "$desc"; else nok "$desc" "$log"; fi
 }
 
-for tool in make gcc dpkg-buildpackage dpkg-deb dkms depmod modprobe modinfo; do
+for tool in make gcc dpkg-buildpackage dpkg-deb dkms depmod modprobe modinfo sh; do
 	command -v "$tool" >/dev/null || { nok "tool $tool present (scripts/deps.sh installs it)"; }
 done
 
@@ -131,14 +136,14 @@ done
 # --- .debs --------------------------------------------------------------------------------
 mkdir -p "$out"
 for m in "${mods[@]}"; do
-	pkg=$(echo "$m" | tr _ -)
+	pkg=upcie-$(echo "$m" | tr _ -)
 	ver=$(cd "$root/dkms/$m" && dpkg-parsechangelog -SVersion 2>/dev/null)
 	stage=$tmp/pkg/$pkg-$ver
 	mkdir -p "$tmp/pkg"
 	cp -rL "$root/dkms/$m" "$stage"
 	log=$tmp/deb-$m.log
 	if (cd "$stage" && dpkg-buildpackage -us -uc -b) >"$log" 2>&1; then
-		ok "$pkg-dkms_${ver}_all.deb built (dpkg-buildpackage, debhelper, dh-dkms)"
+		ok "$pkg-dkms_${ver}_all.deb built (dpkg-buildpackage, debhelper)"
 	else
 		nok "$pkg-dkms .deb built (dpkg-buildpackage)" "$log"
 		continue
@@ -162,12 +167,43 @@ for m in "${mods[@]}"; do
 	else
 		nok "$pkg-dkms: installed UAPI header and module copy are dkms/$m/uapi/$m.h"
 	fi
-	if grep -q "PACKAGE_VERSION=\"$ver\"" "$tmp/x.$m/usr/src/$pkg-$ver/dkms.conf" &&
-		grep -q 'dkms' "$tmp/ctl.$m/postinst" && grep -q '^Depends:.*dkms' "$tmp/ctl.$m/control"; then
-		ok "$pkg-dkms: dkms.conf version $ver, postinst runs dkms, depends on dkms"
+	conf=$tmp/x.$m/usr/src/$pkg-$ver/dkms.conf
+	if grep -q "PACKAGE_VERSION=\"$ver\"" "$conf" && grep -qx "PACKAGE_NAME=\"$pkg\"" "$conf" &&
+		grep -q '^Depends:.*dkms (>= 3.0.3-4~)' "$tmp/ctl.$m/control"; then
+		ok "$pkg-dkms: dkms.conf names $pkg $ver, depends on dkms >= 3.0.3 (BUILD_EXCLUSIVE_CONFIG)"
 	else
-		nok "$pkg-dkms: dkms.conf version $ver, postinst runs dkms, depends on dkms"
+		nok "$pkg-dkms: dkms.conf names $pkg $ver, depends on dkms >= 3.0.3 (BUILD_EXCLUSIVE_CONFIG)"
 	fi
+	# the maintainer scripts are upcie's (a failed build leaves the package configured), with
+	# the package, module name and version filled in
+	bad=
+	for s in postinst prerm; do
+		sed -e "s/^pkg=$pkg-dkms\$/pkg=#PACKAGE#/" -e "s/^version=$ver\$/version=#MODULE_VERSION#/" \
+			"$tmp/ctl.$m/$s" | grep -v '^$' >"$tmp/$s.got"
+		grep -v -e '^$' -e '^#DEBHELPER#$' "$root/dkms/debian-common/$s" >"$tmp/$s.want"
+		cmp -s "$tmp/$s.got" "$tmp/$s.want" && sh -n "$tmp/ctl.$m/$s" || bad+=" $s"
+	done
+	[ -z "$bad" ] && ok "$pkg-dkms: postinst and prerm are dkms/debian-common's, filled in" ||
+		nok "$pkg-dkms: postinst and prerm are dkms/debian-common's, filled in (differ:$bad)"
+	conflicts=$(sed -n 's/^Conflicts: //p' "$tmp/ctl.$m/control")
+	if [[ ", $conflicts, " == *", $(echo "$m" | tr _ -)-dkms, "* ]] &&
+		[[ ", $conflicts, " == *", upcie-experimental-dkms, "* ]]; then
+		ok "$pkg-dkms: conflicts with uPCIe's $(echo "$m" | tr _ -)-dkms and upcie-experimental-dkms"
+	else
+		nok "$pkg-dkms: conflicts with uPCIe's packages (Conflicts: $conflicts)"
+	fi
+	# BUILD_EXCLUSIVE_KERNEL, as dkms applies it (bash =~)
+	bek=$(sed -n 's/^BUILD_EXCLUSIVE_KERNEL="\(.*\)"$/\1/p' "$conf")
+	wrong=
+	for v in 5.19.0-1-amd64 6.0.0 6.1.0-50-amd64 6.12.57+deb13-amd64 7.3.4+deb13-amd64 10.0.0 \
+		${KV_OF[k61]:-} ${KV_OF[k7]:-}; do
+		[[ -n $bek && $v =~ $bek ]] || wrong+=" $v(refused)"
+	done
+	for v in 5.18.19-1-amd64 5.10.0-30-amd64 5.9.0 5.1.0 4.19.0-27-amd64 3.16.0; do
+		[[ -n $bek && ! $v =~ $bek ]] || wrong+=" $v(accepted)"
+	done
+	[ -z "$wrong" ] && ok "$pkg: BUILD_EXCLUSIVE_KERNEL '$bek' takes 5.19 and newer only" ||
+		nok "$pkg: BUILD_EXCLUSIVE_KERNEL '$bek' takes 5.19 and newer only (wrong:$wrong)"
 
 	# dkms add/build/install of the package's contents, per kernel, in private trees
 	for slot in k61 k7; do
@@ -204,6 +240,29 @@ for m in "${mods[@]}"; do
 			nok "$pkg: installed module found by depmod/modprobe" "$log"
 		fi
 	done
+
+	# dkms skips (77, which the postinst reports and moves past) a kernel that is too old and
+	# one without an option in BUILD_EXCLUSIVE_CONFIG: fake kernel trees, the 6.1 headers' .config
+	if [ -n "${HDR_OF[k61]:-}" ]; then
+		d=$tmp/dkms-$m-exclusive
+		rm -rf "$d"
+		mkdir -p "$d/tree" "$d/old/include" "$d/nocfg/include"
+		cp "${HDR_OF[k61]}/.config" "$d/old/.config"
+		opt=$(sed -n 's/^BUILD_EXCLUSIVE_CONFIG="\([^ "]*\).*/\1/p' "$conf")
+		grep -v "^$opt=" "${HDR_OF[k61]}/.config" >"$d/nocfg/.config"
+		dk=(dkms --dkmstree "$d/tree" --sourcetree "$tmp/x.$m/usr/src" --installtree "$d/lib/modules")
+		"${dk[@]}" add -m "$pkg" -v "$ver" >"$d.log" 2>&1
+		rc_old=0 rc_cfg=0
+		"${dk[@]}" build -m "$pkg" -v "$ver" -k 5.18.19-1-amd64 --kernelsourcedir "$d/old" >>"$d.log" 2>&1 || rc_old=$?
+		"${dk[@]}" build -m "$pkg" -v "$ver" -k 6.1.0-99-amd64 --kernelsourcedir "$d/nocfg" >>"$d.log" 2>&1 || rc_cfg=$?
+		if [ "$rc_old" = 77 ] && [ "$rc_cfg" = 77 ] && grep -q BUILD_EXCLUSIVE "$d.log"; then
+			ok "$pkg: dkms skips Linux 5.18 and a kernel without $opt (status 77, nothing built)"
+		else
+			nok "$pkg: dkms skips Linux 5.18 (status $rc_old) and a kernel without $opt (status $rc_cfg), want 77" "$d.log"
+		fi
+	else
+		skip "$pkg: dkms skips excluded kernels" "no 6.1 build environment"
+	fi
 done
 echo "1..$n"
 [ "$fail" -eq 0 ]

@@ -116,9 +116,10 @@ static inline void probe_importer_open(struct probe_importer *imp)
 		if (err) {
 			snprintf(imp->why, sizeof(imp->why),
 				 "opening the dmabuf_import module: %s%s", probe_err(err),
-				 err == -ENOENT ? ", the module is not loaded (dmabuf-import-dkms; "
-						  "modprobe dmabuf_import)"
-						: "");
+				 err == -ENOENT
+				     ? ", the module is not loaded (upcie-dmabuf-import-dkms; "
+				       "modprobe dmabuf_import)"
+				     : "");
 			return;
 		}
 	}

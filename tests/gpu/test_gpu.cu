@@ -353,7 +353,7 @@ static void test_import_path(void)
 	last_err[0] = 0;
 	err = upcie_gpu_cuda_open(&gpu, &o);
 	if (access("/dev/dmabuf_import", F_OK) != 0) {
-		CHECK(err == -ENOENT && strstr(last_err, "dmabuf-import-dkms"),
+		CHECK(err == -ENOENT && strstr(last_err, "upcie-dmabuf-import-dkms"),
 		      "import path without /dev/dmabuf_import: -ENOENT naming the package (got %d: "
 		      "\"%s\")",
 		      err, last_err);

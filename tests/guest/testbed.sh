@@ -1304,4 +1304,7 @@ main() {
 	esac
 }
 
-main "$@"
+# sourced (tests/install/dkms-install.sh uses the helpers above): define, do not run
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	main "$@"
+fi

@@ -66,7 +66,8 @@ static void test_open(void)
 	last_msg[0] = 0;
 	err = upcie_kmod_dmabuf_import_open(&ctx);
 	CHECK_EQ(err, -ENOENT, "missing node: -ENOENT");
-	CHECK(strstr(last_msg, "dmabuf-import-dkms") && strstr(last_msg, "modprobe dmabuf_import"),
+	CHECK(strstr(last_msg, "upcie-dmabuf-import-dkms") &&
+		  strstr(last_msg, "modprobe dmabuf_import"),
 	      "the message names the package and the module: %s", last_msg);
 	CHECK_EQ(ctx.fd, 0, "the context stays closed");
 

@@ -102,8 +102,8 @@ static void test_open_closed(void)
 	setenv("UPCIE_KMOD_IOMMU_MAP_PA_PATH", "/nonexistent/iommu_map_pa", 1);
 	last_msg[0] = 0;
 	CHECK_EQ(upcie_kmod_iommu_map_pa_open(&ctx), -ENOENT, "missing node: -ENOENT");
-	CHECK(strstr(last_msg, "iommu-map-pa-dkms") != NULL, "the message names the package: %s",
-	      last_msg);
+	CHECK(strstr(last_msg, "upcie-iommu-map-pa-dkms") != NULL,
+	      "the message names the package: %s", last_msg);
 	setenv("UPCIE_KMOD_IOMMU_MAP_PA_PATH", "/dev/null", 1);
 	CHECK_EQ(upcie_kmod_iommu_map_pa_open(&ctx), -EPROTO, "/dev/null: -EPROTO");
 	test_identity();

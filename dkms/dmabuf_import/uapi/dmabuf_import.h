@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
- * UAPI of the dmabuf_import module (/dev/dmabuf_import, package dmabuf-import-dkms): import a
+ * UAPI of the dmabuf_import module (/dev/dmabuf_import, package upcie-dmabuf-import-dkms): import a
  * dma-buf and learn the device addresses of its backing store.
  *
  * One file serves the module and user space: the module compiles it from its own tree, upcie's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
- * UAPI of the iommu_map_pa module (/dev/iommu_map_pa, package iommu-map-pa-dkms): map known
+ * UAPI of the iommu_map_pa module (/dev/iommu_map_pa, package upcie-iommu-map-pa-dkms): map known
  * physical pages into the IOMMU domain of a PCI function.
  *
  * One file serves the module and user space: the module compiles it from its own tree, upcie's

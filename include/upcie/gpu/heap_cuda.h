@@ -21,7 +21,8 @@
  * pointer resolves to a device address (upcie_gpu_cuda_iova()). Unregister before cuMemFree.
  *
  * Translation (opts.xlate): IMPORT (default) is the above and needs /dev/dmabuf_import (package
- * dmabuf-import-dkms; without it the first open fails with -ENOENT naming the package). OFFSET
+ * upcie-dmabuf-import-dkms; without it the first open fails with -ENOENT naming the package).
+ * OFFSET
  * makes every device address the virtual address plus opts.iova_offset: for a controller that
  * reaches the process's memory through a mapping laid out that way, and for the GPU-side test
  * controller (tests/gpu); it needs no module and no root, exports all the same (so the driver's
@@ -456,7 +457,7 @@ static inline int upcie_gpu_cuda_proc_init_(struct upcie_gpu_cuda_proc *p,
 		if (err)
 			return UPCIE_FAIL(err,
 					  "gpu: the device heap needs the dma-buf import module "
-					  "(package dmabuf-import-dkms); or open with "
+					  "(package upcie-dmabuf-import-dkms); or open with "
 					  "UPCIE_GPU_CUDA_XLATE_OFFSET where a mapping provides "
 					  "the addresses");
 		p->kmod_open = true;

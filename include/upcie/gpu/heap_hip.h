@@ -30,7 +30,7 @@
  * registers the whole allocation, exported as above, refcounted, in the same registry.
  *
  * Translation (opts.xlate): IMPORT (default) needs /dev/dmabuf_import (package
- * dmabuf-import-dkms) and an export, so ROCm 7.0 or newer: built against an older HIP (Debian
+ * upcie-dmabuf-import-dkms) and an export, so ROCm 7.0 or newer: built against an older HIP (Debian
  * 12 ships 5.2) the device heap and registrations fail with -EOPNOTSUPP naming that. OFFSET
  * makes every device address the virtual address plus opts.iova_offset (a controller reaching
  * the process's memory through such a mapping, or a GPU-side test controller); it needs no
@@ -555,7 +555,7 @@ static inline int upcie_gpu_hip_proc_init_(struct upcie_gpu_hip_proc *p,
 		if (err)
 			return UPCIE_FAIL(err,
 					  "gpu: the device heap needs the dma-buf import module "
-					  "(package dmabuf-import-dkms); or open with "
+					  "(package upcie-dmabuf-import-dkms); or open with "
 					  "UPCIE_GPU_HIP_XLATE_OFFSET where a mapping provides the "
 					  "addresses");
 		p->kmod_open = true;

@@ -16,7 +16,7 @@
  * and two handles. upcie_dmamem_dmabuf_import() turns an attachment into a LUT dmamem
  * (mem/sglut.h: the scatter list must tile the buffer in whole granules, e.g. 64 KiB for CUDA).
  *
- * Needs: the dmabuf_import module (package dmabuf-import-dkms; Linux 6.1 or newer) and
+ * Needs: the dmabuf_import module (package upcie-dmabuf-import-dkms; Linux 5.19 or newer) and
  * CAP_SYS_ADMIN; a missing /dev/dmabuf_import is -ENOENT with a message naming the package.
  * The environment variable UPCIE_KMOD_DMABUF_IMPORT_PATH overrides the device path (tests).
  * Does not: export dma-bufs (gpu/, vfio/ and udmabuf do), map anything into an IOMMU domain
@@ -47,7 +47,7 @@
 #include <upcie/mem/sglut.h>
 #include <upcie/pci/bdf.h>
 
-#define UPCIE_KMOD_DMABUF_IMPORT_PACKAGE "dmabuf-import-dkms"
+#define UPCIE_KMOD_DMABUF_IMPORT_PACKAGE "upcie-dmabuf-import-dkms"
 
 /* The scatter list is handed to the kernel as is: both layouts must agree. */
 UPCIE_STATIC_ASSERT(sizeof(struct upcie_sg_seg) == sizeof(struct upcie_dmabuf_import_seg) &&
@@ -62,7 +62,7 @@ struct upcie_kmod_dmabuf_import {
 	int fd;
 };
 
-/* Open /dev/dmabuf_import. 0, -ENOENT (module missing: message names dmabuf-import-dkms),
+/* Open /dev/dmabuf_import. 0, -ENOENT (module missing: message names the package),
  * -EPERM/-EACCES (not root), -EPROTO (another ABI), -EINVAL. */
 static inline int upcie_kmod_dmabuf_import_open(struct upcie_kmod_dmabuf_import *ctx)
 {

@@ -20,7 +20,7 @@
  * - the dmamem (upcie_dmamem_iommu_map_pa(), _lut(), _add()): pages mapped at one window range
  *   into one or more controllers, translated arithmetically (iova + offset).
  *
- * Needs: the iommu_map_pa module (package iommu-map-pa-dkms; Linux 6.1 or newer), CAP_SYS_ADMIN,
+ * Needs: the iommu_map_pa module (package upcie-iommu-map-pa-dkms; Linux 5.19 or newer), CAP_SYS_ADMIN,
  * controllers on vfio-pci attached to a type1 container or an iommufd IOAS (for map) and an
  * enforcing IOMMU. A missing /dev/iommu_map_pa is -ENOENT with a message naming the package;
  * UPCIE_KMOD_IOMMU_MAP_PA_PATH overrides the path (tests). Does not: find the physical pages
@@ -53,7 +53,7 @@
 #include <upcie/pci/bdf.h>
 #include <upcie/vfio/iova.h>
 
-#define UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE "iommu-map-pa-dkms"
+#define UPCIE_KMOD_IOMMU_MAP_PA_PACKAGE "upcie-iommu-map-pa-dkms"
 
 /* Protection for _map and _map_bar; 0 means both. */
 #define UPCIE_KMOD_IOMMU_READ  UPCIE_IOMMU_MAP_PA_READ
@@ -69,7 +69,7 @@ struct upcie_kmod_iommu_map_pa {
 	int fd;
 };
 
-/* Open /dev/iommu_map_pa. 0, -ENOENT (module missing: message names iommu-map-pa-dkms),
+/* Open /dev/iommu_map_pa. 0, -ENOENT (module missing: message names the package),
  * -EPERM/-EACCES (not root), -EPROTO (another ABI), -EINVAL. */
 static inline int upcie_kmod_iommu_map_pa_open(struct upcie_kmod_iommu_map_pa *ctx)
 {
