@@ -154,14 +154,14 @@ for m in "${mods[@]}"; do
 	missing=
 	for f in "/usr/src/$pkg-$ver/Kbuild" "/usr/src/$pkg-$ver/Makefile" "/usr/src/$pkg-$ver/$m.c" \
 		"/usr/src/$pkg-$ver/uapi/$m.h" "/usr/src/$pkg-$ver/dkms.conf" \
-		"/usr/include/upcie/kmod/uapi/$m.h"; do
+		"/usr/include/upcie-1/upcie/kmod/uapi/$m.h"; do
 		grep -qx "$f" "$tmp/contents.$m" || missing+=" $f"
 	done
 	[ -z "$missing" ] && ok "$pkg-dkms holds the sources, dkms.conf and the UAPI header" ||
 		nok "$pkg-dkms holds the sources, dkms.conf and the UAPI header (missing:$missing)"
 	rm -rf "$tmp/x.$m" && mkdir -p "$tmp/x.$m" && dpkg-deb -x "$deb" "$tmp/x.$m"
 	dpkg-deb -e "$deb" "$tmp/ctl.$m"
-	if cmp -s "$tmp/x.$m/usr/include/upcie/kmod/uapi/$m.h" "$root/dkms/$m/uapi/$m.h" &&
+	if cmp -s "$tmp/x.$m/usr/include/upcie-1/upcie/kmod/uapi/$m.h" "$root/dkms/$m/uapi/$m.h" &&
 		cmp -s "$tmp/x.$m/usr/src/$pkg-$ver/uapi/$m.h" "$root/dkms/$m/uapi/$m.h"; then
 		ok "$pkg-dkms: installed UAPI header and module copy are dkms/$m/uapi/$m.h"
 	else

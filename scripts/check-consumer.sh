@@ -16,7 +16,16 @@ t "meson install into a scratch prefix" meson install -C "$build" --destdir "$tm
 prefix=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"][0])')
 pc=$(find "$tmp/dest" -name upcie.pc | head -1)
 t "upcie.pc installed" test -n "$pc"
-t "headers installed with their folders" test -f "$tmp/dest$prefix/include/upcie/pci/bdf.h"
+t "headers installed with their folders, under include/upcie-1" test -f "$tmp/dest$prefix/include/upcie-1/upcie/pci/bdf.h"
+t "the UAPI headers installed as files" test -f "$tmp/dest$prefix/include/upcie-1/upcie/kmod/uapi/dmabuf_import.h" -a \
+	! -L "$tmp/dest$prefix/include/upcie-1/upcie/kmod/uapi/dmabuf_import.h"
+# uPCIe, another project of the same name, installs <prefix>/include/upcie/ (upcie.h, pci.h,
+# nvme/...): nothing of upcie's may land there, and with a stand-in of theirs on the compiler's
+# default path (after the -I of upcie.pc, where /usr/include and /usr/local/include are) the
+# consumer must still get upcie's headers.
+t "nothing installed in include/upcie/ (uPCIe's folder)" test ! -e "$tmp/dest$prefix/include/upcie"
+mkdir -p "$tmp/dest$prefix/include/upcie"
+echo '#error "uPCIe'"'"'s upcie/pci.h was included"' >"$tmp/dest$prefix/include/upcie/pci.h"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_SYSROOT_DIR=$tmp/dest
 mkdir -p "$tmp/consumer"
@@ -37,7 +46,9 @@ int main(void)
 C
 flags=$(pkg-config --cflags --libs upcie)
 t "pkg-config --cflags --libs upcie ($flags)" test -n "$flags"
-t "consumer compiles (gcc, -std=c11, system header first)" sh -c "cd '$tmp/consumer' && gcc -std=c11 -Wall -Wextra -Werror main.c $flags -o app"
+t "pkg-config --cflags adds include/upcie-1" sh -c "echo '$flags' | grep -q -- '-I[^ ]*/include/upcie-1'"
+t "consumer compiles (gcc, -std=c11, system header first; uPCIe's include/upcie/pci.h on the default path)" \
+	sh -c "cd '$tmp/consumer' && gcc -std=c11 -Wall -Wextra -Werror main.c $flags -I'$tmp/dest$prefix/include' -o app"
 t "consumer runs" sh -c "'$tmp/consumer/app' | grep -qx 0000:01:00.0"
 t "consumer compiles as C++ (clang++)" sh -c "cd '$tmp/consumer' && cp main.c main.cpp && clang++ -std=c++17 -Wall -Wextra -Werror main.cpp $flags -o app2"
 echo "1..$n"
