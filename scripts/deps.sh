@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(gcc g++ clang clang-format make meson ninja-build pkg-config libc6-dev
 	libclang-rt-14-dev valgrind
 	qemu-system-x86 busybox-static kmod cpio xz-utils zstd pciutils
-	bc bison flex libelf-dev libssl-dev dwarves debhelper dkms dh-dkms dpkg-dev
+	bc bison flex libelf-dev libssl-dev dwarves debhelper dkms dh-dkms dpkg-dev mmdebstrap e2fsprogs
 	hipcc libamdhip64-dev llvm-15)
 missing=()
 for p in "${pkgs[@]}"; do
