@@ -8,16 +8,25 @@
  * Admin commands: Identify (controller, namespace 1, active list), Set Features Number of
  * Queues, Create/Delete I/O CQ and SQ (checked like a controller: identifiers, sizes, CQ
  * before SQ, SQ before CQ on delete), Abort (of commands the model holds), Asynchronous Event
- * Request (held forever). Knobs: ready delay or never ready, CSTS.CFS on enable, VS/CRTO,
- * MDTS, SGLS, queues granted, a failing Create I/O SQ, I/O commands of one opcode held until
- * aborted, Abort that does or does not abort; what real drives report: CAP.DSTRD != 0 (the
- * doorbells move with it), CAP.MPSMIN and CC.MPS (PRPs walked at the page the host chose), a
- * BAR0 of any size (exactly that much memory, so an access beyond it is a reported overflow),
- * NN, VWC (with the Flushes that came before the shutdown counted), a shutdown that never
- * completes, NVM subsystem reset (CAP.NSSRS, NSSR, CSTS.NSSRO), a failing Set Features
- * Number of Queues, a CMB's registers, and through
- * nvme_ns_model.h namespaces of
- * any NSID, LBA format, metadata, protection information and zones. One thread steps
+ * Request (held forever). Commands take effect when they complete (a slow Create I/O CQ creates
+ * its queue late). Disabling (CC.EN = 0) forgets every queue and command, as a controller level
+ * reset does.
+ *
+ * Knobs for what real controllers do: ready delay or never ready, a controller found enabling
+ * (CC.EN = 1, CSTS.RDY = 0) at takeover, CSTS.CFS on enable or after some I/O commands, vanishing
+ * (every register reads all ones) after some I/O commands, VS/CRTO, MDTS, SGLS, queues granted, a
+ * failing Create I/O SQ or Delete I/O SQ/CQ, admin commands of one opcode held or delayed, I/O
+ * commands of one opcode held until aborted or released (late completion), completions of held
+ * commands posted after a reset into the recreated queue, Abort that does or does not abort or
+ * fails with a status; CAP.DSTRD != 0 (the doorbells move with it), CAP.MPSMIN and CC.MPS (PRPs
+ * walked at the page the host chose), a BAR0 of any size (exactly that much memory, so an access
+ * beyond it is a reported overflow), NN, VWC (with the Flushes that came before the shutdown
+ * counted), a shutdown that never completes, NVM subsystem reset (CAP.NSSRS, NSSR, CSTS.NSSRO), a
+ * failing Set Features Number of Queues, a CMB's registers, and through nvme_ns_model.h
+ * namespaces of any NSID, LBA format, metadata, protection information and zones. Records what a
+ * controller could hold against its host: CC.EN cleared while enabling. Every host memory access
+ * of the NVM command set on namespace 1 and of the admin commands is reported to `dma`
+ * (nvme_eo.h). One thread steps
  * everything (nvme_cmodel_start/stop).
  */
 #ifndef UPCIE_TEST_NVME_CTRL_MODEL_H
@@ -40,7 +49,7 @@
 
 #define NVME_CMODEL_REGS   0x4000
 #define NVME_CMODEL_MAXQ   64
-#define NVME_CMODEL_MAXHLD 64
+#define NVME_CMODEL_MAXHLD 64 /* held commands carried over a reset, per queue */
 
 struct nvme_cmodel;
 
@@ -51,9 +60,9 @@ struct nvme_cmodel_q {
 	uint32_t cq_depth;
 	bool ien;
 	uint16_t iv;
-	struct nvme_model m; /* live while sq */
-	uint16_t held[NVME_CMODEL_MAXHLD];
-	uint32_t nheld;
+	struct nvme_model m;				   /* live while sq */
+	struct nvme_model_pend sticky[NVME_CMODEL_MAXHLD]; /* held across a reset */
+	uint32_t nsticky;
 };
 
 struct nvme_cmodel {
@@ -66,10 +75,20 @@ struct nvme_cmodel {
 	uint8_t mdts;
 	uint32_t sgls;
 	uint16_t oncs;
-	uint32_t nqueues;	 /* granted by Set Features */
-	uint16_t fail_create_sq; /* status for Create I/O SQ, 0: succeed */
-	uint8_t hold_opc;	 /* I/O opcode held until aborted; 0: none */
-	bool abort_aborts;	 /* Abort completes a held command (dw0 0) or not (dw0 1) */
+	uint32_t nqueues;	  /* granted by Set Features */
+	uint16_t fail_create_sq;  /* status for Create I/O SQ, 0: succeed */
+	uint16_t fail_delete_sq;  /* status for Delete I/O SQ, 0: succeed */
+	uint16_t fail_delete_cq;  /* status for Delete I/O CQ, 0: succeed */
+	uint8_t hold_opc;	  /* I/O opcode held until aborted or released; 0: none */
+	uint8_t hold_admin_opc;	  /* admin opcode held likewise; 0: none */
+	uint8_t delay_admin_opc;  /* admin opcode completed (and effective) only after ... */
+	uint32_t delay_admin_ms;  /* ... this many ms */
+	bool abort_aborts;	  /* Abort completes a held command (dw0 0) or not (dw0 1) */
+	uint16_t abort_status;	  /* status the Abort command itself completes with; 0: success */
+	bool late_after_reset;	  /* held I/O commands complete after a reset, in the new queue */
+	uint64_t cfs_after_io;	  /* CSTS.CFS once this many I/O commands were fetched; 0: never */
+	uint64_t vanish_after_io; /* all registers read all ones after this many; 0: never */
+	bool vanish;		  /* gone now */
 	uint32_t rtd3e;
 	uint32_t nn;		  /* Identify NN; 0: 1 (or the namespace table's highest NSID) */
 	uint8_t vwc;		  /* Identify VWC */
@@ -77,6 +96,8 @@ struct nvme_cmodel {
 	size_t regs_size;	  /* BAR0 bytes (nvme_cmodel_set_regs_size()) */
 	bool hold_shutdown;	  /* CC.SHN is never answered with SHST complete */
 	struct nvme_nsm *nsm;	  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
+	nvme_model_dma_fn dma;	  /* DMA observer of every queue */
+	void *dma_ctx;
 	/* namespace 1 */
 	uint8_t *ns;
 	uint64_t ns_blocks;
@@ -87,13 +108,19 @@ struct nvme_cmodel {
 	struct nvme_model admin;
 	bool admin_live;
 	bool rdy;
+	bool cfs; /* fatal: processes nothing until disabled */
 	uint64_t en_at_ns;
-	uint16_t held_admin[NVME_CMODEL_MAXHLD];
-	uint32_t nheld_admin;
+	uint32_t en_aqa;	 /* AQA, ASQ, ACQ when enabling began: the host may not */
+	uint64_t en_asq, en_acq; /* change them unless it cleared CC.EN */
+	uint64_t io_fetched;	 /* I/O commands fetched since start, all queues */
+	int release_req; /* nvme_cmodel_release(): complete held commands at the next step */
 	struct nvme_cmodel_q q[NVME_CMODEL_MAXQ + 1];
 	/* records (read after stop, or with care) */
 	uint32_t n_enable, n_disable, n_shutdown, n_create_cq, n_create_sq, n_delete_sq,
 	    n_delete_cq, n_abort, n_set_queues, n_identify;
+	uint32_t n_en_cleared_enabling; /* CC.EN cleared while enabling (CSTS.RDY still 0) */
+	uint32_t n_abort_fetched;	/* Aborts fetched (n_abort: executed) */
+	uint64_t abort_first_ns, abort_last_ns; /* when the first and the last were fetched */
 	uint16_t last_abort_sqid, last_abort_cid;
 	uint32_t last_cc, last_aqa;
 	uint64_t last_asq, last_acq;
@@ -165,6 +192,27 @@ static inline void nvme_cmodel_init(struct nvme_cmodel *cm, struct nvme_model_io
 	cm->abort_aborts = true;
 }
 
+/* The admin queue registers as they are now, as the ones enabling started with. */
+static inline void nvme_cmodel_en_snap_(struct nvme_cmodel *cm)
+{
+	cm->en_aqa = nvme_cmodel_rd(cm, UPCIE_NVME_REG_AQA);
+	cm->en_asq = nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ASQ);
+	cm->en_acq = nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ACQ);
+}
+
+/*
+ * Found enabling at takeover: CC.EN = 1, CSTS.RDY = 0 (another driver set CC.EN), ready
+ * `ready_ms` from now. Call before start.
+ */
+static inline void nvme_cmodel_takeover_enabling(struct nvme_cmodel *cm, uint32_t ready_ms)
+{
+	cm->regs[UPCIE_NVME_REG_CC / 4] = 1u | (6u << 16) | (4u << 20);
+	cm->regs[UPCIE_NVME_REG_CSTS / 4] = 0;
+	cm->ready_delay_ms = ready_ms;
+	cm->en_at_ns = upcie_time_ns();
+	nvme_cmodel_en_snap_(cm);
+}
+
 static inline void nvme_cmodel_set_cap(struct nvme_cmodel *cm, uint64_t cap)
 {
 	cm->regs[0] = (uint32_t)cap;
@@ -225,6 +273,8 @@ static inline unsigned nvme_cmodel_page_shift(struct nvme_cmodel *cm)
 /* Copy `len` bytes of `src` to wherever the command's PRPs point. */
 struct nvme_cmodel_copy_ {
 	struct nvme_model_iomap *im;
+	struct nvme_model *m;
+	const struct nvme_model_pend *p;
 	const uint8_t *src;
 };
 
@@ -239,6 +289,7 @@ static inline int nvme_cmodel_copy_emit_(void *ctx, uint64_t iova, uint64_t len)
 		if (!p)
 			return UPCIE_NVME_SC_DATA_XFER_ERROR;
 		take = contig < len ? contig : len;
+		nvme_model_dma_(c->m, c->p, 0, NVME_MODEL_DMA_DATA, p, take);
 		memcpy(p, c->src, take);
 		c->src += take;
 		iova += take;
@@ -247,12 +298,16 @@ static inline int nvme_cmodel_copy_emit_(void *ctx, uint64_t iova, uint64_t len)
 	return 0;
 }
 
-static inline uint16_t nvme_cmodel_out_(struct nvme_cmodel *cm, const struct upcie_nvme_sqe *sqe,
-					const void *buf, uint64_t len)
+static inline uint16_t nvme_cmodel_out_(struct nvme_cmodel *cm, struct nvme_model *m,
+					const struct nvme_model_pend *p,
+					const struct upcie_nvme_sqe *sqe, const void *buf,
+					uint64_t len)
 {
 	struct nvme_cmodel_copy_ c;
 
 	c.im = cm->iomap;
+	c.m = m;
+	c.p = p;
 	c.src = (const uint8_t *)buf;
 	return (uint16_t)nvme_model_prp_walk(cm->iomap, sqe->prp1, sqe->prp2, len,
 					     nvme_cmodel_page_shift(cm), nvme_cmodel_copy_emit_,
@@ -265,7 +320,6 @@ static inline void nvme_cmodel_pad_(char *dst, size_t n, const char *s)
 	memcpy(dst, s, strlen(s) < n ? strlen(s) : n);
 }
 
-/* NN: the knob, else the highest NSID of the namespace table, else 1. */
 static inline uint32_t nvme_cmodel_nn_(const struct nvme_cmodel *cm)
 {
 	uint32_t nn = 1;
@@ -278,7 +332,8 @@ static inline uint32_t nvme_cmodel_nn_(const struct nvme_cmodel *cm)
 	return nn;
 }
 
-static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
+static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme_model *m,
+					     const struct nvme_model_pend *p,
 					     const struct upcie_nvme_sqe *sqe)
 {
 	uint8_t buf[4096];
@@ -292,7 +347,7 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
 		if (st > 0)
 			return (uint16_t)st;
 		if (st == 0)
-			return nvme_cmodel_out_(cm, sqe, buf, sizeof(buf));
+			return nvme_cmodel_out_(cm, m, p, sqe, buf, sizeof(buf));
 		return UPCIE_NVME_SC_INVALID_FIELD;
 	}
 	if (cns == UPCIE_NVME_CNS_CTRL) {
@@ -338,10 +393,10 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm,
 	} else {
 		return UPCIE_NVME_SC_INVALID_FIELD;
 	}
-	return nvme_cmodel_out_(cm, sqe, buf, sizeof(buf));
+	return nvme_cmodel_out_(cm, m, p, sqe, buf, sizeof(buf));
 }
 
-/* Hold I/O commands of hold_opc (they never complete unless aborted). */
+/* Hold I/O commands of hold_opc (they complete only when aborted or released). */
 static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe *sqe,
 					  struct nvme_model_action *act)
 {
@@ -352,10 +407,9 @@ static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe
 		cm->n_flush++;
 		cm->last_flush_nsid = sqe->nsid;
 	}
-	if (cm->hold_opc && sqe->opc == cm->hold_opc && q->nheld < NVME_CMODEL_MAXHLD) {
-		act->drop = true;
-		q->held[q->nheld++] = sqe->cid;
-	}
+	cm->io_fetched++;
+	if (cm->hold_opc && sqe->opc == cm->hold_opc)
+		act->hold = true;
 }
 
 static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
@@ -387,6 +441,12 @@ static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
 		return UPCIE_NVME_SC_DATA_XFER_ERROR;
 	nvme_model_init(&q->m, sq, depth, cq, q->cq_depth, qid, cm->ns, cm->ns_blocks,
 			cm->lba_bytes, nvme_cmodel_page_shift(cm), cm->iomap);
+	q->m.dma = cm->dma;
+	q->m.dma_ctx = cm->dma_ctx;
+	/* a broken controller: commands held before the reset complete into the new queue */
+	for (uint32_t i = 0; i < q->nsticky && q->m.nheld < q->m.held_cap; i++)
+		q->m.held[q->m.nheld++] = q->sticky[i];
+	q->nsticky = 0;
 	q->m.sqdbp = &cm->regs[nvme_cmodel_db_off(cm, qid, 0) / 4];
 	q->m.cqdbp = &cm->regs[nvme_cmodel_db_off(cm, qid, 1) / 4];
 	/* a new queue starts at head = tail = 0, whatever its doorbells last held */
@@ -399,7 +459,6 @@ static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
 	q->m.inject = nvme_cmodel_io_inject_;
 	q->m.inject_ctx = q;
 	q->cm = cm;
-	q->nheld = 0;
 	q->sq = true;
 	return 0;
 }
@@ -408,35 +467,22 @@ static inline uint16_t nvme_cmodel_abort_(struct nvme_cmodel *cm, const struct u
 					  struct nvme_model_pend *p)
 {
 	uint16_t sqid = (uint16_t)sqe->cdw10, cid = (uint16_t)(sqe->cdw10 >> 16);
-	uint16_t *held = NULL;
-	uint32_t *nheld = NULL;
 	struct nvme_model *m = NULL;
 
 	cm->n_abort++;
 	cm->last_abort_sqid = sqid;
 	cm->last_abort_cid = cid;
 	p->dw0 = 1; /* not aborted */
-	if (sqid == 0) {
-		held = cm->held_admin;
-		nheld = &cm->nheld_admin;
+	if (cm->abort_status)
+		return cm->abort_status;
+	if (sqid == 0)
 		m = &cm->admin;
-	} else if (sqid <= NVME_CMODEL_MAXQ && cm->q[sqid].sq) {
-		held = cm->q[sqid].held;
-		nheld = &cm->q[sqid].nheld;
+	else if (sqid <= NVME_CMODEL_MAXQ && cm->q[sqid].sq)
 		m = &cm->q[sqid].m;
-	} else {
+	else
 		return UPCIE_NVME_SC_INVALID_FIELD;
-	}
-	if (!cm->abort_aborts)
-		return 0;
-	for (uint32_t i = 0; i < *nheld; i++) {
-		if (held[i] != cid)
-			continue;
-		held[i] = held[--*nheld];
-		nvme_model_post_raw(m, cid, UPCIE_NVME_SC_ABORT_REQ, false);
+	if (cm->abort_aborts && nvme_model_abort_held(m, cid))
 		p->dw0 = 0;
-		break;
-	}
 	return 0;
 }
 
@@ -447,10 +493,9 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 	struct nvme_cmodel *cm = (struct nvme_cmodel *)ctx;
 	uint16_t qid = (uint16_t)sqe->cdw10;
 
-	(void)m;
 	switch (sqe->opc) {
 	case UPCIE_NVME_ADMIN_IDENTIFY:
-		return nvme_cmodel_identify_(cm, sqe);
+		return nvme_cmodel_identify_(cm, m, p, sqe);
 	case UPCIE_NVME_ADMIN_SET_FEATURES:
 		if ((sqe->cdw10 & 0xff) != UPCIE_NVME_FEAT_NUM_QUEUES)
 			return UPCIE_NVME_SC_INVALID_FIELD;
@@ -477,6 +522,8 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 		return nvme_cmodel_create_sq_(cm, sqe);
 	case UPCIE_NVME_ADMIN_DELETE_SQ:
 		cm->n_delete_sq++;
+		if (cm->fail_delete_sq)
+			return cm->fail_delete_sq;
 		if (!qid || qid > NVME_CMODEL_MAXQ || !cm->q[qid].sq)
 			return UPCIE_NVME_SC_QID_INVALID;
 		nvme_model_fini(&cm->q[qid].m);
@@ -484,6 +531,8 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 		return 0;
 	case UPCIE_NVME_ADMIN_DELETE_CQ:
 		cm->n_delete_cq++;
+		if (cm->fail_delete_cq)
+			return cm->fail_delete_cq;
 		if (!qid || qid > NVME_CMODEL_MAXQ || !cm->q[qid].cq)
 			return UPCIE_NVME_SC_QID_INVALID;
 		if (cm->q[qid].sq)
@@ -497,30 +546,54 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 	}
 }
 
-/* Asynchronous Event Requests are held (an event never comes). */
+/* Asynchronous Event Requests are held (an event never comes); so is hold_admin_opc. */
 static inline void nvme_cmodel_admin_inject_(void *ctx, const struct upcie_nvme_sqe *sqe,
 					     struct nvme_model_action *act)
 {
 	struct nvme_cmodel *cm = (struct nvme_cmodel *)ctx;
 
-	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT && cm->nheld_admin < NVME_CMODEL_MAXHLD) {
-		act->drop = true;
-		cm->held_admin[cm->nheld_admin++] = sqe->cid;
+	if (sqe->opc == UPCIE_NVME_ADMIN_ABORT) {
+		cm->abort_last_ns = upcie_time_ns();
+		if (!cm->n_abort_fetched++)
+			cm->abort_first_ns = cm->abort_last_ns;
 	}
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT ||
+	    (cm->hold_admin_opc && sqe->opc == cm->hold_admin_opc))
+		act->hold = true;
+	if (cm->delay_admin_opc && sqe->opc == cm->delay_admin_opc)
+		act->due_ns = upcie_time_ns() + (uint64_t)cm->delay_admin_ms * 1000000;
 }
 
-/* Forget every queue (controller reset). */
+/* Forget every queue (controller reset); with late_after_reset, keep the held I/O commands. */
 static inline void nvme_cmodel_reset_(struct nvme_cmodel *cm)
 {
 	if (cm->admin_live)
 		nvme_model_fini(&cm->admin);
 	cm->admin_live = false;
-	cm->nheld_admin = 0;
 	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ; i++) {
-		if (cm->q[i].sq)
-			nvme_model_fini(&cm->q[i].m);
-		memset(&cm->q[i], 0, sizeof(cm->q[i]));
+		struct nvme_cmodel_q *q = &cm->q[i];
+		struct nvme_model_pend keep[NVME_CMODEL_MAXHLD];
+		uint32_t nkeep = 0;
+
+		if (q->sq && cm->late_after_reset)
+			for (uint32_t k = 0; k < q->m.nheld && nkeep < NVME_CMODEL_MAXHLD; k++) {
+				keep[nkeep] = q->m.held[k];
+				keep[nkeep].exec = false; /* the completion only: no data */
+				keep[nkeep].code = 0;
+				nkeep++;
+			}
+		if (q->sq)
+			nvme_model_fini(&q->m);
+		memset(q, 0, sizeof(*q));
+		memcpy(q->sticky, keep, nkeep * sizeof(keep[0]));
+		q->nsticky = nkeep;
 	}
+}
+
+/* Complete every held command at the next step (late completions). From any thread. */
+static inline void nvme_cmodel_release(struct nvme_cmodel *cm)
+{
+	__atomic_store_n(&cm->release_req, 1, __ATOMIC_RELEASE);
 }
 
 static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
@@ -535,12 +608,17 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 	cm->last_aqa = aqa;
 	cm->last_asq = asq;
 	cm->last_acq = acq;
+	cm->rdy = true;
+	cm->n_enable++;
 	if (!sq || !cq) {
-		nvme_cmodel_csts_(cm, 2); /* CFS */
+		/* ready, but every admin command it fetched would fault: none is rung here */
+		nvme_cmodel_csts_(cm, 1);
 		return;
 	}
 	nvme_model_init(&cm->admin, sq, sqd, cq, cqd, 0, NULL, 0, 512, nvme_cmodel_page_shift(cm),
 			cm->iomap);
+	cm->admin.dma = cm->dma;
+	cm->admin.dma_ctx = cm->dma_ctx;
 	cm->admin.sqdbp = &cm->regs[nvme_cmodel_db_off(cm, 0, 0) / 4];
 	cm->admin.cqdbp = &cm->regs[nvme_cmodel_db_off(cm, 0, 1) / 4];
 	*cm->admin.sqdbp = *cm->admin.cqdbp = 0;
@@ -549,15 +627,19 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 	cm->admin.inject = nvme_cmodel_admin_inject_;
 	cm->admin.inject_ctx = cm;
 	cm->admin_live = true;
-	cm->rdy = true;
-	cm->n_enable++;
-	nvme_cmodel_csts_(cm, 1);
+	nvme_cmodel_csts_(cm, 1); /* ready last: the queue is set up */
 }
 
 static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 {
 	uint32_t cc, csts;
 
+	if (cm->vanish || (cm->vanish_after_io && cm->io_fetched >= cm->vanish_after_io)) {
+		/* surprise removal: reads return all ones, nothing is processed any more */
+		cm->vanish = true;
+		memset(cm->regs, 0xff, cm->regs_size);
+		return;
+	}
 	/* NVM subsystem reset: every queue gone, CC cleared, CSTS.NSSRO set */
 	if (nvme_cmodel_rd(cm, UPCIE_NVME_REG_NSSR) == UPCIE_NVME_NSSR_RESET &&
 	    upcie_nvme_cap_nssrs(nvme_cmodel_rd64(cm, UPCIE_NVME_REG_CAP))) {
@@ -565,23 +647,34 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		cm->n_nssr++;
 		nvme_cmodel_reset_(cm);
 		cm->rdy = false;
+		cm->cfs = false;
 		cm->en_at_ns = 0;
 		cm->nssro = true;
 		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CC, 0);
 		nvme_cmodel_csts_(cm, 0);
 	}
+
 	cc = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC);
 	csts = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS);
-
 	if (!(cc & 1)) {
-		if (csts & 1 || cm->rdy) {
+		if (cm->en_at_ns && !cm->rdy && !(csts & 2))
+			cm->n_en_cleared_enabling++;
+		if (csts & 1 || cm->rdy || cm->cfs) {
 			nvme_cmodel_reset_(cm);
 			cm->rdy = false;
+			cm->cfs = false;
 			cm->n_disable++;
 		}
 		cm->en_at_ns = 0;
 		if (csts)
 			nvme_cmodel_csts_(cm, 0);
+		return;
+	}
+	if (cm->cfs)
+		return; /* fatal: nothing until CC.EN = 0 */
+	if (cm->cfs_after_io && cm->io_fetched >= cm->cfs_after_io) {
+		cm->cfs = true;
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, csts | 2);
 		return;
 	}
 	if (!cm->rdy) {
@@ -592,8 +685,18 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 			nvme_cmodel_csts_(cm, 2);
 			return;
 		}
-		if (!cm->en_at_ns)
+		if (!cm->en_at_ns) {
 			cm->en_at_ns = upcie_time_ns();
+			nvme_cmodel_en_snap_(cm);
+		} else if (nvme_cmodel_rd(cm, UPCIE_NVME_REG_AQA) != cm->en_aqa ||
+			   nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ASQ) != cm->en_asq ||
+			   nvme_cmodel_rd64(cm, UPCIE_NVME_REG_ACQ) != cm->en_acq) {
+			/* admin queue reprogrammed while enabling: the host cleared CC.EN and set
+			 * it again faster than this model steps (or wrote them while enabled) */
+			cm->n_en_cleared_enabling++;
+			cm->en_at_ns = upcie_time_ns();
+			nvme_cmodel_en_snap_(cm);
+		}
 		if (cm->never_ready ||
 		    upcie_time_ns() - cm->en_at_ns < (uint64_t)cm->ready_delay_ms * 1000000)
 			return;
@@ -608,9 +711,16 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		nvme_cmodel_csts_(cm, (csts & ~(3u << 2) & ~UPCIE_NVME_CSTS_NSSRO) |
 					  (UPCIE_NVME_CSTS_SHST_COMPLETE << 2));
 	}
+	if (__atomic_exchange_n(&cm->release_req, 0, __ATOMIC_ACQ_REL)) {
+		if (cm->admin_live)
+			nvme_model_release_held(&cm->admin);
+		for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ; i++)
+			if (cm->q[i].sq)
+				nvme_model_release_held(&cm->q[i].m);
+	}
 	if (cm->admin_live)
 		nvme_model_step(&cm->admin);
-	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ; i++)
+	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ && !cm->cfs; i++)
 		if (cm->q[i].sq)
 			nvme_model_step(&cm->q[i].m);
 }

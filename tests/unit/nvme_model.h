@@ -7,13 +7,17 @@
  * tail "doorbell" (a plain uint32_t the queue pair writes) moves, executes Read, Write, Compare,
  * Write Zeroes, Flush and Dataset Management by walking PRPs or SGLs the way a controller does
  * (device addresses resolved through an IOVA map the test fills), and posts completions with
- * the right phase tag and SQ head, never overrunning the CQ head doorbell. Opcode
- * NVME_MODEL_OPC_ECHO completes with dw0 = CDW2, dw1 = CDW3 (a tag for protocol tests).
+ * the right phase tag and SQ head, never overrunning the CQ head doorbell. A command is executed
+ * when it completes, right before its completion entry is written, so a command that completes
+ * late also moves its data late. Opcode NVME_MODEL_OPC_ECHO completes with dw0 = CDW2,
+ * dw1 = CDW3 (a tag for protocol tests).
  *
  * Fault knobs: out-of-order posting, error status (with DNR), dropped completions, delays in
- * steps, a fetch limit or stall (SQ-full pressure), an inject callback deciding per command,
- * and raw completions for arbitrary CIDs. Stepped explicitly (nvme_model_step), or by a thread
- * (nvme_model_start/stop) for concurrency tests.
+ * steps or in time, commands held until released (late completion) or aborted, a fetch limit or
+ * stall (SQ-full pressure), an SQ head reported late (sqhd_lag), an inject callback deciding per
+ * command, and raw completions for arbitrary CIDs and SQ heads (a hostile device). Every access
+ * of host memory is reported to a DMA observer (the exactly-once checker, nvme_eo.h). Stepped
+ * explicitly (nvme_model_step), or by a thread (nvme_model_start/stop) for concurrency tests.
  */
 #ifndef UPCIE_TEST_NVME_MODEL_H
 #define UPCIE_TEST_NVME_MODEL_H
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <upcie/base/clock.h>
 #include <upcie/mem/dmamem.h>
 #include <upcie/nvme/spec.h>
 
@@ -295,19 +300,43 @@ static inline int nvme_model_mem_lut(struct upcie_dmamem *mem, void *vaddr, size
 struct nvme_model_action {
 	uint16_t code; /* status to post (enum upcie_nvme_code); non-zero skips execution */
 	bool dnr;
-	bool drop;	/* never post a completion */
-	uint32_t delay; /* steps between fetch and posting */
+	bool drop;	 /* never post a completion, forget the command */
+	bool hold;	 /* keep it (held list) until released or aborted */
+	uint32_t delay;	 /* steps between fetch and completion */
+	uint64_t due_ns; /* and not before this time (upcie_time_ns(); 0: no time limit) */
 };
 
 typedef void (*nvme_model_inject_fn)(void *ctx, const struct upcie_nvme_sqe *sqe,
 				     struct nvme_model_action *act);
 
+/*
+ * A fetched command waiting to complete. It is executed (data moved, admin effect applied)
+ * when it completes, right before its completion entry is written: so a command completed late
+ * also moves its data late, as a slow controller may.
+ */
 struct nvme_model_pend {
+	struct upcie_nvme_sqe sqe;
+	uint64_t serial; /* fetch order, 1.. (0: a raw completion) */
 	uint32_t dw0, dw1;
 	uint16_t cid, code;
 	bool dnr;
-	uint64_t due;
+	bool exec;    /* execute at completion (else post `code` as it is) */
+	int32_t sqhd; /* SQ head to report; -1: the model's own */
+	uint64_t due, due_ns;
 };
+
+struct nvme_model;
+
+/*
+ * DMA observer: called for every access of host memory the model makes on behalf of a command,
+ * before it happens: dir 0 = the device writes host memory (read data, Identify data, and the
+ * completion entry itself, with kind 1), dir 1 = it reads host memory (write data, lists are not
+ * reported). `p` is the command (its CID, its fetch serial).
+ */
+#define NVME_MODEL_DMA_DATA 0
+#define NVME_MODEL_DMA_CQE  1
+typedef void (*nvme_model_dma_fn)(void *ctx, struct nvme_model *m, const struct nvme_model_pend *p,
+				  int dir, int kind, const uint8_t *ptr, uint64_t len);
 
 struct nvme_model {
 	/* queue (set by nvme_model_init) */
@@ -316,6 +345,7 @@ struct nvme_model {
 	uint32_t sq_depth, cq_depth;
 	uint32_t sqdb, cqdb; /* the doorbell "registers" */
 	uint32_t sq_head, cq_tail, phase;
+	uint32_t sqhd_rep; /* SQ head last reported */
 	uint16_t sqid;
 	/* namespace */
 	uint8_t *ns;
@@ -329,13 +359,18 @@ struct nvme_model {
 	bool fetch_stall;   /* fetch nothing */
 	uint32_t delay;	    /* default delay in steps */
 	uint32_t post_max;  /* completions posted per step, 0: all */
+	uint32_t sqhd_lag;  /* report an SQ head up to this many entries behind the fetch point */
 	nvme_model_inject_fn inject;
 	void *inject_ctx;
+	nvme_model_dma_fn dma;
+	void *dma_ctx;
 	uint64_t seed;
 	/* state */
 	struct nvme_model_pend *pend;
 	uint32_t npend, pend_cap;
-	uint64_t steps;
+	struct nvme_model_pend *held; /* commands kept by act.hold */
+	uint32_t nheld, held_cap;
+	uint64_t steps, serial;
 	/* doorbell registers elsewhere (a BAR model); NULL: the sqdb/cqdb fields above */
 	volatile uint32_t *sqdbp, *cqdbp;
 	/* command execution other than the NVM set (an admin queue); NULL: NVM commands */
@@ -343,7 +378,7 @@ struct nvme_model {
 			 struct nvme_model_pend *p);
 	void *exec_ctx;
 	/* counters */
-	uint64_t fetched, posted, dropped, bad_doorbell, executed_errors;
+	uint64_t fetched, posted, dropped, bad_doorbell, executed_errors, dma_writes, dma_reads;
 	/* threaded mode */
 	pthread_t thread;
 	int run;
@@ -368,14 +403,18 @@ static inline int nvme_model_init(struct nvme_model *m, void *sq, uint32_t sq_de
 	m->page_shift = page_shift;
 	m->iomap = im;
 	m->seed = 0x9e3779b97f4a7c15ull;
-	m->pend_cap = 65536 + 16;
+	/* every fetched command, plus room for raw completions */
+	m->pend_cap = sq_depth + cq_depth + 256;
+	m->held_cap = sq_depth + 16;
 	m->pend = (struct nvme_model_pend *)calloc(m->pend_cap, sizeof(*m->pend));
-	return m->pend ? 0 : -1;
+	m->held = (struct nvme_model_pend *)calloc(m->held_cap, sizeof(*m->held));
+	return m->pend && m->held ? 0 : -1;
 }
 
 static inline void nvme_model_fini(struct nvme_model *m)
 {
 	free(m->pend);
+	free(m->held);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -390,11 +429,24 @@ static inline uint64_t nvme_model_rand_(struct nvme_model *m)
 /* Copy between the namespace and device memory: dir 0 = device->ns (write), 1 = ns->device. */
 struct nvme_model_xfer_ {
 	struct nvme_model *m;
+	const struct nvme_model_pend *p;
 	uint8_t *nsp;
 	int dir; /* 0: write (device memory to namespace), 1: read, 2: compare */
 	bool miscompare;
 	uint8_t *buf; /* DSM: ranges land here */
 };
+
+/* Report a host memory access of command `p` to the observer and the counters. */
+static inline void nvme_model_dma_(struct nvme_model *m, const struct nvme_model_pend *p, int dir,
+				   int kind, const uint8_t *ptr, uint64_t len)
+{
+	if (dir == 0)
+		m->dma_writes++;
+	else
+		m->dma_reads++;
+	if (m->dma)
+		m->dma(m->dma_ctx, m, p, dir, kind, ptr, len);
+}
 
 static inline int nvme_model_xfer_emit_(void *ctx, uint64_t iova, uint64_t len)
 {
@@ -407,12 +459,17 @@ static inline int nvme_model_xfer_emit_(void *ctx, uint64_t iova, uint64_t len)
 		if (!p)
 			return UPCIE_NVME_SC_DATA_XFER_ERROR;
 		take = contig < len ? contig : len;
-		if (x->dir == 0)
+		if (x->dir == 0) {
+			nvme_model_dma_(x->m, x->p, 1, NVME_MODEL_DMA_DATA, p, take);
 			memcpy(x->nsp, p, take);
-		else if (x->dir == 1)
+		} else if (x->dir == 1) {
+			nvme_model_dma_(x->m, x->p, 0, NVME_MODEL_DMA_DATA, p, take);
 			memcpy(p, x->nsp, take);
-		else if (memcmp(x->nsp, p, take))
-			x->miscompare = true;
+		} else {
+			nvme_model_dma_(x->m, x->p, 1, NVME_MODEL_DMA_DATA, p, take);
+			if (memcmp(x->nsp, p, take))
+				x->miscompare = true;
+		}
 		x->nsp += take;
 		iova += take;
 		len -= take;
@@ -444,6 +501,7 @@ static inline uint16_t nvme_model_exec_(struct nvme_model *m, const struct upcie
 
 	memset(&x, 0, sizeof(x));
 	x.m = m;
+	x.p = p;
 	switch (sqe->opc) {
 	case NVME_MODEL_OPC_ECHO:
 		p->dw0 = sqe->cdw2;
@@ -496,16 +554,62 @@ static inline uint16_t nvme_model_exec_(struct nvme_model *m, const struct upcie
 	}
 }
 
-/* Queue a completion for `cid` as if a command finished (any CID, e.g. one never submitted). */
-static inline void nvme_model_post_raw(struct nvme_model *m, uint16_t cid, uint16_t code, bool dnr)
+/*
+ * Queue a completion for `cid` as if a command finished (any CID, e.g. one never submitted),
+ * reporting SQ head `sqhd` (-1: the model's own). Returns 0, -1 when the model is full.
+ */
+static inline int nvme_model_post_raw_sqhd(struct nvme_model *m, uint16_t cid, uint16_t code,
+					   bool dnr, int32_t sqhd)
 {
-	struct nvme_model_pend *p = &m->pend[m->npend++];
+	struct nvme_model_pend *p;
 
+	if (m->npend >= m->pend_cap)
+		return -1;
+	p = &m->pend[m->npend++];
 	memset(p, 0, sizeof(*p));
 	p->cid = cid;
 	p->code = code;
 	p->dnr = dnr;
+	p->sqhd = sqhd;
 	p->due = m->steps;
+	return 0;
+}
+
+/* Queue a completion for `cid` as if a command finished (any CID, e.g. one never submitted). */
+static inline void nvme_model_post_raw(struct nvme_model *m, uint16_t cid, uint16_t code, bool dnr)
+{
+	nvme_model_post_raw_sqhd(m, cid, code, dnr, -1);
+}
+
+/* Complete every held command, oldest first: executed and posted from the next step on, as a
+ * late controller would. Returns how many. */
+static inline uint32_t nvme_model_release_held(struct nvme_model *m)
+{
+	uint32_t n = 0;
+
+	while (n < m->nheld && m->npend < m->pend_cap) {
+		m->pend[m->npend] = m->held[n++];
+		m->pend[m->npend].due = m->steps;
+		m->pend[m->npend].due_ns = 0;
+		m->npend++;
+	}
+	memmove(m->held, m->held + n, (m->nheld - n) * sizeof(*m->held));
+	m->nheld -= n;
+	return n;
+}
+
+/* Abort held command `cid`: it completes with Command Abort Requested, unexecuted. Returns
+ * whether it was held. */
+static inline bool nvme_model_abort_held(struct nvme_model *m, uint16_t cid)
+{
+	for (uint32_t i = 0; i < m->nheld; i++) {
+		if (m->held[i].cid != cid)
+			continue;
+		m->held[i] = m->held[--m->nheld];
+		nvme_model_post_raw(m, cid, UPCIE_NVME_SC_ABORT_REQ, false);
+		return true;
+	}
+	return false;
 }
 
 static inline uint32_t nvme_model_db_(struct nvme_model *m, bool sq)
@@ -526,37 +630,52 @@ static inline void nvme_model_fetch_(struct nvme_model *m)
 	}
 	while (!m->fetch_stall && m->sq_head != tail && (!m->fetch_max || n < m->fetch_max) &&
 	       m->npend < m->pend_cap) {
-		struct upcie_nvme_sqe sqe = m->sq[m->sq_head];
 		struct nvme_model_action act;
-		struct nvme_model_pend *p;
+		struct nvme_model_pend p;
 
+		memset(&p, 0, sizeof(p));
+		p.sqe = m->sq[m->sq_head];
 		m->sq_head = m->sq_head + 1 == m->sq_depth ? 0 : m->sq_head + 1;
 		m->fetched++;
 		n++;
 		memset(&act, 0, sizeof(act));
 		act.delay = m->delay;
 		if (m->inject)
-			m->inject(m->inject_ctx, &sqe, &act);
+			m->inject(m->inject_ctx, &p.sqe, &act);
 		if (act.drop) {
 			m->dropped++;
 			continue;
 		}
-		p = &m->pend[m->npend++];
-		memset(p, 0, sizeof(*p));
-		p->cid = sqe.cid;
-		p->due = m->steps + act.delay;
-		p->code = act.code  ? act.code
-			  : m->exec ? m->exec(m->exec_ctx, m, &sqe, p)
-				    : nvme_model_exec_(m, &sqe, p);
-		p->dnr = act.code ? act.dnr : false;
-		if (p->code && !act.code)
-			m->executed_errors++;
+		p.serial = ++m->serial;
+		p.cid = p.sqe.cid;
+		p.due = m->steps + act.delay;
+		p.due_ns = act.due_ns;
+		p.code = act.code;
+		p.dnr = act.code ? act.dnr : false;
+		p.exec = !act.code;
+		p.sqhd = -1;
+		if (act.hold && m->nheld < m->held_cap)
+			m->held[m->nheld++] = p;
+		else
+			m->pend[m->npend++] = p;
 	}
+}
+
+/* The SQ head the next completion reports: the fetch point, or up to sqhd_lag behind it, never
+ * behind what was reported before. */
+static inline uint32_t nvme_model_sqhd_(struct nvme_model *m)
+{
+	uint32_t ahead = (m->sq_head + m->sq_depth - m->sqhd_rep) % m->sq_depth;
+
+	if (ahead > m->sqhd_lag)
+		m->sqhd_rep = (m->sq_head + m->sq_depth - m->sqhd_lag) % m->sq_depth;
+	return m->sqhd_rep;
 }
 
 static inline void nvme_model_post_(struct nvme_model *m)
 {
 	uint32_t posted = 0;
+	uint64_t now = 0;
 
 	for (;;) {
 		uint32_t head = nvme_model_db_(m, false);
@@ -570,6 +689,12 @@ static inline void nvme_model_post_(struct nvme_model *m)
 		for (uint32_t i = 0; i < m->npend; i++) {
 			if (m->pend[i].due > m->steps)
 				continue;
+			if (m->pend[i].due_ns) {
+				if (!now)
+					now = upcie_time_ns();
+				if (m->pend[i].due_ns > now)
+					continue;
+			}
 			nready++;
 			if (pick == m->npend || (m->ooo && nvme_model_rand_(m) % nready == 0))
 				pick = i;
@@ -579,10 +704,18 @@ static inline void nvme_model_post_(struct nvme_model *m)
 		p = m->pend[pick];
 		memmove(&m->pend[pick], &m->pend[pick + 1], (m->npend - pick - 1) * sizeof(p));
 		m->npend--;
+		if (p.exec) {
+			p.code = m->exec ? m->exec(m->exec_ctx, m, &p.sqe, &p)
+					 : nvme_model_exec_(m, &p.sqe, &p);
+			if (p.code)
+				m->executed_errors++;
+		}
 		e = &m->cq[m->cq_tail];
+		nvme_model_dma_(m, &p, 0, NVME_MODEL_DMA_CQE, (const uint8_t *)e, sizeof(*e));
 		e->dw0 = p.dw0;
 		e->dw1 = p.dw1;
-		e->dw2 = m->sq_head | ((uint32_t)m->sqid << 16);
+		e->dw2 = (p.sqhd >= 0 ? (uint32_t)p.sqhd : nvme_model_sqhd_(m)) |
+			 ((uint32_t)m->sqid << 16);
 		__atomic_store_n(&e->dw3, upcie_nvme_cqe_dw3_make(p.cid, m->phase, p.code, p.dnr),
 				 __ATOMIC_RELEASE);
 		m->cq_tail = next;
@@ -605,7 +738,8 @@ static inline void nvme_model_step(struct nvme_model *m)
 static inline void nvme_model_reset_queue(struct nvme_model *m)
 {
 	m->npend = 0;
-	m->sq_head = m->cq_tail = 0;
+	m->nheld = 0;
+	m->sq_head = m->cq_tail = m->sqhd_rep = 0;
 	m->phase = 1;
 	m->sqdb = m->cqdb = 0;
 	memset(m->cq, 0, (size_t)m->cq_depth * sizeof(*m->cq));
