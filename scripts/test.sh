@@ -104,6 +104,7 @@ tap "CQ mirror PTX matches its source" tests/gpu/gen-cqmirror-ptx.sh --check
 tap "GPU completion ordering points in the PTX (with its negative control)" tests/gpu/check-order-ptx.sh
 tap "HIP sources, headers, bridge host tests" tests/hip/check-hip.sh
 tap "HIP device code disassembly (RDNA fences)" tests/hip/check-disasm.sh
+tap "aarch64 queue-pair barriers (disassembly)" scripts/check-arm64.sh
 
 note "unit tests"
 # As root, give the unit tests real hugepages (and a hugetlbfs mount) so the pagemap and hugepage

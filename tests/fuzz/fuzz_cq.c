@@ -8,7 +8,8 @@
  * submit again), reaps, cancels, reclaims; the "device" side writes completion entries anywhere
  * in the ring with any CID (one outstanding, one cancelled, any 16-bit value), any SQ head, any
  * status, the expected phase tag or the other one. Checked after every step: no command's
- * callback runs twice, the CID tables add up (free + cancelled + outstanding = all), every
+ * callback runs twice, the CID tables add up (free + cancelled + outstanding = all), a slot's
+ * next CID is never the one its last command had (the generation advanced), every
  * index stays inside its ring, a reap that consumed entries told the controller the new head
  * (and one that consumed none wrote no doorbell), and the queue's room never exceeds what is
  * free. At the end fini must give every command still owed exactly one callback. ASan and
@@ -109,7 +110,7 @@ static int submit_one(bool commit, bool nocb)
 	}
 	if (err)
 		return err;
-	if (cid >= qp.ncids)
+	if (upcie_nvme_qpair_cid_index(&qp, cid) >= qp.ncids)
 		die("CID beyond the table");
 	r->cid = cid;
 	nrec++;
@@ -127,21 +128,34 @@ static void check_tables(void)
 	    qp.cq_head > qp.cq_last)
 		die("index outside its ring or table");
 	for (uint32_t c = 0; c < qp.ncids; c++) {
-		upcie_nvme_cpl_fn f = qp.slots[c].cb;
+		uint32_t tag = qp.slots[c].tag;
 
-		if (f == UPCIE_NVME_CID_CANCELLED_)
+		if (tag & UPCIE_NVME_CID_FREE_) /* free, or never used */
+			continue;
+		if (upcie_nvme_qpair_cid_index(&qp, (uint16_t)tag) != c)
+			die("a slot holds a CID of another slot");
+		if (tag & UPCIE_NVME_CID_CANCELLED_)
 			cancelled++;
-		else if (f != UPCIE_NVME_CID_FREE_)
+		else
 			out++;
 	}
 	if (cancelled != qp.ncancelled)
 		die("cancelled count differs from the table");
 	if (out + cancelled + qp.nfree != qp.ncids)
 		die("free + cancelled + outstanding != CIDs");
-	for (uint32_t i = 0; i < qp.nfree; i++)
-		if (qp.cid_free[i] >= qp.ncids ||
-		    qp.slots[qp.cid_free[i]].cb != UPCIE_NVME_CID_FREE_)
+	for (uint32_t i = 0; i < qp.nfree; i++) {
+		uint16_t cid = qp.cid_free[i];
+		uint32_t idx = upcie_nvme_qpair_cid_index(&qp, cid), tag;
+
+		if (idx >= qp.ncids)
+			die("free stack holds a CID beyond the table");
+		tag = qp.slots[idx].tag;
+		if (!(tag & UPCIE_NVME_CID_FREE_))
 			die("free stack holds a CID that is not free");
+		/* the next command of a slot never gets the CID of its last one */
+		if (tag != UPCIE_NVME_CID_UNUSED_ && (uint16_t)tag == cid)
+			die("free stack hands out the CID the slot's last command had");
+	}
 	room = upcie_nvme_qpair_room(&qp);
 	if (room > qp.nfree || room > qp.sq_last)
 		die("room beyond free CIDs or SQ slots");
@@ -237,7 +251,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.cqdb = &cqdb;
 	cfg.sq_depth = 2 + take8(&f) % 63;
 	cfg.cq_depth = 2 + take8(&f) % 63;
-	cfg.ncids = take8(&f) % cfg.cq_depth; /* 0: cq_depth - 1 */
+	/* 0: the default; fewer CIDs than SQ and CQ slots */
+	cfg.ncids = take8(&f) % (cfg.sq_depth < cfg.cq_depth ? cfg.sq_depth : cfg.cq_depth);
 	cfg.qid = 1;
 	sqdb = cqdb = 0;
 	nrec = 0;

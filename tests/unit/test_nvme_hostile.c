@@ -3,8 +3,8 @@
  * Regression tests for what the fuzzers (tests/fuzz) found in the handling of device-written
  * data, each replaying the finding by hand: a broken controller that refills the completion
  * queue behind the entries one reap consumes, so the head comes full circle within that reap
- * (through completions of commands the callbacks submit again, or through a late and a bad
- * entry): the reap must still tell the controller the head.
+ * (through the completion of a command a callback submits again, posted at once, or through a
+ * late and a bad entry): the reap must still tell the controller the head.
  */
 #include <upcie/nvme/qpair.h>
 
@@ -21,6 +21,13 @@ static volatile uint32_t sqdb, cqdb;
 static unsigned calls;
 static bool again;
 
+static void post(unsigned idx, uint16_t cid, uint32_t phase)
+{
+	cq[idx].dw0 = cq[idx].dw1 = 0;
+	cq[idx].dw2 = 0;
+	cq[idx].dw3 = upcie_nvme_cqe_dw3_make(cid, phase, 0, false);
+}
+
 static void cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
 {
 	struct upcie_nvme_sqe sqe;
@@ -30,8 +37,13 @@ static void cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
 	(void)err;
 	calls++;
 	memset(&sqe, 0, sizeof(sqe));
-	if (again)
-		upcie_nvme_qpair_submit(&qp, &sqe, cb, NULL, NULL);
+	if (again && calls == 1) {
+		uint16_t cid = 0xffff;
+
+		/* the device completes the new command at once, in the entry behind this one */
+		if (!upcie_nvme_qpair_submit(&qp, &sqe, cb, NULL, &cid))
+			post(1, cid, 1);
+	}
 }
 
 static void setup(void)
@@ -51,25 +63,19 @@ static void setup(void)
 	calls = 0;
 }
 
-static void post(unsigned idx, uint16_t cid, uint32_t phase)
-{
-	cq[idx].dw0 = cq[idx].dw1 = 0;
-	cq[idx].dw2 = 0;
-	cq[idx].dw3 = upcie_nvme_cqe_dw3_make(cid, phase, 0, false);
-}
-
 static void t_full_circle(void)
 {
 	struct upcie_nvme_sqe sqe;
+	uint16_t cid = 0;
 	int n;
 
 	/* callbacks submit again; the device has already posted the next completion */
 	setup();
 	again = true;
 	memset(&sqe, 0, sizeof(sqe));
-	upcie_nvme_qpair_submit(&qp, &sqe, cb, NULL, NULL);
-	post(0, 0, 1);
-	post(1, 0, 1);
+	upcie_nvme_qpair_submit(&qp, &sqe, cb, NULL, &cid);
+	post(0, cid, 1);
+	post(1, (uint16_t)(cid ^ 0x8000), 0); /* not yet posted: the callback's command takes it */
 	cqdb = SENTINEL;
 	n = upcie_nvme_qpair_reap(&qp, 0xffffffffu);
 	CHECK(n == 2 && calls == 2 && qp.cq_head == 0 && qp.phase == 0,

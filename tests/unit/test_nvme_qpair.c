@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * nvme/qpair.h against the controller model (tests/unit/nvme_model.h): ring wrap-around and
- * phase flips at depths 2, 3, 64 and 1024, out-of-order completion, SQ-full and CID-exhaustion
- * back-pressure (-EBUSY), error status with DNR, a completion that never arrives (timeout,
- * outstanding list, cancel, reclaim), a late completion after cancel, unknown CIDs (-EPROTO),
- * data verified end to end through PRPs and SGLs, a threaded controller, and fini with commands
- * in flight. Throughout: every submitted command ends in exactly one callback.
+ * phase flips at depths 2, 3, 64 and 1024, out-of-order completion, CID-exhaustion
+ * back-pressure (-EBUSY, also with an SQ shallower than the CQ), error status with DNR, a
+ * completion that never arrives (timeout, outstanding list, cancel, reclaim), a late completion
+ * after cancel, unknown CIDs (-EPROTO), data verified end to end through PRPs and SGLs, a
+ * threaded controller, fini with commands in flight, submit_sync while a callback takes its
+ * CID's slot again, what a hostile device writes into the CQ (duplicates after and before the
+ * slot was reused, CIDs beyond the table, SQ heads going backwards or past the tail: counted,
+ * logged a few times, no callback for the wrong command), and an SQ head reported late.
+ * Throughout: every submitted command ends in exactly one callback.
  */
 #include <upcie/nvme/cmd.h>
 #include <upcie/nvme/prp.h>
@@ -225,7 +229,7 @@ static void test_backpressure(void)
 	uint16_t tail, nfree, cid = 0;
 	uint8_t slot_before[64];
 
-	/* SQ of 4 (3 usable) in front of a CQ of 16 (15 CIDs): the SQ is the limit. */
+	/* SQ of 4 in front of a CQ of 16: 3 CIDs, fewer than SQ slots, so the SQ never fills. */
 	rig_init(&r, 4, 16, 0);
 	r.m.fetch_stall = true;
 	for (int i = 0; i < 3; i++)
@@ -362,7 +366,10 @@ static void test_timeout_cancel(void)
 	CHECK(lost.code == UPCIE_NVME_SC_ABORT_REQ && lost.dnr,
 	      "synthesized status: command abort requested, DNR");
 	CHECK_EQ(upcie_nvme_qpair_cancel(&r.qp, lost.cid), -ENOENT, "second cancel: -ENOENT");
-	CHECK_EQ(upcie_nvme_qpair_cancel(&r.qp, 200), -EINVAL, "cancel of a CID out of range");
+	CHECK_EQ(upcie_nvme_qpair_cancel(&r.qp, 7), -EINVAL,
+		 "cancel of a CID whose index is beyond the 7 CIDs");
+	CHECK_EQ(upcie_nvme_qpair_cancel(&r.qp, (uint16_t)(lost.cid + 8)), -ENOENT,
+		 "cancel of the next generation of the cancelled CID: not outstanding");
 	CHECK_EQ(upcie_nvme_qpair_inflight(&r.qp), 0, "nothing in flight");
 	CHECK_EQ(upcie_nvme_qpair_outstanding(&r.qp, out, 8), 0, "nothing outstanding");
 	CHECK_EQ(r.qp.nfree, 6, "cancelled CID stays reserved");
@@ -398,7 +405,9 @@ static void test_timeout_cancel(void)
 	CHECK_EQ(upcie_nvme_qpair_submit_sync(&r.qp, &sqe, 5 * UPCIE_NSEC_PER_MSEC, NULL, &cid),
 		 -ETIMEDOUT, "sync: -ETIMEDOUT");
 	nvme_model_stop(&r.m);
-	CHECK(cid < 7 && r.qp.slots[cid].cb == UPCIE_NVME_CID_CANCELLED_,
+	CHECK(upcie_nvme_qpair_cid_index(&r.qp, cid) < 7 &&
+		  r.qp.slots[upcie_nvme_qpair_cid_index(&r.qp, cid)].tag ==
+		      (cid | UPCIE_NVME_CID_CANCELLED_),
 	      "sync: CID %u reported and parked", cid);
 	rig_fini(&r);
 }
@@ -826,6 +835,202 @@ static void test_fini_and_config(void)
 	upcie_nvme_qpair_fini(&qp);
 }
 
+/* A callback that submits two commands: the second gets the CID freed just before it. */
+static struct rig *reuse_rig;
+static struct rec reuse_recs[2];
+
+static void reuse_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	rec_cb(ctx, cqe, err);
+	submit_echo(reuse_rig, &reuse_recs[0], 501);
+	submit_echo(reuse_rig, &reuse_recs[1], 502);
+	upcie_nvme_qpair_ring(&reuse_rig->qp);
+}
+
+/*
+ * submit_sync waits for its own command, not for its CID: X completes, then Y, whose callback
+ * submits two commands, the second of which gets X's CID slot back.
+ */
+static void test_cid_reuse_sync(void)
+{
+	struct upcie_nvme_sqe sqe;
+	struct upcie_nvme_cqe cqe;
+	struct rig r;
+	struct rec y;
+	uint16_t x = 0, cid = 0;
+	int err;
+
+	rig_init(&r, 16, 16, 0);
+	reuse_rig = &r;
+	memset(reuse_recs, 0, sizeof(reuse_recs));
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = NVME_MODEL_OPC_ECHO;
+	sqe.cdw2 = 9;
+	y.tag = 9;
+	y.calls = 0;
+	upcie_nvme_qpair_enqueue(&r.qp, &sqe, reuse_cb, &y, &y.cid);
+	n_submitted++;
+	upcie_nvme_qpair_next_cid(&r.qp, &x);
+	/* X's completion (predicted CID) goes before Y's into the CQ */
+	nvme_model_post_raw(&r.m, x, 0, false);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	sqe.cdw2 = 7;
+	err = upcie_nvme_qpair_submit_sync(&r.qp, &sqe, 20 * UPCIE_NSEC_PER_MSEC, &cqe, &cid);
+	CHECK(err == 0 && cid == x && upcie_nvme_cqe_cid(&cqe) == x,
+	      "cid reuse: submit_sync returns when its command completed (%d), although a callback "
+	      "in the same reap took its CID slot again",
+	      err);
+	CHECK(y.calls == 1 && reuse_recs[0].calls == 0 && reuse_recs[1].calls == 0,
+	      "the commands the callback submitted are still outstanding, not cancelled");
+	n_submitted += 2;
+	for (int i = 0; i < 4; i++)
+		nvme_model_step(&r.m);
+	/* the model also completes X itself: a duplicate of the completion X had */
+	while ((err = upcie_nvme_qpair_reap(&r.qp, 16)) != 0)
+		;
+	CHECK(reuse_recs[0].calls == 1 && reuse_recs[1].calls == 1 && reuse_recs[0].dw0 == 501 &&
+		  reuse_recs[1].dw0 == 502,
+	      "and complete later, once each, with their own results");
+	rig_fini(&r);
+}
+
+static int n_logs;
+static void count_log(enum upcie_log_level level, const char *msg, void *ctx)
+{
+	(void)level;
+	(void)ctx;
+	(void)msg;
+	n_logs++;
+}
+
+/*
+ * What a broken or hostile device writes into the CQ: a duplicate completion after the CID was
+ * handed out again, a duplicate while it is free, a CID out of range, an SQ head that goes
+ * backwards or beyond the tail. Each is detected and counted, logged a few times only, and no
+ * callback runs for the wrong command.
+ */
+static void test_hostile_cq(void)
+{
+	struct rig r;
+	struct rec a, b, e, f;
+	uint64_t bad0, mismatch0;
+	uint16_t h;
+	int n, logs0;
+
+	upcie_log_set_handler(count_log, NULL);
+	upcie_log_set_level(UPCIE_LOG_WARN);
+	n_logs = 0;
+	rig_init(&r, 8, 8, 0);
+	r.m.inject = inject_drop_or_delay;
+	submit_echo(&r, &a, 1);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	CHECK_EQ(upcie_nvme_qpair_reap(&r.qp, 8), 1, "hostile: A completes");
+	/* B is delayed; the device repeats A's completion meanwhile */
+	submit_echo(&r, &b, 777);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	nvme_model_post_raw(&r.m, a.cid, 0, false);
+	nvme_model_step(&r.m);
+	n = upcie_nvme_qpair_reap(&r.qp, 8);
+	CHECK(n == -EPROTO && b.calls == 0 && a.calls == 1 && r.qp.nbad == 1,
+	      "A's duplicate completion, after B got A's CID slot: -EPROTO, B not completed by it "
+	      "(%d, B %d calls, %llu bad)",
+	      n, b.calls, (unsigned long long)r.qp.nbad);
+	for (int i = 0; i < 1001; i++)
+		nvme_model_step(&r.m);
+	CHECK(upcie_nvme_qpair_reap(&r.qp, 8) == 1 && b.calls == 1 && b.dw0 == 777,
+	      "B completes with its own completion");
+	nvme_model_post_raw(&r.m, b.cid, 0, false);
+	nvme_model_step(&r.m);
+	CHECK(upcie_nvme_qpair_reap(&r.qp, 8) == -EPROTO && b.calls == 1 && r.qp.nbad == 2,
+	      "B's duplicate while its CID is free: -EPROTO");
+	nvme_model_post_raw(&r.m, 0xfff0, 0, false);
+	nvme_model_step(&r.m);
+	CHECK(upcie_nvme_qpair_reap(&r.qp, 8) == -EPROTO && r.qp.nbad == 3,
+	      "CID 0xfff0, beyond the table: -EPROTO");
+
+	/* SQ head going backwards: E never completes by itself, the device posts for it (a raw
+	 * completion carries no echo result: not a mismatch here) */
+	mismatch0 = n_mismatch;
+	submit_echo(&r, &e, 666);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	h = r.qp.sq_head;
+	nvme_model_post_raw_sqhd(&r.m, e.cid, 0, false, (int32_t)((h + 8 - 2) % 8));
+	nvme_model_step(&r.m);
+	n = upcie_nvme_qpair_reap(&r.qp, 8);
+	CHECK(
+	    n == 1 && e.calls == 1 && r.qp.nbad_sqhd == 1 && r.qp.sq_head == h,
+	    "an SQ head 2 entries back (%u -> %u): counted, not taken (%llu bad SQ heads, head %u)",
+	    h, (h + 8 - 2) % 8, (unsigned long long)r.qp.nbad_sqhd, r.qp.sq_head);
+	/* ... and beyond the tail the host rang */
+	submit_echo(&r, &f, 666);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	h = r.qp.sq_head;
+	nvme_model_post_raw_sqhd(&r.m, f.cid, 0, false, (int32_t)((r.qp.sq_db + 2) % 8));
+	nvme_model_step(&r.m);
+	n = upcie_nvme_qpair_reap(&r.qp, 8);
+	CHECK(n == 1 && f.calls == 1 && r.qp.nbad_sqhd == 2 && r.qp.sq_head == h,
+	      "an SQ head 2 entries beyond the rung tail %u: counted, not taken (%llu bad)",
+	      r.qp.sq_db, (unsigned long long)r.qp.nbad_sqhd);
+	n_mismatch = mismatch0;
+
+	/* a flood of bad entries is logged a few times, not once each */
+	logs0 = n_logs;
+	bad0 = r.qp.nbad;
+	for (int k = 0; k < 100; k++) {
+		for (int i = 0; i < 5; i++)
+			nvme_model_post_raw(&r.m, (uint16_t)(0x8000 + k * 5 + i), 0, false);
+		nvme_model_step(&r.m);
+		while (upcie_nvme_qpair_reap(&r.qp, 8) < 0)
+			;
+	}
+	CHECK(r.qp.nbad - bad0 == 500 && n_logs - logs0 >= 1 && n_logs - logs0 <= 16,
+	      "500 bad entries: counted, logged %d times", n_logs - logs0);
+	CHECK(logs0 >= 3, "the earlier bad entries were logged (%d)", logs0);
+	submit_echo(&r, &a, 3);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	CHECK(upcie_nvme_qpair_reap(&r.qp, 8) == 1 && a.calls == 1 && a.dw0 == 3 &&
+		  r.qp.nfree == 7 && r.qp.ndup == 1,
+	      "the queue pair still works: a new command completes; one bad entry repeated the "
+	      "last completion of its slot (%llu), A's came after its slot moved on",
+	      (unsigned long long)r.qp.ndup);
+	rig_fini(&r);
+	upcie_log_set_handler(NULL, NULL);
+	upcie_log_set_level(UPCIE_LOG_NONE);
+}
+
+/* An SQ head reported late (but never backwards) is legal: less room, nothing lost. */
+static void test_sqhd_lag(void)
+{
+	struct rig r;
+	const uint32_t total = 5000;
+	struct rec *recs = (struct rec *)calloc(total, sizeof(*recs));
+	uint32_t next = 0;
+	int bad = 0;
+
+	rig_init(&r, 8, 8, 0);
+	r.m.sqhd_lag = 3;
+	while (next < total || upcie_nvme_qpair_inflight(&r.qp)) {
+		while (next < total && submit_echo(&r, &recs[next], next) == 0)
+			next++;
+		upcie_nvme_qpair_ring(&r.qp);
+		nvme_model_step(&r.m);
+		bad += upcie_nvme_qpair_reap(&r.qp, 8) < 0;
+	}
+	for (uint32_t i = 0; i < total; i++)
+		bad += recs[i].calls != 1 || recs[i].dw0 != i;
+	CHECK(bad == 0 && r.qp.nbad_sqhd == 0,
+	      "SQ head lagging 3 entries: %u commands, each completed once, no SQ head refused",
+	      total);
+	rig_fini(&r);
+	free(recs);
+}
+
 int main(void)
 {
 	upcie_log_set_level(UPCIE_LOG_NONE);
@@ -840,6 +1045,9 @@ int main(void)
 	test_data();
 	test_threaded();
 	test_fini_and_config();
+	test_cid_reuse_sync();
+	test_hostile_cq();
+	test_sqhd_lag();
 	CHECK_EQ(n_mismatch, 0, "no completion was matched to the wrong command");
 	return check_done();
 }

@@ -27,15 +27,28 @@
  *
  * Errors: 0 or -errno. A command the controller completes with an error status is -EIO, and its
  * completion (status code type and code, upcie_nvme_cqe_code()) is handed to the caller, never
- * hidden. A command that does not complete in time is aborted (admin Abort with its SQID and
- * CID) and then cancelled in its queue pair: -ETIMEDOUT.
+ * hidden.
  *
- * Reset (upcie_nvme_ctrl_reset()) disables and re-enables the controller and recreates every
- * I/O queue in place (same identifier, depth and memory; the caller's struct stays valid); the
- * commands in flight end with -ECANCELED. upcie_nvme_ctrl_subsystem_reset() does the same after
- * an NVM subsystem reset (NSSR). Close writes a volatile write cache back (Flush), deletes the
- * I/O queues still open, shuts the controller down (CC.SHN normal, CSTS.SHST complete, bounded
- * by RTD3E) and disables it. The CMB works from NVMe 1.2 on (CMBMSC only from 1.4).
+ * Timeouts never hand back memory the controller may still write (a command's buffers, its PRP
+ * list pages, the admin data buffer, the memory of a queue being created or deleted). A command
+ * that does not complete in time is aborted (admin Abort with its SQID and CID; the commands of
+ * one request together) and given the abort timeout to end by its completion or by the abort.
+ * One that still has not ended stays the controller's: an asynchronous wait returns -ETIMEDOUT
+ * with its request pending; the synchronous helpers, an admin command with data and a queue that
+ * cannot be deleted escalate to a controller reset (CC.EN = 0, state FAILED), after which the
+ * commands end with -ECANCELED and upcie_nvme_ctrl_reset() brings the controller back, as the
+ * Linux driver does. Every timeout path reads CSTS first: a controller gone (all ones) or fatal
+ * (CSTS.CFS) is reset at once, not sent Aborts, deletes, a Flush or a shutdown (-ENODEV, -EIO).
+ *
+ * Reset (upcie_nvme_ctrl_reset()) disables the controller first (a controller still becoming
+ * ready is given CAP.TO to get there: CC.EN is never cleared while CSTS.RDY = 0), then ends
+ * what was in flight (completions still in the CQs with their status, the rest -ECANCELED),
+ * re-enables it and recreates every I/O queue in place (same identifier, depth and memory; the
+ * caller's struct stays valid); commands that callbacks submit during the reset run on the
+ * recreated queues. upcie_nvme_ctrl_subsystem_reset() does the same after an NVM subsystem
+ * reset (NSSR). Close writes a volatile write cache back (Flush), deletes the I/O queues still
+ * open, shuts the controller down (CC.SHN normal, CSTS.SHST complete, bounded by RTD3E) and
+ * disables it. The CMB works from NVMe 1.2 on (CMBMSC only from 1.4).
  *
  * Threading: admin commands, queue create/delete, CMB and interrupt setup take the controller's
  * mutex, so threads may create their queues concurrently. Each I/O queue has one owner thread.
@@ -106,6 +119,8 @@ struct upcie_nvme_ctrl_opts {
 	size_t host_mem;		/* host DMA memory for queues and lists; 0: 16 MiB */
 	uint32_t io_queues;		/* I/O queue pairs asked for (Set Features); 0: 64 */
 	uint32_t irq_vectors;		/* MSI-X vectors to enable (vfio paths); 0: none */
+	uint64_t
+	    abort_timeout_ns; /* after an Abort, how long the command may take to end; 0: 2 s */
 };
 
 /* The controller memory buffer once enabled (upcie_nvme_ctrl_cmb_enable()). */
@@ -153,7 +168,15 @@ struct upcie_nvme_ctrl {
 	uint64_t ready_timeout_ns;
 	uint64_t shutdown_timeout_ns;
 	uint64_t admin_timeout_ns;
+	uint64_t abort_timeout_ns;
 	uint32_t admin_depth;
+	/*
+	 * The controller cannot touch host memory any more: disabled (CC.EN = 0 and CSTS.RDY = 0
+	 * seen), gone (registers read all ones), or its bus mastering turned off. Set by a reset
+	 * or an escalation, cleared when it is enabled again. Under `lock`.
+	 */
+	bool stopped;
+	bool gone; /* registers read all ones */
 	/* from Identify Controller */
 	struct upcie_nvme_id_ctrl id;
 	char sn[21], mn[41], fr[9]; /* trimmed copies, unprintable bytes as '?' */
@@ -278,24 +301,112 @@ static inline int upcie_nvme_ctrl_csts_wait_(struct upcie_nvme_ctrl *c, uint32_t
 	}
 }
 
-/* CC.EN = 0 and wait for CSTS.RDY = 0. */
+/*
+ * CC.EN = 0 and wait for CSTS.RDY = 0: a controller level reset, after which the controller
+ * touches no host memory. A controller still becoming ready (CC.EN = 1, CSTS.RDY = 0: taken over
+ * mid-enable, or our own enable timed out) is given its ready timeout to finish first: clearing
+ * CC.EN before CSTS.RDY = 1 is not defined by the specification. A fatal status (CSTS.CFS) ends
+ * that wait (it may never become ready; disabling is how it is reset). Sets c->stopped (and
+ * c->gone for all ones). Returns 0, -ENODEV (all ones), -ETIMEDOUT (CSTS.RDY stays 1).
+ */
 static inline int upcie_nvme_ctrl_disable_(struct upcie_nvme_ctrl *c)
 {
-	uint32_t cc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CC), csts = 0;
-	int err;
+	uint32_t cc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CC);
+	uint32_t csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	int err = 0;
 
-	if (upcie_nvme_cc_en(cc))
-		upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC,
-				     upcie_nvme_cc_set_shn(upcie_nvme_cc_set_en(cc, false), 0));
-	err = upcie_nvme_ctrl_csts_wait_(c, 1, 0, c->ready_timeout_ns, true, &csts);
-	if (err == -ENODEV)
+	if (csts == UPCIE_NVME_REG_GONE)
+		err = -ENODEV;
+	if (!err && upcie_nvme_cc_en(cc) && !(csts & 1) && !upcie_nvme_csts_cfs(csts)) {
+		err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
+		if (err == -ETIMEDOUT)
+			UPCIE_ERR("nvme %s: CC.EN = 1 but not ready after %" PRIu64
+				  " ms: disabling it anyway (CSTS 0x%08x)",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+		if (err != -ENODEV)
+			err = 0;
+	}
+	if (!err) {
+		if (upcie_nvme_cc_en(cc))
+			upcie_nvme_ctrl_wr32(
+			    c, UPCIE_NVME_REG_CC,
+			    upcie_nvme_cc_set_shn(upcie_nvme_cc_set_en(cc, false), 0));
+		err = upcie_nvme_ctrl_csts_wait_(c, 1, 0, c->ready_timeout_ns, true, &csts);
+	}
+	if (err == -ENODEV) {
+		c->gone = true;
+		c->stopped = true;
 		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
+	}
 	if (err)
 		return UPCIE_FAIL(err,
 				  "nvme %s: CSTS.RDY still 1 %" PRIu64 " ms after clearing CC.EN "
 				  "(CSTS 0x%08x)",
 				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+	c->stopped = true;
 	return 0;
+}
+
+/*
+ * Whether the controller is dead: -ENODEV when its registers read all ones (surprise removal),
+ * -EIO for a fatal status (CSTS.CFS), 0 otherwise. Looked at on every timeout path.
+ */
+static inline int upcie_nvme_ctrl_dead_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t csts;
+
+	if (c->gone)
+		return -ENODEV;
+	csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	if (csts == UPCIE_NVME_REG_GONE) {
+		c->gone = true;
+		return UPCIE_FAIL(-ENODEV, "nvme %s: registers read all ones: device gone",
+				  c->name);
+	}
+	if (upcie_nvme_csts_cfs(csts))
+		return UPCIE_FAIL(-EIO, "nvme %s: controller fatal status (CSTS 0x%08x)", c->name,
+				  csts);
+	return 0;
+}
+
+/*
+ * Make the controller let go of all host memory: reset it (CC.EN = 0), or, if it does not even
+ * do that and we hold the PCI function, turn its bus mastering off. Then the admin commands
+ * still outstanding end with -ECANCELED; the I/O queues' owners end theirs (their waits see
+ * c->stopped), and upcie_nvme_ctrl_reset() brings the controller back. Lock held. Returns 0 when
+ * the controller has let go (c->stopped), else the disable's error.
+ *
+ * upcie_nvme_ctrl_fail_locked_() is the escalation: a command that owns memory did not end (or
+ * the controller is dead); it logs why and sets state FAILED first.
+ */
+static inline int upcie_nvme_ctrl_halt_locked_(struct upcie_nvme_ctrl *c)
+{
+	int err = 0;
+
+	if (!c->stopped) {
+		err = upcie_nvme_ctrl_disable_(c);
+		if (err == -ENODEV)
+			err = 0; /* gone: it cannot reach our memory either */
+	}
+	if (err && c->dev.open && !upcie_nvme_dev_bus_master(&c->dev, false)) {
+		UPCIE_ERR("nvme %s: not disabled: bus mastering turned off instead", c->name);
+		c->stopped = true;
+		err = 0;
+	}
+	if (!c->stopped)
+		return UPCIE_FAIL(err,
+				  "nvme %s: the controller did not let go: its queues' memory "
+				  "stays allocated",
+				  c->name);
+	upcie_nvme_qpair_stop(&c->admin, false);
+	return 0;
+}
+
+static inline int upcie_nvme_ctrl_fail_locked_(struct upcie_nvme_ctrl *c, const char *why)
+{
+	UPCIE_ERR("nvme %s: %s: resetting the controller (CC.EN = 0)", c->name, why);
+	c->state = UPCIE_NVME_CTRL_FAILED;
+	return upcie_nvme_ctrl_halt_locked_(c);
 }
 
 /*
@@ -435,6 +546,7 @@ static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
 	if (err)
 		return UPCIE_FAIL(err, "nvme %s: cannot compose CC", c->name);
 	upcie_wmb(); /* queue memory before the enable */
+	c->stopped = false;
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC, c->cc);
 	err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
 	if (err == -EIO)
@@ -454,9 +566,14 @@ static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
 }
 
 /*
- * Submit an admin command and wait for it with the lock held. On a timeout the command is
- * aborted (Abort on SQID 0) and then cancelled: -ETIMEDOUT. The completion goes to *cqe (may
- * be NULL). Returns 0, -EIO for an error status (logged), -EBUSY, -ETIMEDOUT.
+ * Submit an admin command and wait for it with the lock held. On a timeout: a dead controller
+ * (all ones, CSTS.CFS) is reset at once; else the command is aborted (Abort on SQID 0) and given
+ * the abort timeout to end. A command that still has not ended and owns memory the controller
+ * may write (data, or a queue it creates) escalates to a controller reset
+ * (upcie_nvme_ctrl_fail_locked_()): only then is the memory free again. One without memory is
+ * cancelled (its CID stays reserved until a late completion or a reset). The completion goes to
+ * *cqe (may be NULL). Returns 0, -EIO for an error status (logged), -EBUSY, -ETIMEDOUT (aborted,
+ * cancelled or reset), -ENODEV (not ready, or gone), -EIO (fatal status).
  */
 static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
 						const struct upcie_nvme_sqe *sqe,
@@ -473,10 +590,18 @@ static inline int upcie_nvme_ctrl_abort_locked_(struct upcie_nvme_ctrl *c, uint1
 
 	upcie_nvme_cmd_abort(&sqe, sqid, cid);
 	memset(&cqe, 0, sizeof(cqe));
-	err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, UPCIE_NVME_CTRL_ABORT_TIMEOUT, &cqe);
+	err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, c->abort_timeout_ns, &cqe);
 	if (aborted)
 		*aborted = !err && !(cqe.dw0 & 1u);
 	return err;
+}
+
+/* Whether the controller may write host memory for this admin command: a data pointer, or a
+ * queue it creates. */
+static inline bool upcie_nvme_admin_owns_memory_(const struct upcie_nvme_sqe *sqe)
+{
+	return sqe->prp1 || sqe->prp2 || sqe->opc == UPCIE_NVME_ADMIN_CREATE_CQ ||
+	       sqe->opc == UPCIE_NVME_ADMIN_CREATE_SQ;
 }
 
 static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
@@ -488,7 +613,8 @@ static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
 	struct upcie_nvme_sqe cmd = *sqe;
 	struct upcie_nvme_sync_ s;
 	uint16_t cid;
-	int err;
+	bool aborted = false;
+	int err, dead;
 
 	if (c->state != UPCIE_NVME_CTRL_READY)
 		return UPCIE_FAIL(-ENODEV,
@@ -514,19 +640,36 @@ static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
 		return UPCIE_FAIL(err, "nvme %s: admin queue full", c->name);
 	err = upcie_nvme_qpair_wait(&c->admin, cid, timeout_ns);
 	if (err == -ETIMEDOUT) {
-		bool aborted = false;
-
-		UPCIE_ERR("nvme %s: admin command 0x%02x (CID %u) not completed after %" PRIu64
-			  " ms: aborting it",
+		UPCIE_ERR("nvme %s: admin command 0x%02x (CID 0x%04x) not completed after %" PRIu64
+			  " ms",
 			  c->name, sqe->opc, cid, timeout_ns / UPCIE_NSEC_PER_MSEC);
-		/* never abort an Abort: that one is only cancelled */
-		if (sqe->opc != UPCIE_NVME_ADMIN_ABORT)
+		dead = upcie_nvme_ctrl_dead_(c);
+		if (dead) {
+			upcie_nvme_ctrl_fail_locked_(c, "dead controller");
+			if (!s.done)
+				upcie_nvme_qpair_cancel(&c->admin, cid); /* it did not let go */
+			if (cqe)
+				*cqe = s.cqe;
+			return dead;
+		}
+		/* never abort an Abort */
+		if (sqe->opc != UPCIE_NVME_ADMIN_ABORT) {
 			upcie_nvme_ctrl_abort_locked_(c, 0, cid, &aborted);
-		if (!s.done)
-			upcie_nvme_qpair_cancel(&c->admin, cid);
+			if (c->state == UPCIE_NVME_CTRL_READY)
+				upcie_nvme_qpair_wait(&c->admin, cid, c->abort_timeout_ns);
+		}
+		if (!s.done) {
+			if (upcie_nvme_admin_owns_memory_(&cmd))
+				upcie_nvme_ctrl_fail_locked_(c, "admin command not ended by Abort");
+			if (!s.done)
+				upcie_nvme_qpair_cancel(&c->admin, cid);
+		}
 		if (cqe)
 			*cqe = s.cqe;
-		return -ETIMEDOUT;
+		/* ended by itself after all: its own result */
+		if (s.err || upcie_nvme_cqe_code(&s.cqe) == UPCIE_NVME_SC_ABORT_REQ)
+			return -ETIMEDOUT;
+		err = 0;
 	}
 	if (cqe)
 		*cqe = s.cqe;
@@ -535,7 +678,6 @@ static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
 	if (!upcie_nvme_cqe_ok(&s.cqe)) {
 		uint16_t code = upcie_nvme_cqe_code(&s.cqe);
 
-		/* An Abort that finds nothing is not worth an error line. */
 		UPCIE_ERR("nvme %s: admin command 0x%02x: %s (status 0x%03x%s)", c->name, sqe->opc,
 			  upcie_nvme_status_str(code), code,
 			  upcie_nvme_cqe_dnr(&s.cqe) ? ", DNR" : "");
@@ -884,6 +1026,8 @@ static inline int upcie_nvme_ctrl_setup_(struct upcie_nvme_ctrl *c,
 	c->admin_depth = o->admin_depth ? o->admin_depth : UPCIE_NVME_CTRL_ADMIN_DEPTH;
 	c->admin_timeout_ns =
 	    o->admin_timeout_ns ? o->admin_timeout_ns : UPCIE_NVME_CTRL_ADMIN_TIMEOUT;
+	c->abort_timeout_ns =
+	    o->abort_timeout_ns ? o->abort_timeout_ns : UPCIE_NVME_CTRL_ABORT_TIMEOUT;
 	c->want_queues = o->io_queues ? o->io_queues : UPCIE_NVME_CTRL_IO_QUEUES;
 	c->shutdown_timeout_ns = UPCIE_NVME_CTRL_SHUTDOWN_MIN;
 	if (c->admin_depth < 2 || c->admin_depth > 4096 || c->want_queues > 65535)
@@ -1059,6 +1203,46 @@ static inline uint16_t upcie_nvme_ctrl_qid_get_(struct upcie_nvme_ctrl *c, uint1
 	return 0;
 }
 
+/*
+ * Delete SQ (when `sq`) and CQ `q->qid` on the controller. Returns 0 when the controller no
+ * longer has them: deleted, or the controller let go of everything (stopped, dead, or reset here
+ * because a deletion failed: the queue may still exist then, so only a reset frees its memory).
+ * Otherwise the error: the queue memory must stay allocated. Lock held.
+ */
+static inline int upcie_nvme_ioq_hw_delete_(struct upcie_nvme_ioq *q, bool sq)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	struct upcie_nvme_sqe sqe;
+	int err = 0;
+
+	if (c->stopped)
+		return 0;
+	if (c->state == UPCIE_NVME_CTRL_READY && !upcie_nvme_ctrl_dead_(c)) {
+		if (sq) {
+			upcie_nvme_cmd_delete_io_sq(&sqe, q->qid);
+			err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+			/* completions the deletion produced (commands aborted with the SQ) */
+			if (!err)
+				upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+		}
+		if (!err) {
+			upcie_nvme_cmd_delete_io_cq(&sqe, q->qid);
+			err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
+		}
+		if (!err || c->stopped)
+			return err;
+		upcie_nvme_ctrl_fail_locked_(c, "deleting an I/O queue failed");
+	} else if (c->state == UPCIE_NVME_CTRL_READY) {
+		upcie_nvme_ctrl_fail_locked_(c, "dead controller");
+	} else {
+		/* shut down or failed: no commands, but the queue may exist: reset it */
+		upcie_nvme_ctrl_halt_locked_(c);
+	}
+	if (c->stopped)
+		return err;
+	return err ? err : -EIO;
+}
+
 /* Create CQ then SQ for `q` on the controller (memory and qpair ready). Lock held. */
 static inline int upcie_nvme_ioq_hw_create_(struct upcie_nvme_ioq *q)
 {
@@ -1076,10 +1260,10 @@ static inline int upcie_nvme_ioq_hw_create_(struct upcie_nvme_ioq *q)
 	if (!err)
 		err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
 	if (err) {
-		upcie_nvme_cmd_delete_io_cq(&sqe, q->qid);
-		upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
-		return UPCIE_FAIL(err, "nvme %s: Create I/O SQ %u (%u entries) failed", c->name,
-				  q->qid, q->depth);
+		UPCIE_ERR("nvme %s: Create I/O SQ %u (%u entries) failed", c->name, q->qid,
+			  q->depth);
+		/* the CQ exists: its memory is free only once it is deleted */
+		return upcie_nvme_ioq_hw_delete_(q, false) ? -EBUSY : err;
 	}
 	return 0;
 }
@@ -1101,17 +1285,25 @@ static inline int upcie_nvme_ioq_qpair_start_(struct upcie_nvme_ioq *q)
 	return upcie_nvme_qpair_init(&q->qp, &qc);
 }
 
-/* Give back the memory and the identifier of `q`. Lock held. */
-static inline void upcie_nvme_ioq_release_(struct upcie_nvme_ioq *q)
+/*
+ * Give back the memory and the identifier of `q` (its commands end with -ECANCELED: the
+ * controller must not have the queue any more). Without `mem` the queue memory is not given
+ * back: the controller kept a queue on it that could not be deleted. Lock held.
+ */
+static inline void upcie_nvme_ioq_release_(struct upcie_nvme_ioq *q, bool mem)
 {
 	struct upcie_nvme_ctrl *c = q->ctrl;
 
 	upcie_nvme_qpair_fini(&q->qp);
-	if (q->sqb.size)
+	if (!mem)
+		UPCIE_ERR("nvme %s: I/O queue %u: its memory stays allocated (the controller may "
+			  "still use it)",
+			  c ? c->name : "?", q->qid);
+	if (mem && q->sqb.size)
 		upcie_heap_free(q->sq_heap, q->sqb.off);
-	if (q->cqb.size)
+	if (mem && q->cqb.size)
 		upcie_heap_free(q->cq_heap, q->cqb.off);
-	if (q->lb.size)
+	if (mem && q->lb.size)
 		upcie_heap_free(q->list_heap, q->lb.off);
 	free(q->tables);
 	if (c && c->ioqs && q->qid && q->qid <= c->nslots && c->ioqs[q->qid] == q)
@@ -1280,42 +1472,43 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 fail:
-	upcie_nvme_ioq_release_(q);
+	upcie_nvme_ioq_release_(q, err != -EBUSY);
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }
 
-/* Delete SQ then CQ on the controller (when it is ready) and release `q`. Lock held. */
+/*
+ * Delete SQ then CQ on the controller and release `q`. A controller that is dead, stopped or not
+ * ready is not sent the deletes; a deletion that fails resets the controller (the queue memory
+ * is free only once the controller let go of it). Lock held. Returns 0, or the error of a
+ * delete command (`q` released regardless, unless the controller could not be stopped: then
+ * `q` stays live with its memory, and this returns -EBUSY).
+ */
 static inline int upcie_nvme_ioq_delete_locked_(struct upcie_nvme_ioq *q)
 {
 	struct upcie_nvme_ctrl *c = q->ctrl;
-	struct upcie_nvme_sqe sqe;
-	int err = 0, e2;
+	int err = upcie_nvme_ioq_hw_delete_(q, true);
 
-	if (c->state == UPCIE_NVME_CTRL_READY) {
-		upcie_nvme_cmd_delete_io_sq(&sqe, q->qid);
-		err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
-		/* completions the deletion produced (commands aborted with the SQ) */
-		upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
-		upcie_nvme_cmd_delete_io_cq(&sqe, q->qid);
-		e2 = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
-		if (!err)
-			err = e2;
-		if (err)
-			UPCIE_ERR("nvme %s: deleting I/O queue %u failed; its memory is released "
-				  "anyway",
+	if (err && !c->stopped)
+		return UPCIE_FAIL(-EBUSY,
+				  "nvme %s: I/O queue %u could not be deleted and the controller "
+				  "not stopped: the queue stays",
 				  c->name, q->qid);
-	}
-	/* whatever is still outstanding ends with -ECANCELED in fini */
-	upcie_nvme_ioq_release_(q);
+	/* the controller no longer has the queue: whatever is left ends here */
+	upcie_nvme_qpair_stop(&q->qp, false);
+	upcie_nvme_ioq_release_(q, true);
 	return err;
 }
 
 /*
  * Delete the queue pair: wait briefly (1 s) for commands in flight, delete SQ then CQ on the
  * controller, end whatever is still outstanding with -ECANCELED, free its memory and release
- * its identifier. Call from the owner thread. Returns 0 or the error of a delete command (the
- * queue is released regardless). A zeroed or deleted queue is a no-op.
+ * its identifier. A dead or stopped controller is not sent the deletes. When a delete command
+ * fails, the controller is reset (the queue may still exist: its memory is free only once the
+ * controller let go) and its error returned, the queue released. Call from the owner thread.
+ * Returns 0, a delete command's error, or -EBUSY (the queue could not be deleted nor the
+ * controller stopped: the queue stays, its memory the controller's). A zeroed or deleted queue
+ * is a no-op.
  */
 static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 {
@@ -1328,7 +1521,10 @@ static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 		return 0;
 	}
 	c = q->ctrl;
-	if (c->state == UPCIE_NVME_CTRL_READY)
+	pthread_mutex_lock(&c->lock);
+	err = c->state == UPCIE_NVME_CTRL_READY && !c->stopped ? upcie_nvme_ctrl_dead_(c) : 1;
+	pthread_mutex_unlock(&c->lock);
+	if (!err)
 		upcie_nvme_qpair_drain(&q->qp, UPCIE_NVME_CTRL_DELETE_DRAIN);
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ioq_delete_locked_(q);
@@ -1343,7 +1539,8 @@ static inline struct upcie_nvme_lists upcie_nvme_ioq_lists(const struct upcie_nv
 	struct upcie_nvme_lists l;
 
 	l.mem = q->lmem;
-	l.off = q->loff + (((uint64_t)cid * q->lpages) << q->dptr.page_shift);
+	l.off = q->loff + (((uint64_t)upcie_nvme_qpair_cid_index(&q->qp, cid) * q->lpages)
+			   << q->dptr.page_shift);
 	l.npages = q->lpages;
 	return l;
 }
@@ -1382,49 +1579,169 @@ static inline int upcie_nvme_ioq_irq_wait(const struct upcie_nvme_ioq *q, uint64
 	return 0;
 }
 
+#define UPCIE_NVME_CTRL_ABORTS_MAX 16u /* Abort commands sent together, at most */
+
 /*
- * End outstanding command `cid` of `q` now: admin Abort with this SQID and CID; when the
- * controller reports it aborted, reap until its completion (Command Abort Requested) arrives,
- * bounded; whatever is still outstanding then is cancelled in the queue pair, so its callback
- * runs with -ECANCELED and the CID stays reserved until a late completion or a reset. *aborted
- * (may be NULL) says whether the controller aborted it. Call from the owner thread. Returns 0,
- * -ENOENT when `cid` is not outstanding, or the Abort command's error (the command is cancelled
- * regardless).
+ * Abort commands cids[0..n) of submission queue `sqid` together: all Abort commands submitted
+ * first (at most ACL + 1 of them, Identify Controller's limit, and what the admin queue takes),
+ * then awaited until `dl` passes; one not answered is cancelled (it owns no memory).
+ * aborted[i] (may be NULL) says whether the controller said it aborted cids[i]. Lock held.
+ * Returns the number of Aborts sent (0 when the controller is not ready), -ENODEV or -EIO for
+ * a dead controller (reset here).
+ */
+static inline int upcie_nvme_ctrl_abort_many_locked_(struct upcie_nvme_ctrl *c, uint16_t sqid,
+						     const uint16_t *cids, unsigned n,
+						     bool *aborted, struct upcie_deadline *dl)
+{
+	struct upcie_nvme_sync_ s[UPCIE_NVME_CTRL_ABORTS_MAX];
+	uint16_t acid[UPCIE_NVME_CTRL_ABORTS_MAX];
+	unsigned limit = (unsigned)c->id.acl + 1, sent = 0, done;
+	int dead;
+
+	for (unsigned i = 0; i < n; i++)
+		if (aborted)
+			aborted[i] = false;
+	dead = upcie_nvme_ctrl_dead_(c);
+	if (dead) {
+		upcie_nvme_ctrl_fail_locked_(c, "dead controller");
+		return dead;
+	}
+	if (c->state != UPCIE_NVME_CTRL_READY)
+		return 0;
+	if (limit > UPCIE_NVME_CTRL_ABORTS_MAX)
+		limit = UPCIE_NVME_CTRL_ABORTS_MAX;
+	for (; sent < n && sent < limit; sent++) {
+		struct upcie_nvme_sqe sqe;
+
+		upcie_nvme_cmd_abort(&sqe, sqid, cids[sent]);
+		s[sent].done = false;
+		s[sent].err = 0;
+		if (upcie_nvme_qpair_enqueue(&c->admin, &sqe, upcie_nvme_sync_cb_, &s[sent],
+					     &acid[sent]))
+			break;
+	}
+	upcie_nvme_qpair_ring(&c->admin);
+	for (;;) {
+		done = 0;
+		for (unsigned i = 0; i < sent; i++)
+			done += s[i].done;
+		if (done == sent || upcie_deadline_passed(dl))
+			break;
+		if (upcie_nvme_qpair_reap(&c->admin, 0xffffffffu) == 0)
+			upcie_cpu_relax();
+	}
+	if (done < sent) {
+		UPCIE_ERR("nvme %s: %u of %u Abort commands not answered after %" PRIu64 " ms",
+			  c->name, sent - done, sent, c->abort_timeout_ns / UPCIE_NSEC_PER_MSEC);
+		dead = upcie_nvme_ctrl_dead_(c);
+		if (dead)
+			upcie_nvme_ctrl_fail_locked_(c, "dead controller");
+		for (unsigned i = 0; i < sent; i++)
+			if (!s[i].done)
+				upcie_nvme_qpair_cancel(&c->admin, acid[i]);
+		if (dead)
+			return dead;
+	}
+	for (unsigned i = 0; i < sent && aborted; i++)
+		aborted[i] = !s[i].err && upcie_nvme_cqe_ok(&s[i].cqe) && !(s[i].cqe.dw0 & 1u);
+	return (int)sent;
+}
+
+/* How many of cids[0..n) are still outstanding on `q`. */
+static inline unsigned upcie_nvme_ioq_pending_(const struct upcie_nvme_ioq *q, const uint16_t *cids,
+					       unsigned n)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		k += upcie_nvme_qpair_cid_outstanding_(&q->qp, cids[i]);
+	return k;
+}
+
+/* Cancel those of cids[0..n) still outstanding (the controller let go of them). */
+static inline void upcie_nvme_ioq_cancel_set_(struct upcie_nvme_ioq *q, const uint16_t *cids,
+					      unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		upcie_nvme_qpair_cancel(&q->qp, cids[i]);
+}
+
+/*
+ * End commands cids[0..n) of `q` after a timeout, the way that never returns memory the
+ * controller may still write: a controller that has let go (stopped, dead) lets them be
+ * cancelled at once; else they are aborted together and, Aborts included, given one abort
+ * timeout to end (completed, or aborted by the controller). Returns 0 when all ended, -ETIMEDOUT when some are
+ * still outstanding (the controller neither completed nor aborted them: they stay its own until
+ * their late completion, a reset or the queue's deletion), -ENODEV / -EIO for a dead controller
+ * (reset; the commands cancelled). Owner thread.
+ */
+static inline int upcie_nvme_ioq_abort_set_(struct upcie_nvme_ioq *q, const uint16_t *cids,
+					    unsigned n, bool *aborted)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	struct upcie_deadline dl;
+	bool stopped;
+	int err = 0;
+
+	upcie_deadline_set(&dl, c->abort_timeout_ns);
+	pthread_mutex_lock(&c->lock);
+	if (!c->stopped)
+		err = upcie_nvme_ctrl_abort_many_locked_(c, q->qid, cids, n, aborted, &dl);
+	stopped = c->stopped;
+	pthread_mutex_unlock(&c->lock);
+	if (!stopped && err >= 0) {
+		while (upcie_nvme_ioq_pending_(q, cids, n) && !upcie_deadline_passed(&dl))
+			if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) == 0)
+				upcie_cpu_relax();
+		pthread_mutex_lock(&c->lock);
+		stopped = c->stopped; /* reset meanwhile by an escalation elsewhere */
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (stopped)
+		upcie_nvme_ioq_cancel_set_(q, cids, n);
+	if (err < 0 && err != -ENODEV && err != -EIO)
+		err = 0;
+	if (err < 0)
+		return err;
+	return upcie_nvme_ioq_pending_(q, cids, n) ? -ETIMEDOUT : 0;
+}
+
+/*
+ * End outstanding command `cid` of `q`: admin Abort with this SQID and CID, then up to the abort
+ * timeout for the command to end (its completion, or Command Abort Requested when the controller
+ * aborts it). *aborted (may be NULL) says whether the controller said it aborted it. The command
+ * is never ended while the controller may still write its memory: when it does not end, it
+ * stays outstanding (late completion, or -ECANCELED from upcie_nvme_ctrl_reset() or the queue's
+ * deletion). Call from the owner thread. Returns 0 (ended), -ETIMEDOUT (still outstanding),
+ * -ENOENT when `cid` is not outstanding, -ENODEV / -EIO for a dead controller (reset, the command
+ * cancelled).
  */
 static inline int upcie_nvme_ioq_abort(struct upcie_nvme_ioq *q, uint16_t cid, bool *aborted)
 {
-	struct upcie_deadline dl;
-	bool ab = false;
 	void *ctx;
-	int err;
 
+	if (aborted)
+		*aborted = false;
 	if (!q || !q->live)
 		return UPCIE_FAIL(-EINVAL, "nvme: abort: queue not live");
 	if (upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx))
 		return -ENOENT;
-	err = upcie_nvme_ctrl_abort(q->ctrl, q->qid, cid, &ab);
-	if (ab) {
-		upcie_deadline_set(&dl, UPCIE_NVME_CTRL_ABORT_TIMEOUT);
-		while (!upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx) && !upcie_deadline_passed(&dl))
-			if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) == 0)
-				upcie_cpu_relax();
-	}
-	if (aborted)
-		*aborted = ab;
-	upcie_nvme_qpair_cancel(&q->qp, cid);
-	return err;
+	return upcie_nvme_ioq_abort_set_(q, &cid, 1, aborted);
 }
 
 /*
  * Reap `q` until command `cid` has completed (or was cancelled) or timeout_ns passed: spinning,
- * or for an `irq` queue sleeping on its vector between empty reaps. On a timeout the command
- * is aborted and cancelled (upcie_nvme_ioq_abort()): -ETIMEDOUT. Returns 0 otherwise.
+ * or for an `irq` queue sleeping on its vector between empty reaps. On a timeout the command is
+ * aborted (upcie_nvme_ioq_abort()) and -ETIMEDOUT returned: check whether it ended
+ * (upcie_nvme_qpair_cid_ctx()); if not, its memory is still the controller's. -ENODEV / -EIO:
+ * the controller is dead (reset, the command cancelled). Returns 0 otherwise.
  */
 static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid,
 					  uint64_t timeout_ns)
 {
 	struct upcie_deadline dl;
 	void *ctx;
+	int err;
 
 	upcie_deadline_set(&dl, timeout_ns);
 	for (unsigned spins = 0;; spins++) {
@@ -1442,10 +1759,11 @@ static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid
 		else
 			upcie_cpu_relax();
 	}
-	UPCIE_ERR("nvme %s: command %u on queue %u not completed after %" PRIu64 " us: aborting",
+	UPCIE_ERR("nvme %s: command 0x%04x on queue %u not completed after %" PRIu64
+		  " us: aborting",
 		  q->ctrl->name, cid, q->qid, timeout_ns / UPCIE_NSEC_PER_USEC);
-	upcie_nvme_ioq_abort(q, cid, NULL);
-	return -ETIMEDOUT;
+	err = upcie_nvme_ioq_abort(q, cid, NULL);
+	return err == -ENODEV || err == -EIO ? err : -ETIMEDOUT;
 }
 
 /*
@@ -1718,9 +2036,12 @@ static inline int upcie_nvme_ctrl_flush_(struct upcie_nvme_ctrl *c)
 	bool all;
 	int err = 0;
 
-	/* an admin-only controller never took a write from us */
-	if (!c->vwc || c->state != UPCIE_NVME_CTRL_READY || !c->nqueues)
+	/* an admin-only controller never took a write from us; a stopped one lost its cache */
+	if (!c->vwc || c->state != UPCIE_NVME_CTRL_READY || !c->nqueues || c->stopped)
 		return 0;
+	err = upcie_nvme_ctrl_dead_(c);
+	if (err)
+		return err; /* no Flush to a dead controller: what its cache held is lost */
 	all = ((c->id.vwc >> 1) & 3u) == 3u;
 	if (!all) {
 		ids = (uint32_t *)calloc(UPCIE_NVME_NS_SCAN_MAX, sizeof(*ids));
@@ -1773,12 +2094,17 @@ static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
 }
 
 /*
- * Controller reset: every command in flight on the admin and I/O queues ends with -ECANCELED,
- * CC.EN is cleared (a controller level reset), the admin queue is set up again, the controller
- * enabled, Set Features Number of Queues repeated, and every I/O queue recreated in place with
- * its identifier, depth, memory and interrupt vector: the callers' ioq structs stay valid and
- * usable. Works from any state, also after a shutdown or a fatal status. No other thread may
- * use the queues meanwhile. Returns 0 or the first error (state FAILED: close, or reset again).
+ * Controller reset: CC.EN is cleared first (a controller level reset: the controller lets go of
+ * every queue and buffer), then what the CQs still hold is processed (callbacks with err 0) and
+ * every command still in flight on the admin and I/O queues ends with -ECANCELED; the admin queue
+ * is set up again, the controller enabled, Set Features Number of Queues repeated, and every I/O
+ * queue recreated in place with its identifier, depth, memory and interrupt vector: the callers'
+ * ioq structs stay valid and usable. Commands that callbacks submit during the reset are kept and
+ * run on the recreated queue (or end with -ECANCELED if it cannot be recreated). Works from any
+ * state, also after a shutdown, a fatal status or an escalation. A controller that cannot be
+ * disabled (CSTS.RDY stays 1) keeps its commands (they end with it: close); one that is gone
+ * ends them all. No other thread may use the queues meanwhile. Returns 0 or the first error
+ * (state FAILED: close, or reset again).
  */
 static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 {
@@ -1787,45 +2113,46 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 	if (!c || !c->lock_live)
 		return UPCIE_FAIL(-EINVAL, "nvme: reset: controller not open");
 	pthread_mutex_lock(&c->lock);
-	/* end what is in flight before the controller forgets it, then take the CIDs back */
-	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++) {
-		struct upcie_nvme_ioq *io = c->ioqs[q];
-		uint16_t cid;
-
-		if (!io)
-			continue;
-		for (uint32_t k = 0; k < io->qp.ncids; k++) {
-			cid = (uint16_t)k;
-			upcie_nvme_qpair_cancel(&io->qp, cid);
-		}
+	err = upcie_nvme_ctrl_halt_locked_(c);
+	if (err) {
+		c->state = UPCIE_NVME_CTRL_FAILED;
+		pthread_mutex_unlock(&c->lock);
+		return UPCIE_FAIL(err, "nvme %s: reset failed: the controller did not stop",
+				  c->name);
 	}
-	err = upcie_nvme_ctrl_enable_(c);
+	/* it let go: end what it held, keep what the callbacks submit meanwhile */
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+		if (c->ioqs[q])
+			upcie_nvme_qpair_stop(&c->ioqs[q]->qp, !c->gone);
+	err = c->gone ? -ENODEV : upcie_nvme_ctrl_enable_(c);
 	if (!err)
 		err = upcie_nvme_ctrl_set_queues_locked_(c);
 	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++) {
 		struct upcie_nvme_ioq *io = c->ioqs[q];
-		int e2;
+		int e2 = 0;
 
 		if (!io)
 			continue;
-		upcie_nvme_qpair_reclaim(&io->qp);
-		if (err)
-			continue;
-		if (q > c->nqueues) {
+		if (!err && q > c->nqueues) {
 			/* the controller now grants fewer queues than before the reset */
 			err = UPCIE_FAIL(-ENOSPC,
 					 "nvme %s: queue %u beyond the %u granted after reset",
 					 c->name, q, c->nqueues);
 			c->state = UPCIE_NVME_CTRL_FAILED;
-			continue;
 		}
-		e2 = upcie_nvme_ioq_qpair_start_(io);
-		if (!e2)
-			e2 = upcie_nvme_ioq_hw_create_(io);
-		if (e2) {
+		if (!err) {
+			e2 = upcie_nvme_qpair_restart(&io->qp);
+			if (e2 >= 0)
+				e2 = upcie_nvme_ioq_hw_create_(io);
+			if (!e2) {
+				upcie_nvme_qpair_ring(&io->qp); /* the kept commands */
+				continue;
+			}
 			err = e2;
 			c->state = UPCIE_NVME_CTRL_FAILED;
 		}
+		/* the queue is not back: what was kept for it ends here */
+		upcie_nvme_qpair_stop(&io->qp, false);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (err)
@@ -1879,9 +2206,10 @@ static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
  * Write the volatile write cache back (Flush, when Identify VWC says there is one), delete the
  * I/O queues still open (their structs must still exist; no thread may use them), disable the
  * CMB and interrupts, shut the controller down (CC.SHN normal, wait for CSTS.SHST complete) and
- * disable it, then release memory and the PCI function. Returns 0, or the shutdown's error
- * (-ETIMEDOUT), or the Flush's; everything is released regardless. A zeroed controller is a
- * no-op returning 0.
+ * disable it, then release memory and the PCI function. A dead controller (all ones, CSTS.CFS)
+ * or one already stopped is sent no Flush, no deletes and no shutdown: it is disabled, which is
+ * quick. Returns 0, or the shutdown's or disable's error (-ETIMEDOUT, -ENODEV, -EIO), or the
+ * Flush's; everything is released regardless. A zeroed controller is a no-op returning 0.
  */
 static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 {
@@ -1893,16 +2221,19 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 		eflush = upcie_nvme_ctrl_flush_(c);
 		pthread_mutex_lock(&c->lock);
 		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
-			if (c->ioqs[q])
-				upcie_nvme_ioq_delete_locked_(c->ioqs[q]);
+			if (c->ioqs[q] && upcie_nvme_ioq_delete_locked_(c->ioqs[q]) == -EBUSY)
+				upcie_nvme_ioq_release_(c->ioqs[q], false);
 		upcie_vfio_irq_disable(&c->irqs);
 		upcie_nvme_ctrl_cmb_disable_(c);
-		if (c->state == UPCIE_NVME_CTRL_READY)
-			err = upcie_nvme_ctrl_shutdown_locked_(c);
-		if (c->state != UPCIE_NVME_CTRL_CLOSED && c->regs) {
-			int e2 = upcie_nvme_ctrl_disable_(c);
-
+		if (c->state == UPCIE_NVME_CTRL_READY && !c->stopped) {
+			err = upcie_nvme_ctrl_dead_(c);
 			if (!err)
+				err = upcie_nvme_ctrl_shutdown_locked_(c);
+		}
+		if (c->state != UPCIE_NVME_CTRL_CLOSED && c->regs) {
+			int e2 = upcie_nvme_ctrl_halt_locked_(c);
+
+			if (!err && !c->gone)
 				err = e2;
 		}
 		pthread_mutex_unlock(&c->lock);

@@ -237,8 +237,7 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 	err = upcie_nvme_qpair_init(&st.qp, &qc);
 	if (err)
 		goto fail;
-	st.qp.slots = (struct upcie_nvme_cid_slot *)((char *)h->state + tsz);
-	st.qp.cid_free = (uint16_t *)(st.qp.slots + ncids); /* as qpair_init lays them out */
+	upcie_nvme_qpair_tables_rebase(&st.qp, (char *)h->state + tsz);
 	st.wall_khz = gpu->p->dev.wall_khz;
 	st.max_wait_ns = cfg->max_wait_ns;
 	st.flags = direct ? 0 : UPCIE_NVME_GQP_HIP_BRIDGED | UPCIE_NVME_GQP_HIP_RELAYED;

@@ -770,16 +770,49 @@ static inline int upcie_nvme_ioq_poll(struct upcie_nvme_ioq *q, unsigned max)
 }
 
 /*
- * Wait until request `r` is done or timeout_ns passed (polling; sleeping on the interrupt for
- * an `irq` queue). On a timeout each of its commands still outstanding is aborted and then
- * cancelled (see upcie_nvme_ioq_wait_cid()): the request ends with -ECANCELED and this returns
- * -ETIMEDOUT. Returns r->err otherwise (0, -EIO, -ECANCELED).
+ * After a timeout: end the commands of request `r` still outstanding on `q`, never returning
+ * memory the controller may still write. They are aborted together (upcie_nvme_ioq_abort_set_());
+ * with `escalate`, commands the Abort did not end reset the controller
+ * (upcie_nvme_ctrl_fail_locked_()), after which they are cancelled. Returns 0, or -ENODEV /
+ * -EIO for a dead controller.
  */
-static inline int upcie_nvme_ioq_wait(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
-				      uint64_t timeout_ns)
+static inline int upcie_nvme_ioq_end_req_(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
+					  bool escalate)
+{
+	struct upcie_nvme_ctrl *c = q->ctrl;
+	uint16_t cids[UPCIE_NVME_QPAIR_MAX_CIDS];
+	unsigned n = 0;
+	int err;
+
+	/* the request's commands are the outstanding CIDs whose context is r */
+	for (uint32_t i = 0; i < q->qp.ncids; i++) {
+		uint32_t tag = q->qp.slots[i].tag;
+		void *ctx;
+
+		if (!upcie_nvme_qpair_cid_ctx(&q->qp, (uint16_t)tag, &ctx) && ctx == r)
+			cids[n++] = (uint16_t)tag;
+	}
+	err = upcie_nvme_ioq_abort_set_(q, cids, n, NULL);
+	if (err == -ETIMEDOUT && escalate) {
+		pthread_mutex_lock(&c->lock);
+		upcie_nvme_ctrl_fail_locked_(c, "I/O command not ended by Abort");
+		if (!c->stopped)
+			UPCIE_ERR("nvme %s: the request's buffers may still be written by the "
+				  "controller",
+				  c->name);
+		pthread_mutex_unlock(&c->lock);
+		/* a controller that did not even stop leaves nothing better than this */
+		upcie_nvme_ioq_cancel_set_(q, cids, n);
+	}
+	return err == -ETIMEDOUT ? 0 : err;
+}
+
+static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
+				       uint64_t timeout_ns, bool escalate)
 {
 	struct upcie_deadline dl;
 	bool timed_out = false;
+	int err;
 
 	if (!q || !q->live || !r)
 		return UPCIE_FAIL(-EINVAL, "nvme: wait: queue not live or NULL request");
@@ -801,17 +834,26 @@ static inline int upcie_nvme_ioq_wait(struct upcie_nvme_ioq *q, struct upcie_nvm
 	if (!timed_out)
 		return r->err;
 	UPCIE_ERR("nvme %s: request on queue %u not done after %" PRIu64 " us: aborting its "
-		  "%u outstanding commands",
-		  q->ctrl->name, q->qid, timeout_ns / UPCIE_NSEC_PER_USEC, r->pending);
-	/* the request's commands are the outstanding CIDs whose context is r */
-	for (uint32_t c = 0; c < q->qp.ncids && !r->done; c++) {
-		void *ctx;
+		  "outstanding commands",
+		  q->ctrl->name, q->qid, timeout_ns / UPCIE_NSEC_PER_USEC);
+	err = upcie_nvme_ioq_end_req_(q, r, escalate);
+	return err ? err : -ETIMEDOUT;
+}
 
-		if (upcie_nvme_qpair_cid_ctx(&q->qp, (uint16_t)c, &ctx) || ctx != r)
-			continue;
-		upcie_nvme_ioq_abort(q, (uint16_t)c, NULL);
-	}
-	return -ETIMEDOUT;
+/*
+ * Wait until request `r` is done or timeout_ns passed (polling; sleeping on the interrupt for
+ * an `irq` queue). On a timeout its commands still outstanding are aborted together and given
+ * the controller's abort timeout to end, and this returns -ETIMEDOUT: r->done says whether the
+ * request ended (late completion, or aborted: r->err). If not, the controller still holds its
+ * commands: `r` and its buffers stay in use until its callback, which comes with their late
+ * completion, or with -ECANCELED from upcie_nvme_ctrl_reset() or the queue's deletion. Returns
+ * -ENODEV / -EIO when the controller is dead (reset; the request ended with -ECANCELED), and
+ * r->err otherwise (0, -EIO, -ECANCELED).
+ */
+static inline int upcie_nvme_ioq_wait(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
+				      uint64_t timeout_ns)
+{
+	return upcie_nvme_ioq_wait_(q, r, timeout_ns, false);
 }
 
 /* Describe a failed synchronous request in the log: what, where, and the status. */
@@ -835,9 +877,11 @@ static inline int upcie_nvme_io_report_(const struct upcie_nvme_ioq *q,
 /*
  * Synchronous Read/Write/Compare: submits `io` (feeding commands as room frees, so any size
  * works) and waits up to timeout_ns (0: 30 s). The completion goes to *cqe (may be NULL): on
- * -EIO it is the first error status. Returns 0, -EIO (status logged), -ETIMEDOUT (aborted and
- * cancelled), -EINVAL, -EOPNOTSUPP. Other commands in flight on `q` keep completing through
- * their own callbacks meanwhile.
+ * -EIO it is the first error status. Returns 0, -EIO (status logged), -EINVAL, -EOPNOTSUPP, or
+ * -ETIMEDOUT: its commands were aborted, and those the Abort did not end reset the controller
+ * (state FAILED: upcie_nvme_ctrl_reset() brings it back); either way the buffers are the
+ * caller's again when this returns. -ENODEV / -EIO: the controller is dead. Other commands in
+ * flight on `q` keep completing through their own callbacks meanwhile.
  */
 static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 					 const struct upcie_nvme_io *io, uint64_t timeout_ns,
@@ -852,7 +896,7 @@ static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct 
 	err = upcie_nvme_io_submit_(q, ns, io, &r, timeout_ns);
 	if (err)
 		return err;
-	err = upcie_nvme_ioq_wait(q, &r, timeout_ns);
+	err = upcie_nvme_ioq_wait_(q, &r, timeout_ns, true);
 	if (cqe)
 		*cqe = r.cqe;
 	return upcie_nvme_io_report_(q, ns,
@@ -894,7 +938,7 @@ static inline int upcie_nvme_ioq_write_sync(struct upcie_nvme_ioq *q,
 /*
  * Synchronous form of a one-command request made by a submit function (flush, write zeroes,
  * dsm, submit_cmd): pass the submit's return value and the request. Returns as
- * upcie_nvme_ioq_io_sync().
+ * upcie_nvme_ioq_io_sync(): when it returns, `r` has ended.
  */
 static inline int upcie_nvme_ioq_sync(struct upcie_nvme_ioq *q, int submit_err,
 				      struct upcie_nvme_req *r, uint64_t timeout_ns,
@@ -904,7 +948,7 @@ static inline int upcie_nvme_ioq_sync(struct upcie_nvme_ioq *q, int submit_err,
 
 	if (err)
 		return err;
-	err = upcie_nvme_ioq_wait(q, r, timeout_ns ? timeout_ns : UPCIE_NVME_IO_TIMEOUT);
+	err = upcie_nvme_ioq_wait_(q, r, timeout_ns ? timeout_ns : UPCIE_NVME_IO_TIMEOUT, true);
 	if (cqe)
 		*cqe = r->cqe;
 	if (err == -EIO)

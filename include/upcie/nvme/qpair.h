@@ -10,20 +10,39 @@
  * commit accepted ends in exactly one callback: from reap (err 0, the controller's status in
  * the CQE) or from cancel (err -ECANCELED, a synthesized "Command Abort Requested" CQE).
  *
- * Flow control: a command is refused with -EBUSY when all CIDs are in use or the SQ ring is
- * full as far as the last SQ head pointer (CQE.SQHD) tells; reaping frees both. An SQ slot is
- * never reused before the controller reported it fetched. At most cq_depth - 1 commands are
- * outstanding, so the CQ cannot overflow.
+ * Command identity: a CID is a slot index in its low bits and, above them, a generation that
+ * advances every time the slot is handed out again, so a CID names one command, not a slot. A
+ * completion, a wait, a cancel or an Abort that names an older command of the same slot does
+ * not reach the newer one. At most 2048 commands are outstanding per queue pair, which leaves
+ * at least 5 generation bits (32 reuses of a slot before a CID repeats).
+ *
+ * The device writes the CQ and is not trusted: a completion whose CID is out of range, not
+ * outstanding (a duplicate, a stale generation) or whose SQ head goes backwards or past the
+ * tail the host rang is counted (nbad, ndup, nbad_sqhd), logged on the host at counts 1, 2, 4,
+ * 8, ..., and otherwise ignored; only the queue pair's own tables are indexed with what the
+ * device wrote, and only after masking.
+ *
+ * Flow control: a command is refused with -EBUSY when all CIDs are in use; reaping frees them.
+ * There are fewer CIDs than SQ slots (at most sq_depth - 1), so the slot a new command goes to
+ * was fetched already: a command still waiting in the SQ holds a CID, and so do all commands
+ * after it, and there cannot be sq_depth of them. So flow control does not depend on the SQ
+ * head the controller reports (CQE.SQHD), which is only checked and recorded. There are fewer
+ * CIDs than CQ entries too (at most cq_depth - 1), so the CQ cannot overflow.
+ *
+ * When the controller let go of a queue (disabled, or the queue deleted), upcie_nvme_qpair_stop()
+ * ends what is left; upcie_nvme_qpair_restart() starts over on a recreated queue, carrying along
+ * the commands callbacks submitted meanwhile (controller reset).
  *
  * Threading: a queue pair has one owner (one CPU thread, or one GPU thread) that calls every
  * function; there are no locks and no atomics. The hot path touches the first 64 bytes of the
- * struct, one SQ slot, one CQ entry and one 16-byte CID slot per command, with no division.
- * Callbacks run inside reap and may enqueue and ring on the same queue pair, but must not reap,
- * wait, cancel-all or fini it.
+ * struct and the two fields after them, one SQ slot, one CQ entry and one 32-byte CID slot per
+ * command, with no division. Callbacks run inside reap and may enqueue and ring on the same
+ * queue pair, but must not reap, wait, cancel, stop or fini it.
  *
  * The protocol functions (UPCIE_HD) compile for the host and for CUDA/HIP device code through
- * qpair_port.h. init/fini are host code. The queue pair does not create queues on a controller
- * (the admin commands in cmd.h do); it needs the ring memory, zeroed CQ, and doorbell pointers.
+ * qpair_port.h. init/fini/stop/restart are host code. The queue pair does not create queues on
+ * a controller (the admin commands in cmd.h do); it needs the ring memory, zeroed CQ, and
+ * doorbell pointers.
  */
 #ifndef UPCIE_NVME_QPAIR_H
 #define UPCIE_NVME_QPAIR_H
@@ -31,6 +50,7 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,20 +66,32 @@
  * Completion callback. `cqe` is the completion entry, valid during the call only (on the host
  * it points into the CQ ring, which the controller does not reuse before reap has returned; in
  * device code, and for cancel, it is a copy). err is 0 when the controller completed the command
- * (check upcie_nvme_cqe_ok(cqe)), or -ECANCELED when upcie_nvme_qpair_cancel() or
- * upcie_nvme_qpair_fini() ended it.
+ * (check upcie_nvme_cqe_ok(cqe)), or -ECANCELED when upcie_nvme_qpair_cancel(),
+ * upcie_nvme_qpair_stop() or upcie_nvme_qpair_fini() ended it.
  */
 typedef void (*upcie_nvme_cpl_fn)(void *ctx, const struct upcie_nvme_cqe *cqe, int err);
 
-/* Per-CID state. cb also encodes the state: free, cancelled, no callback (small values). */
+/* Per-slot state: the command holding it (tag) and how to complete it; 32 bytes on 64-bit
+ * targets, so a slot's address is a shift of its index. */
 struct upcie_nvme_cid_slot {
+	uint32_t tag; /* the holder's CID, or'ed with UPCIE_NVME_CID_* state bits (first: its
+			 address is the slot's) */
+	uint32_t rsv_;
 	upcie_nvme_cpl_fn cb;
 	void *ctx;
+	uint64_t rsv2_;
 };
 
-#define UPCIE_NVME_CID_FREE_	  ((upcie_nvme_cpl_fn)(uintptr_t)0)
-#define UPCIE_NVME_CID_CANCELLED_ ((upcie_nvme_cpl_fn)(uintptr_t)1)
-#define UPCIE_NVME_CID_NOCB_	  ((upcie_nvme_cpl_fn)(uintptr_t)2)
+/* Tag state bits (above the 16-bit CID). A tag equal to the CID: outstanding, with a callback. */
+#define UPCIE_NVME_CID_CANCELLED_ 0x10000u    /* cancelled; waits for its late completion */
+#define UPCIE_NVME_CID_NOCB_	  0x20000u    /* outstanding without a callback */
+#define UPCIE_NVME_CID_FREE_	  0x40000u    /* free; the CID is that of its last command */
+#define UPCIE_NVME_CID_STOP_	  0x80000u    /* outstanding when upcie_nvme_qpair_stop() began */
+#define UPCIE_NVME_CID_UNUSED_	  0xffffffffu /* never held a command (or beyond ncids) */
+
+/* Most commands outstanding on one queue pair (at most 11 index bits, at least 5 generation
+ * bits). */
+#define UPCIE_NVME_QPAIR_MAX_CIDS 2048u
 
 /* Do not zero the CQ at init (memory the CPU cannot write; the caller zeroed it). */
 #define UPCIE_NVME_QPAIR_NO_CQ_CLEAR 0x1u
@@ -71,45 +103,87 @@ struct upcie_nvme_qpair_cfg {
 	volatile uint32_t *cqdb; /* CQ head doorbell (BAR0 + upcie_nvme_cq_hdbl_off()) */
 	uint32_t sq_depth;	 /* entries, 2..65536 (at most CAP.MQES + 1) */
 	uint32_t cq_depth;	 /* entries, 2..65536; 0: same as sq_depth */
-	uint32_t ncids;		 /* outstanding commands, 1..cq_depth - 1; 0: cq_depth - 1 */
+	uint32_t ncids;		 /* outstanding commands, 1..min(sq_depth - 1, cq_depth - 1,
+				    2048); 0: that maximum */
 	uint16_t qid;		 /* queue identifier, for synthesized completions */
 	unsigned flags;		 /* UPCIE_NVME_QPAIR_* */
 	void *tables; /* upcie_nvme_qpair_tables_size() bytes, 16-byte aligned; NULL: malloc */
 };
 
 struct upcie_nvme_qpair {
-	/* Hot: everything enqueue/ring/reap touch, one cache line. */
+	/* Hot: what enqueue/ring/reap touch, one cache line. */
 	struct upcie_nvme_sqe *sq;
 	struct upcie_nvme_cqe *cq;
 	volatile uint32_t *sqdb;
 	volatile uint32_t *cqdb;
-	struct upcie_nvme_cid_slot *slots; /* indexed by CID */
-	uint16_t *cid_free;		   /* stack of free CIDs */
+	struct upcie_nvme_cid_slot *slots; /* indexed by CID & cid_mask */
+	uint16_t *cid_free;		   /* stack of the CIDs to hand out next */
 	uint16_t sq_tail;		   /* next SQ slot to fill */
-	uint16_t sq_head;		   /* SQ head as last reported by the controller */
-	uint16_t sq_db;			   /* tail value last written to the doorbell */
-	uint16_t sq_last;		   /* sq_depth - 1 */
-	uint16_t cq_head;		   /* next CQ entry to look at */
-	uint16_t cq_last;		   /* cq_depth - 1 */
-	uint16_t nfree;			   /* CIDs on the free stack */
-	uint8_t phase;			   /* phase tag of new entries at cq_head */
+	uint16_t sq_head;  /* SQ head last reported (checked, not for flow control) */
+	uint16_t sq_db;	   /* tail value last written to the doorbell */
+	uint16_t sq_last;  /* sq_depth - 1 */
+	uint16_t cq_head;  /* next CQ entry to look at */
+	uint16_t cq_last;  /* cq_depth - 1 */
+	uint16_t nfree;	   /* CIDs on the free stack */
+	uint16_t cid_mask; /* slots - 1: the index bits of a CID */
+	/* Read by reap once per call. */
+	uint16_t ncids;
+	uint8_t phase; /* phase tag of new entries at cq_head */
 	uint8_t flags;
 	/* Cold. */
+	uint8_t closed; /* upcie_nvme_qpair_stop() without keep: CIDs not handed out */
 	uint16_t qid;
-	uint16_t ncids;
+	uint16_t keep_from;  /* upcie_nvme_qpair_stop(): first SQ slot of the kept commands */
 	uint32_t ncancelled; /* cancelled CIDs waiting for a late completion or reclaim */
 	uint64_t nbad;	     /* completions for CIDs not outstanding (reap returned -EPROTO) */
+	uint64_t ndup;	     /* ... of which repeated the last completion of their slot */
 	uint64_t nlate;	     /* completions of cancelled commands, consumed silently */
-	uint64_t nbad_sqhd;  /* completions with an SQ head outside the ring (ignored) */
+	uint64_t nbad_sqhd;  /* completions whose SQ head went backwards or past the tail */
 	void *tables_owned;  /* malloc'd CID tables, freed by fini */
 };
+
+/* CID slots for `ncids` CIDs: the next power of two (a CID's masked bits address them all). */
+UPCIE_HD static inline uint32_t upcie_nvme_qpair_nslots_(uint32_t ncids)
+{
+	uint32_t n = 1;
+
+	while (n < ncids)
+		n <<= 1;
+	return n;
+}
 
 /* Bytes of CID tables (slots and free stack) for `ncids` CIDs. */
 static inline size_t upcie_nvme_qpair_tables_size(uint32_t ncids)
 {
-	size_t n = (size_t)ncids * sizeof(struct upcie_nvme_cid_slot) + (size_t)ncids * 2;
+	size_t n = (size_t)upcie_nvme_qpair_nslots_(ncids) * sizeof(struct upcie_nvme_cid_slot) +
+		   (size_t)ncids * 2;
 
 	return (n + 15) & ~(size_t)15;
+}
+
+/*
+ * Point `qp` at a copy of its CID tables at `base` (same layout; for a queue pair whose state
+ * was set up in one address space and copied into another, such as GPU memory).
+ */
+static inline void upcie_nvme_qpair_tables_rebase(struct upcie_nvme_qpair *qp, void *base)
+{
+	qp->slots = (struct upcie_nvme_cid_slot *)base;
+	qp->cid_free = (uint16_t *)(qp->slots + (uint32_t)qp->cid_mask + 1);
+}
+
+/* The slot of `cid` (masked: any 16-bit value addresses the table). */
+UPCIE_HD static inline struct upcie_nvme_cid_slot *
+upcie_nvme_qpair_slot_(const struct upcie_nvme_qpair *qp, uint32_t cid)
+{
+	return &qp->slots[cid & qp->cid_mask];
+}
+
+/* The CID after `cid` in its slot: the generation (the bits above the index) advances; the
+ * carry out of bit 15 drops. */
+UPCIE_HD static inline uint16_t upcie_nvme_qpair_cid_next_(const struct upcie_nvme_qpair *qp,
+							   uint32_t cid)
+{
+	return (uint16_t)(cid + qp->cid_mask + 1u);
 }
 
 /*
@@ -120,14 +194,19 @@ static inline size_t upcie_nvme_qpair_tables_size(uint32_t ncids)
 static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 					const struct upcie_nvme_qpair_cfg *cfg)
 {
-	uint32_t cq_depth, ncids;
+	uint32_t cq_depth, ncids, nslots;
 	void *tables;
 
 	if (!qp || !cfg)
 		return UPCIE_FAIL(-EINVAL, "nvme: qpair: no qpair or config");
 	memset(qp, 0, sizeof(*qp));
 	cq_depth = cfg->cq_depth ? cfg->cq_depth : cfg->sq_depth;
-	ncids = cfg->ncids ? cfg->ncids : cq_depth - 1;
+	ncids = cfg->ncids;
+	if (!ncids) {
+		ncids = cq_depth - 1 < cfg->sq_depth - 1 ? cq_depth - 1 : cfg->sq_depth - 1;
+		if (ncids > UPCIE_NVME_QPAIR_MAX_CIDS)
+			ncids = UPCIE_NVME_QPAIR_MAX_CIDS;
+	}
 	if (!cfg->sq || !cfg->cq || !cfg->sqdb || !cfg->cqdb)
 		return UPCIE_FAIL(-EINVAL, "nvme: qpair %u: missing ring or doorbell", cfg->qid);
 	if (((uintptr_t)cfg->sq | (uintptr_t)cfg->cq | (uintptr_t)cfg->tables) & 15)
@@ -136,9 +215,13 @@ static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 	if (cfg->sq_depth < 2 || cfg->sq_depth > 65536 || cq_depth < 2 || cq_depth > 65536)
 		return UPCIE_FAIL(-EINVAL, "nvme: qpair %u: depth sq %u cq %u outside 2..65536",
 				  cfg->qid, cfg->sq_depth, cq_depth);
-	if (ncids > cq_depth - 1 || ncids > 65535)
-		return UPCIE_FAIL(-EINVAL, "nvme: qpair %u: %u CIDs exceed CQ depth %u - 1",
-				  cfg->qid, ncids, cq_depth);
+	if (ncids > cq_depth - 1 || ncids > cfg->sq_depth - 1 || ncids > UPCIE_NVME_QPAIR_MAX_CIDS)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: qpair %u: %u CIDs exceed SQ depth %u - 1, CQ depth %u - 1 "
+				  "or %u",
+				  cfg->qid, ncids, cfg->sq_depth, cq_depth,
+				  UPCIE_NVME_QPAIR_MAX_CIDS);
+	nslots = upcie_nvme_qpair_nslots_(ncids);
 	tables = cfg->tables;
 	if (!tables) {
 		tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(ncids));
@@ -147,9 +230,11 @@ static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 					  cfg->qid, ncids);
 		qp->tables_owned = tables;
 	}
-	qp->slots = (struct upcie_nvme_cid_slot *)tables;
-	qp->cid_free = (uint16_t *)(qp->slots + ncids);
-	memset(qp->slots, 0, ncids * sizeof(*qp->slots));
+	qp->cid_mask = (uint16_t)(nslots - 1);
+	upcie_nvme_qpair_tables_rebase(qp, tables);
+	memset(qp->slots, 0, nslots * sizeof(*qp->slots));
+	for (uint32_t i = 0; i < nslots; i++)
+		qp->slots[i].tag = UPCIE_NVME_CID_UNUSED_;
 	/* Lowest CID on top: a lightly loaded queue keeps reusing the same few slots. */
 	for (uint32_t i = 0; i < ncids; i++)
 		qp->cid_free[i] = (uint16_t)(ncids - 1 - i);
@@ -169,10 +254,18 @@ static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 	return 0;
 }
 
+/* The slot index of `cid` (0..ncids - 1 for a CID this queue pair handed out): for per-command
+ * resources such as PRP list pages. */
+UPCIE_HD static inline uint32_t upcie_nvme_qpair_cid_index(const struct upcie_nvme_qpair *qp,
+							   uint16_t cid)
+{
+	return cid & qp->cid_mask;
+}
+
 /*
  * The CID the next successful enqueue will assign (to pick per-command resources such as PRP
- * list pages before building the command). Valid until the next enqueue, reap, cancel or
- * reclaim. Returns 0, or -EBUSY when no CID is free.
+ * list pages before building the command: index them with upcie_nvme_qpair_cid_index()). Valid
+ * until the next enqueue, reap, cancel or reclaim. Returns 0, or -EBUSY when no CID is free.
  */
 UPCIE_HD static inline int upcie_nvme_qpair_next_cid(const struct upcie_nvme_qpair *qp,
 						     uint16_t *cid)
@@ -183,17 +276,15 @@ UPCIE_HD static inline int upcie_nvme_qpair_next_cid(const struct upcie_nvme_qpa
 	return 0;
 }
 
-/*
- * The SQ tail after one more command (0..sq_last), or -EBUSY when the SQ ring is full as far
- * as the last reported SQ head tells, or no CID is free.
- */
+/* The SQ tail after one more command (0..sq_last), or -EBUSY when no CID is free (the SQ
+ * slot is then free too: see flow control above). */
 UPCIE_HD static inline int upcie_nvme_qpair_next_tail_(const struct upcie_nvme_qpair *qp)
 {
 	uint16_t next = (uint16_t)(qp->sq_tail + 1);
 
 	if (UPCIE_UNLIKELY(qp->sq_tail == qp->sq_last))
 		next = 0;
-	if (UPCIE_UNLIKELY(next == qp->sq_head || !qp->nfree))
+	if (UPCIE_UNLIKELY(!qp->nfree))
 		return -EBUSY;
 	return next;
 }
@@ -204,11 +295,12 @@ UPCIE_HD static inline uint16_t upcie_nvme_qpair_take_(struct upcie_nvme_qpair *
 {
 	uint32_t top = qp->nfree - 1u; /* the caller checked nfree >= 1 */
 	uint16_t c = qp->cid_free[top];
-	struct upcie_nvme_cid_slot *slot = &qp->slots[c];
+	struct upcie_nvme_cid_slot *slot = &qp->slots[c & qp->cid_mask];
 
 	qp->nfree = (uint16_t)top;
-	slot->cb = cb ? cb : UPCIE_NVME_CID_NOCB_;
+	slot->cb = cb;
 	slot->ctx = ctx;
+	slot->tag = cb ? c : c | UPCIE_NVME_CID_NOCB_;
 	return c;
 }
 
@@ -291,12 +383,12 @@ UPCIE_HD static inline int upcie_nvme_qpair_commit(struct upcie_nvme_qpair *qp,
  */
 UPCIE_HD static inline int upcie_nvme_qpair_ring(struct upcie_nvme_qpair *qp)
 {
-	uint16_t tail = qp->sq_tail;
+	uint32_t tail = qp->sq_tail;
 
 	if (tail != qp->sq_db) {
 		upcie_nvme_port_wmb();
 		upcie_nvme_port_doorbell(qp->sqdb, tail);
-		qp->sq_db = tail;
+		qp->sq_db = (uint16_t)tail;
 	}
 	return 0;
 }
@@ -313,24 +405,93 @@ UPCIE_HD static inline int upcie_nvme_qpair_submit(struct upcie_nvme_qpair *qp,
 	return upcie_nvme_qpair_ring(qp);
 }
 
-/* Return a CID to the free stack. */
-UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *qp, uint16_t cid)
+/*
+ * Free the slot of `cid` (its command ended): the tag keeps the CID, so a repeat of this
+ * completion is recognised, and the next command of the slot gets the next generation.
+ */
+UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *qp,
+						      struct upcie_nvme_cid_slot *slot,
+						      uint16_t cid)
 {
-	qp->slots[cid].cb = UPCIE_NVME_CID_FREE_;
-	qp->cid_free[qp->nfree++] = cid;
+	slot->tag = cid | UPCIE_NVME_CID_FREE_;
+	qp->cid_free[qp->nfree++] = upcie_nvme_qpair_cid_next_(qp, cid);
 }
 
 /*
- * Step past the CQ entry at *head (its view `cqe`): advance head, flip the phase on a wrap (in
- * qp->phase right away, and in *phase16, the copy at bit 16 where dw3 has it), take the SQ head
- * the entry reports (one outside the ring is counted in qp->nbad_sqhd and ignored).
+ * A completion the queue pair refuses (what=0: CID not outstanding, 1: SQ head outside the
+ * window). Logged on the host when the count is a power of two: a device flooding the CQ costs
+ * a handful of lines. Device code only counts.
  */
-UPCIE_HD static inline void upcie_nvme_qpair_cqe_pass_(struct upcie_nvme_qpair *qp,
-						       const struct upcie_nvme_cqe *cqe,
-						       uint16_t *head, uint32_t *phase16)
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+UPCIE_HD static inline void upcie_nvme_qpair_refused_(const struct upcie_nvme_qpair *qp, int what,
+						      uint32_t v, uint64_t count)
 {
-	uint16_t sqhd = upcie_nvme_cqe_sqhd(cqe);
+	(void)qp;
+	(void)what;
+	(void)v;
+	(void)count;
+}
+#else
+__attribute__((noinline, cold, unused)) UPCIE_HD static void
+upcie_nvme_qpair_refused_(const struct upcie_nvme_qpair *qp, int what, uint32_t v, uint64_t count)
+{
+	if (count & (count - 1))
+		return;
+	if (what == 0)
+		UPCIE_WARN(
+		    "nvme: queue %u: completion for CID 0x%04x, which is %s: ignored (%" PRIu64
+		    " so far)",
+		    qp->qid, v & 0xffff,
+		    upcie_nvme_qpair_cid_index(qp, (uint16_t)v) >= qp->ncids ? "out of range"
+		    : v >> 16						     ? "a duplicate"
+									     : "not outstanding",
+		    count);
+	else
+		UPCIE_WARN("nvme: queue %u: completion reports SQ head %u outside %u..%u: ignored "
+			   "(%" PRIu64 " so far)",
+			   qp->qid, v, qp->sq_head, qp->sq_db, count);
+}
+#endif
 
+/* An SQ head outside the window: counted, logged at counts 1, 2, 4, ... (out of line). */
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+UPCIE_HD static inline void upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *qp, uint32_t sqhd)
+{
+	(void)sqhd;
+	qp->nbad_sqhd++;
+}
+#else
+__attribute__((noinline, cold, unused)) UPCIE_HD static void
+upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *qp, uint32_t sqhd)
+{
+	qp->nbad_sqhd++;
+	upcie_nvme_qpair_refused_(qp, 1, sqhd, qp->nbad_sqhd);
+}
+#endif
+
+/*
+ * The SQ head a completion reports (sqhd) against the last one (h): taken when it lies between
+ * h and the tail the host rang (the controller cannot have fetched further, nor go back),
+ * counted otherwise. Most often the controller has fetched all that was rung: sqhd is that
+ * tail. Else, in 16-bit arithmetic, sqhd - h <= db - h is exactly the window, wrapping or not,
+ * for any sqhd within the ring; one above the ring passes it only when the window wraps, hence
+ * the last test.
+ */
+UPCIE_HD static inline void upcie_nvme_qpair_sqhd_(struct upcie_nvme_qpair *qp, uint16_t sqhd)
+{
+	uint16_t h = qp->sq_head, db = qp->sq_db;
+
+	if (sqhd == db || ((uint16_t)(sqhd - h) <= (uint16_t)(db - h) && sqhd <= qp->sq_last))
+		qp->sq_head = sqhd;
+	else
+		upcie_nvme_qpair_sqhd_bad_(qp, sqhd);
+}
+
+/* Step *head past the CQ entry there, flipping the phase on a wrap (in qp->phase right away, and
+ * in *phase16, the copy at bit 16 where dw3 has it). */
+UPCIE_HD static inline void upcie_nvme_qpair_cq_step_(struct upcie_nvme_qpair *qp, uint16_t *head,
+						      uint32_t *phase16)
+{
 	if (UPCIE_UNLIKELY(*head == qp->cq_last)) {
 		*head = 0;
 		*phase16 ^= 1u << 16;
@@ -338,19 +499,16 @@ UPCIE_HD static inline void upcie_nvme_qpair_cqe_pass_(struct upcie_nvme_qpair *
 	} else {
 		(*head)++;
 	}
-	if (UPCIE_LIKELY(sqhd <= qp->sq_last))
-		qp->sq_head = sqhd;
-	else
-		qp->nbad_sqhd++;
 }
 
 /*
  * Process up to `max` new completions: call each command's callback and free its CID, then
  * write the CQ head doorbell once. Returns the number of commands completed (0 when none was
- * ready), or -EPROTO when the first new entry names a CID that is not outstanding: that entry
- * is consumed and counted in qp->nbad (a bad entry after good ones ends the batch; the next
- * call reports it). A late completion of a cancelled command is consumed silently (qp->nlate)
- * and frees its CID.
+ * ready), or -EPROTO when the first new entry names a CID that is not outstanding (out of range,
+ * never submitted, already completed, an older generation of its slot): that entry is consumed
+ * and counted in qp->nbad (a bad entry after good ones ends the batch; the next call reports
+ * it). A late completion of a cancelled command is consumed silently (qp->nlate) and frees its
+ * CID. An SQ head outside the window is ignored (qp->nbad_sqhd).
  */
 UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, unsigned max)
 {
@@ -369,40 +527,55 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 		struct upcie_nvme_cid_slot *slot;
 		upcie_nvme_cpl_fn cb;
 		void *ctx;
+		uint32_t tag;
 
 		if (x & (1u << 16))
 			break;
 		upcie_nvme_port_dma_rmb();
-		/* Fast path: an outstanding CID with a callback (cb above the state values). */
-		if (UPCIE_UNLIKELY(cid >= qp->ncids || (uintptr_t)(cb = qp->slots[cid].cb) <=
-							   (uintptr_t)UPCIE_NVME_CID_NOCB_)) {
-			cb = cid < qp->ncids ? qp->slots[cid].cb : UPCIE_NVME_CID_FREE_;
-			/* A bad entry after good ones ends the batch; the next call reports it. */
-			if (cb == UPCIE_NVME_CID_FREE_ && n > 0)
-				break;
-			cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
-			upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
-			if (cb == UPCIE_NVME_CID_FREE_) {
+		/* The index is masked: whatever the device wrote, it addresses the table. */
+		slot = upcie_nvme_qpair_slot_(qp, cid);
+		tag = slot->tag;
+		if (UPCIE_UNLIKELY(tag != cid)) {
+			uint32_t state = tag ^ cid;
+
+			/* the slot's command with a state bit set: late, no callback, or stopping */
+			if (state == UPCIE_NVME_CID_CANCELLED_ || state == UPCIE_NVME_CID_NOCB_ ||
+			    state == (UPCIE_NVME_CID_NOCB_ | UPCIE_NVME_CID_STOP_)) {
+				cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
+				upcie_nvme_qpair_cq_step_(qp, &head, &phase16);
+				upcie_nvme_qpair_sqhd_(qp, upcie_nvme_cqe_sqhd(cqe));
+				if (state == UPCIE_NVME_CID_CANCELLED_) {
+					qp->ncancelled--;
+					qp->nlate++;
+				} else {
+					n++; /* no callback */
+				}
+				upcie_nvme_qpair_cid_put_(qp, slot, cid);
+				continue;
+			}
+			if (state != UPCIE_NVME_CID_STOP_) {
+				/* A bad entry after good ones ends the batch; the next call reports
+				 * it. Its SQ head is not trusted. */
+				if (n > 0)
+					break;
+				upcie_nvme_qpair_cq_step_(qp, &head, &phase16);
 				qp->nbad++;
+				qp->ndup += state == UPCIE_NVME_CID_FREE_;
+				upcie_nvme_qpair_refused_(
+				    qp, 0, cid | (state == UPCIE_NVME_CID_FREE_ ? 0x10000u : 0),
+				    qp->nbad);
 				ret = -EPROTO;
 				goto moved; /* consumed: the head moved, or came full circle */
 			}
-			if (cb == UPCIE_NVME_CID_CANCELLED_) {
-				qp->ncancelled--;
-				qp->nlate++;
-			} else {
-				n++; /* no callback */
-			}
-			upcie_nvme_qpair_cid_put_(qp, cid);
-			continue;
+			/* outstanding when a stop began: completes normally */
 		}
-		slot = &qp->slots[cid];
 		cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
-		upcie_nvme_qpair_cqe_pass_(qp, cqe, &head, &phase16);
+		upcie_nvme_qpair_cq_step_(qp, &head, &phase16);
+		upcie_nvme_qpair_sqhd_(qp, upcie_nvme_cqe_sqhd(cqe));
+		cb = slot->cb;
 		ctx = slot->ctx;
-		/* Free the CID before the callback, which may submit again. */
-		slot->cb = UPCIE_NVME_CID_FREE_;
-		qp->cid_free[qp->nfree++] = cid;
+		/* Free the CID before the callback, which may submit again (a new generation). */
+		upcie_nvme_qpair_cid_put_(qp, slot, cid);
 		cb(ctx, cqe, 0);
 		n++;
 		/*
@@ -426,8 +599,12 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 	if (head == qp->cq_head && !n)
 		return ret;
 moved:
-	/* One doorbell write for the batch (qp->phase already follows every wrap). */
+	/*
+	 * One doorbell write for the batch (qp->phase already follows every wrap). The entries'
+	 * loads (the callbacks' too) complete before the controller may reuse them.
+	 */
 	qp->cq_head = head;
+	upcie_nvme_port_cq_release();
 	upcie_nvme_port_doorbell(qp->cqdb, head);
 	return ret;
 }
@@ -438,42 +615,55 @@ UPCIE_HD static inline uint32_t upcie_nvme_qpair_inflight(const struct upcie_nvm
 	return (uint32_t)qp->ncids - qp->nfree - qp->ncancelled;
 }
 
+/* Whether `tag` is that of an outstanding command (with or without callback, stopping or not). */
+UPCIE_HD static inline bool upcie_nvme_qpair_tag_outstanding_(uint32_t tag)
+{
+	return !(tag & (UPCIE_NVME_CID_CANCELLED_ | UPCIE_NVME_CID_FREE_));
+}
+
+/* The slot of outstanding command `cid`, or NULL (out of range: *range set; not outstanding). */
+UPCIE_HD static inline struct upcie_nvme_cid_slot *
+upcie_nvme_qpair_find_(const struct upcie_nvme_qpair *qp, uint16_t cid, bool *range)
+{
+	struct upcie_nvme_cid_slot *s = upcie_nvme_qpair_slot_(qp, cid);
+
+	*range = upcie_nvme_qpair_cid_index(qp, cid) >= qp->ncids;
+	if (*range || (s->tag & 0xffffu) != cid || !upcie_nvme_qpair_tag_outstanding_(s->tag))
+		return (struct upcie_nvme_cid_slot *)0;
+	return s;
+}
+
 UPCIE_HD static inline bool upcie_nvme_qpair_cid_outstanding_(const struct upcie_nvme_qpair *qp,
 							      uint16_t cid)
 {
-	upcie_nvme_cpl_fn cb = qp->slots[cid].cb;
+	bool range;
 
-	return cb != UPCIE_NVME_CID_FREE_ && cb != UPCIE_NVME_CID_CANCELLED_;
+	return upcie_nvme_qpair_find_(qp, cid, &range) != 0;
 }
 
-/*
- * Commands that can be enqueued right now: the smaller of the free CIDs and the free SQ slots
- * (as far as the last reported SQ head tells). A request that needs n commands fits when this is
- * at least n.
- */
+/* Commands that can be enqueued right now: the free CIDs (each has a free SQ slot). A request
+ * that needs n commands fits when this is at least n. */
 UPCIE_HD static inline uint32_t upcie_nvme_qpair_room(const struct upcie_nvme_qpair *qp)
 {
-	uint32_t depth = (uint32_t)qp->sq_last + 1;
-	uint32_t used = qp->sq_tail >= qp->sq_head ? (uint32_t)(qp->sq_tail - qp->sq_head)
-						   : qp->sq_tail + depth - qp->sq_head;
-	uint32_t sq_free = depth - 1 - used;
-
-	return sq_free < qp->nfree ? sq_free : qp->nfree;
+	return qp->nfree;
 }
 
 /*
- * The context an outstanding command `cid` was enqueued with, into *ctx. Returns 0, -EINVAL for
- * a CID out of range, -ENOENT when `cid` is not outstanding. (To find the commands of one
- * request after a timeout.)
+ * The context outstanding command `cid` was enqueued with, into *ctx. Returns 0, -EINVAL for a
+ * CID out of range, -ENOENT when `cid` is not outstanding (completed, cancelled, or an older
+ * command of its slot). (To find the commands of one request after a timeout.)
  */
 UPCIE_HD static inline int upcie_nvme_qpair_cid_ctx(const struct upcie_nvme_qpair *qp, uint16_t cid,
 						    void **ctx)
 {
-	if (cid >= qp->ncids)
+	bool range;
+	const struct upcie_nvme_cid_slot *s = upcie_nvme_qpair_find_(qp, cid, &range);
+
+	if (range)
 		return -EINVAL;
-	if (!upcie_nvme_qpair_cid_outstanding_(qp, cid))
+	if (!s)
 		return -ENOENT;
-	*ctx = qp->slots[cid].ctx;
+	*ctx = s->ctx;
 	return 0;
 }
 
@@ -487,13 +677,42 @@ UPCIE_HD static inline int upcie_nvme_qpair_outstanding(const struct upcie_nvme_
 	unsigned n = 0;
 
 	for (uint32_t c = 0; c < qp->ncids; c++) {
-		if (!upcie_nvme_qpair_cid_outstanding_(qp, (uint16_t)c))
+		uint32_t tag = qp->slots[c].tag;
+
+		if (!upcie_nvme_qpair_tag_outstanding_(tag))
 			continue;
 		if (n < max)
-			cids[n] = (uint16_t)c;
+			cids[n] = (uint16_t)tag;
 		n++;
 	}
 	return (int)n;
+}
+
+/* End the command of `slot` (outstanding) with -ECANCELED and a synthesized completion. */
+UPCIE_HD static inline void upcie_nvme_qpair_cancel_(struct upcie_nvme_qpair *qp,
+						     struct upcie_nvme_cid_slot *slot, bool reserve)
+{
+	struct upcie_nvme_cqe cqe;
+	upcie_nvme_cpl_fn cb = slot->cb;
+	void *ctx = slot->ctx;
+	uint16_t cid = (uint16_t)slot->tag;
+	bool nocb = slot->tag & UPCIE_NVME_CID_NOCB_;
+
+	if (reserve) {
+		slot->tag = cid | UPCIE_NVME_CID_CANCELLED_;
+		qp->ncancelled++;
+	} else if (qp->closed) {
+		slot->tag =
+		    cid | UPCIE_NVME_CID_FREE_; /* free, but not handed out before restart */
+	} else {
+		upcie_nvme_qpair_cid_put_(qp, slot, cid);
+	}
+	cqe.dw0 = 0;
+	cqe.dw1 = 0;
+	cqe.dw2 = qp->sq_head | ((uint32_t)qp->qid << 16);
+	cqe.dw3 = upcie_nvme_cqe_dw3_make(cid, 0, UPCIE_NVME_SC_ABORT_REQ, true);
+	if (!nocb)
+		cb(ctx, &cqe, -ECANCELED);
 }
 
 /*
@@ -501,29 +720,21 @@ UPCIE_HD static inline int upcie_nvme_qpair_outstanding(const struct upcie_nvme_
  * synthesized CQE (status Command Abort Requested, DNR set). The CID stays reserved until the
  * controller's late completion arrives (consumed silently by reap) or upcie_nvme_qpair_reclaim()
  * is called once the controller can no longer complete it (queue deleted, controller reset);
- * so a late completion can never be taken for a newer command. Returns 0, -EINVAL for a CID
- * out of range, -ENOENT when `cid` is not outstanding.
+ * so a late completion can never be taken for a newer command. The controller may still be
+ * executing the command: its memory stays the controller's until it completes it late, or
+ * has let go of the queue. Returns 0, -EINVAL for a CID out of range, -ENOENT when `cid` is
+ * not outstanding.
  */
 UPCIE_HD static inline int upcie_nvme_qpair_cancel(struct upcie_nvme_qpair *qp, uint16_t cid)
 {
-	struct upcie_nvme_cqe cqe;
-	upcie_nvme_cpl_fn cb;
-	void *ctx;
+	bool range;
+	struct upcie_nvme_cid_slot *s = upcie_nvme_qpair_find_(qp, cid, &range);
 
-	if (cid >= qp->ncids)
+	if (range)
 		return -EINVAL;
-	if (!upcie_nvme_qpair_cid_outstanding_(qp, cid))
+	if (!s)
 		return -ENOENT;
-	cb = qp->slots[cid].cb;
-	ctx = qp->slots[cid].ctx;
-	qp->slots[cid].cb = UPCIE_NVME_CID_CANCELLED_;
-	qp->ncancelled++;
-	cqe.dw0 = 0;
-	cqe.dw1 = 0;
-	cqe.dw2 = qp->sq_head | ((uint32_t)qp->qid << 16);
-	cqe.dw3 = upcie_nvme_cqe_dw3_make(cid, 0, UPCIE_NVME_SC_ABORT_REQ, true);
-	if (cb != UPCIE_NVME_CID_NOCB_)
-		cb(ctx, &cqe, -ECANCELED);
+	upcie_nvme_qpair_cancel_(qp, s, true);
 	return 0;
 }
 
@@ -537,9 +748,11 @@ UPCIE_HD static inline int upcie_nvme_qpair_reclaim(struct upcie_nvme_qpair *qp)
 	int n = 0;
 
 	for (uint32_t c = 0; c < qp->ncids && qp->ncancelled; c++) {
-		if (qp->slots[c].cb != UPCIE_NVME_CID_CANCELLED_)
+		struct upcie_nvme_cid_slot *s = &qp->slots[c];
+
+		if (!(s->tag & UPCIE_NVME_CID_CANCELLED_) || (s->tag & UPCIE_NVME_CID_FREE_))
 			continue;
-		upcie_nvme_qpair_cid_put_(qp, (uint16_t)c);
+		upcie_nvme_qpair_cid_put_(qp, s, (uint16_t)s->tag);
 		qp->ncancelled--;
 		n++;
 	}
@@ -549,16 +762,17 @@ UPCIE_HD static inline int upcie_nvme_qpair_reclaim(struct upcie_nvme_qpair *qp)
 /*
  * Reap until command `cid` has completed or been cancelled, or `timeout_ns` passed
  * (UINT64_MAX: no limit). Spins; never sleeps. Other completions are processed on the way;
- * bad entries (-EPROTO) are counted in qp->nbad and do not end the wait. Returns 0, -EINVAL
- * for a CID out of range, -ETIMEDOUT (the command is still outstanding: abort and cancel it,
- * see upcie_nvme_qpair_outstanding()).
+ * bad entries (-EPROTO) are counted in qp->nbad and do not end the wait. A callback that
+ * submits meanwhile may get `cid`'s slot, never `cid` itself. Returns 0, -EINVAL for a CID out
+ * of range, -ETIMEDOUT (the command is still outstanding: abort and cancel it, see
+ * upcie_nvme_qpair_outstanding()).
  */
 UPCIE_HD static inline int upcie_nvme_qpair_wait(struct upcie_nvme_qpair *qp, uint16_t cid,
 						 uint64_t timeout_ns)
 {
 	uint64_t start = upcie_nvme_port_time_ns();
 
-	if (cid >= qp->ncids)
+	if (upcie_nvme_qpair_cid_index(qp, cid) >= qp->ncids)
 		return -EINVAL;
 	for (;;) {
 		if (upcie_nvme_qpair_reap(qp, 0xffffffffu) == 0)
@@ -604,10 +818,13 @@ UPCIE_HD static inline void upcie_nvme_sync_cb_(void *ctx, const struct upcie_nv
 
 /*
  * Submit one command and spin until it completes or `timeout_ns` passes. The completion goes
- * to *cqe (may be NULL; on timeout it receives the synthesized abort completion). Returns 0 on success, -EIO when the controller completed it with an
- * error status (see *cqe), -EBUSY when the queue pair is full, -ETIMEDOUT when no completion
- * came: the command is then cancelled here (its CID, in *cid when not NULL, stays reserved
- * until a late completion or reclaim) and the controller layer should Abort it.
+ * to *cqe (may be NULL; on timeout it receives the synthesized abort completion). Returns 0 on
+ * success, -EIO when the controller completed it with an error status (see *cqe), -EBUSY when
+ * the queue pair is full, -ETIMEDOUT when no completion came: the command is then cancelled
+ * here (its CID, in *cid when not NULL, stays reserved until a late completion or reclaim), but
+ * the controller may still be executing it: the memory the command names stays the
+ * controller's until a late completion (qp->nlate) or the controller let go of the queue. The
+ * controller layer (nvme/ctrl.h) aborts, and resets when an abort does not end it.
  */
 UPCIE_HD static inline int upcie_nvme_qpair_submit_sync(struct upcie_nvme_qpair *qp,
 							const struct upcie_nvme_sqe *sqe,
@@ -636,6 +853,115 @@ UPCIE_HD static inline int upcie_nvme_qpair_submit_sync(struct upcie_nvme_qpair 
 }
 
 /*
+ * Refuse new commands (-EBUSY: no CID free) until upcie_nvme_qpair_restart(), which rebuilds the
+ * free stack: CIDs freed meanwhile are not handed out, so a callback cannot keep the queue
+ * pair going.
+ */
+static inline void upcie_nvme_qpair_close_(struct upcie_nvme_qpair *qp)
+{
+	qp->closed = 1;
+	qp->nfree = 0;
+	qp->keep_from = qp->sq_tail; /* nothing kept */
+}
+
+/*
+ * The controller let go of this queue pair: it was disabled (CC.EN = 0 and CSTS.RDY = 0) or gone,
+ * or its SQ and CQ were deleted, so it neither fetches, completes nor writes anything of it any
+ * more. Process the completions still in the CQ (callbacks with err 0), then end every command
+ * still outstanding with -ECANCELED and free every CID, cancelled ones included. With `keep`,
+ * commands that callbacks enqueue meanwhile are kept, not ended: they wait, from the start of
+ * the ring, for upcie_nvme_qpair_restart() on the recreated queue (a controller reset; to drop
+ * them instead, stop again without keep). Without `keep`, the queue pair refuses new commands
+ * (-EBUSY) until a restart, so callbacks cannot keep it going. Host code. Returns the number of
+ * commands ended with -ECANCELED.
+ */
+static inline int upcie_nvme_qpair_stop(struct upcie_nvme_qpair *qp, bool keep)
+{
+	uint16_t from = qp->sq_tail;
+	int n = 0;
+
+	if (!qp->slots)
+		return 0;
+	for (uint32_t c = 0; c < qp->ncids; c++)
+		if (upcie_nvme_qpair_tag_outstanding_(qp->slots[c].tag))
+			qp->slots[c].tag |= UPCIE_NVME_CID_STOP_;
+	while (upcie_nvme_qpair_reap(qp, 0xffffffffu) != 0)
+		; /* -EPROTO entries are counted and skipped */
+	upcie_nvme_qpair_reclaim(qp);
+	if (!keep) {
+		upcie_nvme_qpair_close_(qp);
+	} else {
+		/* nothing before `from` will be fetched: the kept commands start there */
+		qp->sq_head = from;
+		qp->keep_from = from;
+	}
+	for (uint32_t c = 0; c < qp->ncids; c++) {
+		struct upcie_nvme_cid_slot *s = &qp->slots[c];
+
+		if (!upcie_nvme_qpair_tag_outstanding_(s->tag) ||
+		    (keep && !(s->tag & UPCIE_NVME_CID_STOP_)))
+			continue;
+		s->tag &= ~UPCIE_NVME_CID_STOP_;
+		upcie_nvme_qpair_cancel_(qp, s, false);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Start over on the recreated queue (the controller starts with SQ head = tail = 0 and an
+ * empty CQ): the commands kept by upcie_nvme_qpair_stop() move to the start of the SQ ring, with
+ * their CIDs and callbacks; every other CID is free (its next generation); CQ zeroed (unless
+ * UPCIE_NVME_QPAIR_NO_CQ_CLEAR), phase 1. Call after upcie_nvme_qpair_stop(), before the queue
+ * is created on the controller; ring after. Host code. Returns the number of commands waiting
+ * for the ring, or -ENOMEM (nothing changed).
+ */
+static inline int upcie_nvme_qpair_restart(struct upcie_nvme_qpair *qp)
+{
+	uint32_t depth = (uint32_t)qp->sq_last + 1;
+	uint32_t k = (qp->sq_tail + depth - qp->keep_from) % depth;
+	uint32_t nfree = 0;
+
+	if (k && qp->keep_from) {
+		/* through a copy: source and destination may overlap, in either direction */
+		struct upcie_nvme_sqe *tmp =
+		    (struct upcie_nvme_sqe *)malloc((size_t)k * sizeof(*tmp));
+
+		if (!tmp)
+			return UPCIE_FAIL(-ENOMEM, "nvme: qpair %u: out of memory", qp->qid);
+		for (uint32_t i = 0; i < k; i++)
+			tmp[i] = qp->sq[(qp->keep_from + i) % depth];
+		memcpy(qp->sq, tmp, (size_t)k * sizeof(*tmp));
+		free(tmp);
+	}
+	/* lowest slot on top, as after init */
+	for (uint32_t c = qp->ncids; c-- > 0;) {
+		uint32_t tag = qp->slots[c].tag;
+
+		if (upcie_nvme_qpair_tag_outstanding_(tag))
+			continue; /* kept */
+		qp->cid_free[nfree++] = tag == UPCIE_NVME_CID_UNUSED_
+					    ? (uint16_t)c
+					    : upcie_nvme_qpair_cid_next_(qp, tag);
+		if (tag & UPCIE_NVME_CID_CANCELLED_ && !(tag & UPCIE_NVME_CID_FREE_))
+			qp->ncancelled--;
+		if (tag != UPCIE_NVME_CID_UNUSED_)
+			qp->slots[c].tag = (tag & 0xffffu) | UPCIE_NVME_CID_FREE_;
+	}
+	qp->nfree = (uint16_t)nfree;
+	qp->closed = 0;
+	qp->sq_tail = (uint16_t)k;
+	qp->sq_head = 0;
+	qp->sq_db = 0;
+	qp->keep_from = 0;
+	qp->cq_head = 0;
+	qp->phase = 1;
+	if (!(qp->flags & UPCIE_NVME_QPAIR_NO_CQ_CLEAR))
+		memset(qp->cq, 0, ((size_t)qp->cq_last + 1) * sizeof(struct upcie_nvme_cqe));
+	return (int)k;
+}
+
+/*
  * Tear down: every command still outstanding completes with -ECANCELED (so each submitted
  * command still gets exactly one callback), owned tables are freed, `qp` is zeroed. Call after
  * the controller stopped using the queues. A zeroed qpair is a no-op.
@@ -647,9 +973,10 @@ static inline void upcie_nvme_qpair_fini(struct upcie_nvme_qpair *qp)
 			memset(qp, 0, sizeof(*qp));
 		return;
 	}
+	upcie_nvme_qpair_close_(qp); /* callbacks cannot enqueue into what is going away */
 	for (uint32_t c = 0; c < qp->ncids; c++)
-		if (upcie_nvme_qpair_cid_outstanding_(qp, (uint16_t)c))
-			upcie_nvme_qpair_cancel(qp, (uint16_t)c);
+		if (upcie_nvme_qpair_tag_outstanding_(qp->slots[c].tag))
+			upcie_nvme_qpair_cancel_(qp, &qp->slots[c], false);
 	free(qp->tables_owned);
 	memset(qp, 0, sizeof(*qp));
 }

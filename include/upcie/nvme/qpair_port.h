@@ -79,6 +79,21 @@ UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)
 }
 
 /*
+ * Order the loads of the completion entries just processed (the callbacks' included) before the
+ * CQ head doorbell store that lets the controller reuse them. On aarch64 a load may otherwise be
+ * satisfied after a later store is visible (dmb oshld orders earlier loads before later loads and
+ * stores); x86-64 never reorders a load after a later store, so there it is a compiler barrier.
+ * Device code reads each entry through volatile loads into a copy before the callbacks run and
+ * keeps the doorbell store as it was: no fence.
+ */
+UPCIE_HD static inline void upcie_nvme_port_cq_release(void)
+{
+#if !defined(UPCIE_NVME_PORT_CUDA_DEVICE) && !defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	upcie_dma_rmb();
+#endif
+}
+
+/*
  * A load the compiler must emit and, on a GPU, that bypasses the non-coherent L1 (on RDNA after
  * invalidating GL0/GL1: an entry another agent wrote into host memory is not snooped there).
  */

@@ -1,0 +1,712 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * nvme/ctrl.h and nvme/ns.h against a controller model that misbehaves as real drives do
+ * (nvme_ctrl_model.h): commands that never complete or complete late (after an abort, after a
+ * reset), Aborts that fail or are never answered, a fatal status (CSTS.CFS) or a vanished device
+ * (all ones) in the middle of I/O, a slow Create I/O CQ, a failing Delete I/O SQ, a controller
+ * found enabling at takeover or slow to become ready, a completion posted after a reset into the
+ * recreated queue. Every test ends with the exactly-once
+ * checker (nvme_eo.h): each submitted operation got exactly one callback, and the model never
+ * touched a buffer after it was handed back.
+ */
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/ns.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "nvme_ctrl_model.h"
+#include "nvme_eo.h"
+
+#define MiB	  (UINT64_C(1) << 20)
+#define HOST_IOVA UINT64_C(0x40000000)
+#define DATA_IOVA UINT64_C(0x80000000)
+#define NS_BLOCKS 8192u
+#define LBA	  512u
+#define DATA_SIZE (4 * MiB)
+#define NBUF	  64 /* data buffers of 64 KiB, each an exactly-once region */
+#define BUF	  (64 * 1024)
+#define MS	  UPCIE_NSEC_PER_MSEC
+#define ABORT_MS  300 /* the controllers' abort timeout here */
+
+struct rig {
+	struct nvme_cmodel cm;
+	struct nvme_model_iomap im;
+	struct nvme_model_rng rng;
+	struct nvme_eo eo;
+	uint8_t *ns;
+	void *host_va, *data_va;
+	struct upcie_dmamem host, data;
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ns nsp;
+	struct upcie_nvme_ioq q;
+	int32_t region[NBUF];
+	bool started;
+};
+
+static void log_print(enum upcie_log_level level, const char *msg, void *ctx)
+{
+	(void)level;
+	(void)ctx;
+	printf("#   log: %s\n", msg);
+}
+
+static void rig_setup(struct rig *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->rng.s = 0xfa17;
+	r->ns = (uint8_t *)calloc(NS_BLOCKS, LBA);
+	r->host_va = aligned_alloc(2 * MiB, 16 * MiB);
+	r->data_va = aligned_alloc(2 * MiB, DATA_SIZE);
+	memset(r->host_va, 0, 16 * MiB);
+	memset(r->data_va, 0, DATA_SIZE);
+	upcie_dmamem_init_arith(&r->host, r->host_va, 16 * MiB, HOST_IOVA);
+	nvme_model_mem_lut(&r->data, r->data_va, DATA_SIZE, 12, DATA_IOVA, true, &r->rng);
+	nvme_model_iomap_add(&r->im, &r->host);
+	nvme_model_iomap_add(&r->im, &r->data);
+	nvme_cmodel_init(&r->cm, &r->im, r->ns, NS_BLOCKS, LBA);
+	nvme_eo_init(&r->eo);
+	for (int i = 0; i < NBUF; i++)
+		r->region[i] =
+		    nvme_eo_region(&r->eo, (uint8_t *)r->data_va + (uint64_t)i * BUF, BUF);
+	r->cm.dma = nvme_eo_dma;
+	r->cm.dma_ctx = &r->eo;
+	for (uint64_t i = 0; i < (uint64_t)NS_BLOCKS * LBA; i++)
+		r->ns[i] = (uint8_t)(i * 7 + (i >> 9));
+}
+
+/* Start the model, bring the controller up with `o` (NULL: defaults, a 100 ms admin timeout),
+ * open namespace 1 and create one I/O queue with `qo`. */
+static int rig_up(struct rig *r, const struct upcie_nvme_ctrl_opts *o,
+		  const struct upcie_nvme_ioq_opts *qo)
+{
+	struct upcie_nvme_ctrl_opts def;
+	int err;
+
+	if (!o) {
+		memset(&def, 0, sizeof(def));
+		def.admin_timeout_ns = 100 * MS;
+		def.abort_timeout_ns = ABORT_MS * MS;
+		o = &def;
+	}
+	r->started = nvme_cmodel_start(&r->cm) == 0;
+	err = upcie_nvme_ctrl_init(&r->c, r->cm.regs, NVME_CMODEL_REGS, &r->host, o);
+	if (!err)
+		err = upcie_nvme_ns_open(&r->nsp, &r->c, 1);
+	if (!err)
+		err = upcie_nvme_ioq_create(&r->q, &r->c, qo);
+	return err;
+}
+
+static void rig_teardown(struct rig *r)
+{
+	upcie_nvme_ioq_delete(&r->q);
+	upcie_nvme_ctrl_close(&r->c);
+	if (r->started)
+		nvme_cmodel_stop(&r->cm);
+	nvme_cmodel_fini(&r->cm);
+	nvme_eo_fini(&r->eo);
+	upcie_dmamem_destroy(&r->data);
+	upcie_dmamem_destroy(&r->host);
+	nvme_model_iomap_fini(&r->im);
+	free(r->ns);
+	free(r->host_va);
+	free(r->data_va);
+}
+
+/* An I/O of the test: a request on one data buffer, recorded by the checker. */
+struct op {
+	struct upcie_nvme_req req;
+	struct rig *r;
+	uint64_t id;
+	int buf;
+	int calls;
+	uint32_t cc_at_cb, csts_at_cb; /* the controller's registers when the callback ran */
+	void (*then)(struct op *o);    /* called from the callback */
+};
+
+static void op_cb(struct upcie_nvme_req *req)
+{
+	struct op *o = (struct op *)req->ctx;
+
+	o->calls++;
+	o->cc_at_cb = nvme_cmodel_rd(&o->r->cm, UPCIE_NVME_REG_CC);
+	o->csts_at_cb = nvme_cmodel_rd(&o->r->cm, UPCIE_NVME_REG_CSTS);
+	nvme_eo_done(&o->r->eo, o->id, req->err);
+	if (o->then)
+		o->then(o);
+}
+
+/* Read `len` bytes at `slba` into buffer `buf` asynchronously; `then` runs in its callback.
+ * Returns the submit result. */
+static int op_read(struct rig *r, struct op *o, int buf, uint64_t slba, uint64_t len,
+		   void (*then)(struct op *o))
+{
+	int err;
+
+	memset(o, 0, sizeof(*o));
+	o->then = then;
+	o->req.cb = op_cb;
+	o->req.ctx = o;
+	o->r = r;
+	o->buf = buf;
+	o->id = nvme_eo_op(&r->eo);
+	nvme_eo_lend(&r->eo, o->id, r->region[buf], r->q.qid, NVME_EO_NOCID);
+	err =
+	    upcie_nvme_ioq_read(&r->q, &r->nsp, slba, &r->data, (uint64_t)buf * BUF, len, &o->req);
+	if (err)
+		nvme_eo_unlend(&r->eo, o->id);
+	return err;
+}
+
+/* Hold Reads in the controller from now on, or not. */
+static void r_hold(struct rig *r, bool on)
+{
+	__atomic_store_n(&r->cm.hold_opc, on ? UPCIE_NVME_NVM_READ : 0, __ATOMIC_RELEASE);
+}
+
+static bool data_ok(struct rig *r, int buf, uint64_t slba, uint64_t len)
+{
+	return !memcmp((uint8_t *)r->data_va + (uint64_t)buf * BUF, r->ns + slba * LBA, len);
+}
+
+/* Wait (bounded) until cond() holds; the model runs in its own thread. */
+static bool until(bool (*cond)(struct rig *), struct rig *r, uint64_t ns)
+{
+	struct upcie_deadline dl;
+
+	upcie_deadline_set(&dl, ns);
+	while (!cond(r))
+		if (upcie_deadline_passed(&dl))
+			return false;
+		else
+			upcie_sleep_ns(100 * UPCIE_NSEC_PER_USEC);
+	return true;
+}
+
+static bool q1_holds_one(struct rig *r)
+{
+	return __atomic_load_n(&r->cm.q[1].m.nheld, __ATOMIC_ACQUIRE) >= 1;
+}
+
+/* The model has nothing of queue 1 left to complete (or no queue 1 any more). */
+static bool q1_idle(struct rig *r)
+{
+	return !__atomic_load_n(&r->cm.q[1].sq, __ATOMIC_ACQUIRE) ||
+	       (!__atomic_load_n(&r->cm.q[1].m.nheld, __ATOMIC_ACQUIRE) &&
+		!__atomic_load_n(&r->cm.q[1].m.npend, __ATOMIC_ACQUIRE) &&
+		!__atomic_load_n(&r->cm.release_req, __ATOMIC_ACQUIRE));
+}
+
+/* The model has seen CC.EN = 0 and is idle. */
+static bool model_disabled(struct rig *r)
+{
+	return !__atomic_load_n(&r->cm.en_at_ns, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&r->cm.rdy, __ATOMIC_ACQUIRE);
+}
+
+/* 1. Reset disables the controller before it ends the commands in flight. */
+static void t_reset_disables_first(void)
+{
+	struct rig r;
+	struct op a;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	err = op_read(&r, &a, 0, 0, 4096, NULL);
+	CHECK(err == 0 && until(q1_holds_one, &r, UPCIE_NSEC_PER_SEC),
+	      "reset/disable: a read the controller holds (%d)", err);
+	r.cm.hold_opc = 0;
+	err = upcie_nvme_ctrl_reset(&r.c);
+	CHECK(err == 0 && a.calls == 1 && a.req.err == -ECANCELED,
+	      "reset ended the read once with -ECANCELED (%d, %d calls, %d)", err, a.calls,
+	      a.req.err);
+	CHECK(!upcie_nvme_cc_en(a.cc_at_cb) && !(a.csts_at_cb & 1),
+	      "when its callback ran the controller was disabled: CC 0x%08x CSTS 0x%08x",
+	      a.cc_at_cb, a.csts_at_cb);
+	nvme_cmodel_release(&r.cm);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	nvme_eo_check(&r.eo, "reset/disable");
+	rig_teardown(&r);
+}
+
+/* 2. A command submitted from a cancel callback during reset runs after the reset. */
+static struct op resub_b;
+
+static void resubmit(struct op *o)
+{
+	if (o->req.err == -ECANCELED)
+		op_read(o->r, &resub_b, 1, 100, 4096, NULL);
+}
+
+static void t_reset_resubmit(void)
+{
+	struct upcie_nvme_req x;
+	struct rig r;
+	struct op a;
+	uint32_t inflight;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	/* X (a Flush) and A (a held Read) go together; X completes, so its CID, below A's, is the
+	 * one a new command gets */
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	memset(&x, 0, sizeof(x));
+	err = upcie_nvme_ioq_flush(&r.q, &r.nsp, &x);
+	if (!err)
+		err = op_read(&r, &a, 0, 0, 4096, resubmit);
+	if (!err)
+		err = upcie_nvme_ioq_wait(&r.q, &x, UPCIE_NSEC_PER_SEC);
+	until(q1_holds_one, &r, UPCIE_NSEC_PER_SEC);
+	r.cm.hold_opc = 0;
+	memset(&resub_b, 0, sizeof(resub_b));
+	err = upcie_nvme_ctrl_reset(&r.c);
+	inflight = upcie_nvme_qpair_inflight(&r.q.qp);
+	CHECK(err == 0 && a.calls == 1 && resub_b.id && (resub_b.calls == 1 || inflight == 1),
+	      "reset/resubmit: A cancelled once, B submitted from its callback is accounted for "
+	      "(%d in flight, B %d calls)",
+	      inflight, resub_b.calls);
+	err = resub_b.calls ? 0 : upcie_nvme_ioq_wait(&r.q, &resub_b.req, UPCIE_NSEC_PER_SEC);
+	CHECK(err == 0 && resub_b.calls == 1 && resub_b.req.err == 0 && data_ok(&r, 1, 100, 4096),
+	      "B ran after the reset: completed once with its data (%d, %d calls, %d)", err,
+	      resub_b.calls, resub_b.req.err);
+	nvme_eo_check(&r.eo, "reset/resubmit");
+	rig_teardown(&r);
+}
+
+/* 3. Waiting for a command whose callback submitted another one, which got its CID. */
+static struct op reuse_c;
+
+static void submit_c(struct op *o)
+{
+	r_hold(o->r, true); /* C stays with the controller */
+	op_read(o->r, &reuse_c, 2, 200, 4096, NULL);
+}
+
+static void t_cid_reuse_wait(void)
+{
+	struct rig r;
+	struct op b;
+	uint16_t cid_b = 0;
+	uint64_t t0, ms;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	r.cm.abort_aborts = false;
+	memset(&reuse_c, 0, sizeof(reuse_c));
+	upcie_nvme_qpair_next_cid(&r.q.qp, &cid_b);
+	err = op_read(&r, &b, 1, 8, 4096, submit_c);
+	t0 = upcie_time_ns();
+	if (!err)
+		err = upcie_nvme_ioq_wait_cid(&r.q, cid_b, 200 * MS);
+	ms = (upcie_time_ns() - t0) / MS;
+	CHECK(err == 0 && b.calls == 1 && ms < 100,
+	      "cid reuse: waiting for B returns when B completed (%d after %llu ms), although "
+	      "B's callback submitted C, which got B's CID slot",
+	      err, (unsigned long long)ms);
+	CHECK(reuse_c.id && reuse_c.calls == 0,
+	      "C, which the controller still holds, was not cancelled (%d calls, %d)",
+	      reuse_c.calls, reuse_c.req.err);
+	r_hold(&r, false);
+	nvme_cmodel_release(&r.cm);
+	err = reuse_c.calls ? 0 : upcie_nvme_ioq_wait(&r.q, &reuse_c.req, UPCIE_NSEC_PER_SEC);
+	CHECK(err == 0 && reuse_c.calls == 1 && reuse_c.req.err == 0 && data_ok(&r, 2, 200, 4096),
+	      "C completes later with its own status and data (%d, %d)", err, reuse_c.req.err);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	nvme_eo_check(&r.eo, "cid reuse");
+	rig_teardown(&r);
+}
+
+/* 4a. A synchronous read times out and the controller does not abort it. */
+static void t_timeout_io(void)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+	struct rig r;
+	uint64_t id;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	r.cm.abort_aborts = false;
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	seg.mem = &r.data;
+	seg.off = 3 * BUF;
+	seg.len = 4096;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_READ;
+	io.slba = 300;
+	io.segs = &seg;
+	io.nsegs = 1;
+	id = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, id, r.region[3], r.q.qid, NVME_EO_NOCID);
+	err = upcie_nvme_ioq_io_sync(&r.q, &r.nsp, &io, 50 * MS, NULL);
+	nvme_eo_done(&r.eo, id, err); /* returned: the buffer is the caller's again */
+	CHECK(err == -ETIMEDOUT, "timeout/io: a held read times out (%d)", err);
+	/* the controller completes it late, if it still can */
+	r.cm.hold_opc = 0;
+	nvme_cmodel_release(&r.cm);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	nvme_eo_check(&r.eo, "timeout/io");
+	err = upcie_nvme_ctrl_reset(&r.c);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(&r.q, &r.nsp, 300, &r.data, 3 * BUF, 4096, NULL);
+	CHECK(err == 0 && data_ok(&r, 3, 300, 4096), "after a reset the queue works again (%d)",
+	      err);
+	rig_teardown(&r);
+}
+
+/* 4b. An admin command with data times out; the controller completes it late. */
+static void t_timeout_admin(void)
+{
+	struct rig r;
+	uint8_t id[4096];
+	int32_t scratch;
+	uint64_t op;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	/* the admin data buffer, lent to the Identify while it runs */
+	scratch = nvme_eo_region(&r.eo, r.c.scratch.vaddr, r.c.scratch.size);
+	r.cm.abort_aborts = false;
+	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_IDENTIFY;
+	op = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, op, scratch, 0, NVME_EO_NOCID);
+	err = upcie_nvme_ctrl_identify(&r.c, UPCIE_NVME_CNS_CTRL, 0, id);
+	nvme_eo_done(&r.eo, op, err);
+	CHECK(err == -ETIMEDOUT, "timeout/admin: a held Identify times out (%d)", err);
+	r.cm.hold_admin_opc = 0;
+	nvme_cmodel_release(&r.cm);
+	upcie_sleep_ns(50 * MS); /* room for a late completion to land */
+	nvme_eo_check(&r.eo, "timeout/admin");
+	err = upcie_nvme_ctrl_reset(&r.c);
+	if (!err)
+		err = upcie_nvme_ctrl_identify(&r.c, UPCIE_NVME_CNS_CTRL, 0, id);
+	CHECK(err == 0, "after a reset admin commands work again (%d)", err);
+	rig_teardown(&r);
+}
+
+/* 4c. A slow Create I/O CQ: the controller may create the queue after the host gave up. */
+static void t_slow_create_cq(void)
+{
+	struct upcie_heap_stats st0, st1;
+	struct upcie_nvme_ioq q;
+	struct rig r;
+	bool live, released;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	upcie_nvme_ioq_delete(&r.q);
+	upcie_heap_stats_get(&r.c.heap, &st0);
+	r.cm.abort_aborts = false;
+	r.cm.delay_admin_opc = UPCIE_NVME_ADMIN_CREATE_CQ;
+	r.cm.delay_admin_ms = 1000; /* beyond admin timeout + abort timeout */
+	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK(err == -ETIMEDOUT, "slow create: Create I/O CQ times out (%d)", err);
+	upcie_sleep_ns(1200 * MS); /* the controller finishes the command now, if it still can */
+	upcie_heap_stats_get(&r.c.heap, &st1);
+	live = __atomic_load_n(&r.cm.q[1].cq, __ATOMIC_ACQUIRE);
+	released = st1.free_bytes == st0.free_bytes;
+	CHECK(!(live && released),
+	      "no CQ exists on memory the host released (controller CQ 1 %s, memory %s)",
+	      live ? "live" : "absent", released ? "released" : "kept");
+	/* within the abort timeout: late, but created, and the queue is usable */
+	r.cm.delay_admin_ms = ABORT_MS / 2 + 100;
+	err = upcie_nvme_ctrl_reset(&r.c);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(&q, &r.nsp, 0, &r.data, 0, 4096, NULL);
+	CHECK(err == 0 && data_ok(&r, 0, 0, 4096),
+	      "a Create I/O CQ that ends within the abort timeout counts: queue created, I/O works "
+	      "(%d)",
+	      err);
+	upcie_nvme_ioq_delete(&q);
+	r.cm.delay_admin_opc = 0;
+	rig_teardown(&r);
+}
+
+/* 5. Delete I/O SQ fails: the queue memory stays the controller's. */
+static void t_delete_fails(void)
+{
+	struct upcie_heap_stats st0, st1;
+	struct rig r;
+	bool live, released;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	upcie_heap_stats_get(&r.c.heap, &st0);
+	r.cm.fail_delete_sq = UPCIE_NVME_SC_INTERNAL;
+	err = upcie_nvme_ioq_delete(&r.q);
+	upcie_heap_stats_get(&r.c.heap, &st1);
+	live = __atomic_load_n(&r.cm.q[1].sq, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&r.cm.q[1].cq, __ATOMIC_ACQUIRE);
+	released = st1.free_bytes > st0.free_bytes;
+	CHECK(err != 0, "delete fails: Delete I/O SQ fails with a status (%d)", err);
+	CHECK(!(live && released),
+	      "the queue's memory is not released while the controller has the queue (queue %s, "
+	      "memory %s)",
+	      live ? "live" : "gone", released ? "released" : "kept");
+	r.cm.fail_delete_sq = 0;
+	rig_teardown(&r);
+}
+
+/* CC.EN is never cleared while the controller is still becoming ready. */
+static void t_takeover_enabling(void)
+{
+	struct rig r;
+	int err;
+
+	/* found enabling: CC.EN = 1, CSTS.RDY = 0, ready after 200 ms */
+	rig_setup(&r);
+	nvme_cmodel_takeover_enabling(&r.cm, 200);
+	err = rig_up(&r, NULL, NULL);
+	CHECK(err == 0, "takeover of a controller that is enabling: up (%d)", err);
+	CHECK_EQ(r.cm.n_en_cleared_enabling, 0, "CC.EN was not cleared before CSTS.RDY = 1");
+	rig_teardown(&r);
+
+	/* our own enable times out (CAP.TO 500 ms), the controller is ready at 800 ms */
+	rig_setup(&r);
+	r.cm.ready_delay_ms = 800;
+	err = rig_up(&r, NULL, NULL);
+	CHECK(err == -ETIMEDOUT, "enable slower than CAP.TO: -ETIMEDOUT (%d)", err);
+	upcie_nvme_ctrl_close(&r.c);
+	until(model_disabled, &r, UPCIE_NSEC_PER_SEC);
+	CHECK_EQ(r.cm.n_en_cleared_enabling, 0,
+		 "and the disable after it waited for CSTS.RDY = 1 before clearing CC.EN");
+	rig_teardown(&r);
+}
+
+/* A fatal controller (CSTS.CFS) or a vanished one (all ones) during I/O: detected on the
+ * timeout path, no Abort, no Delete, no shutdown; fast. */
+static void t_dead(bool vanish)
+{
+	const char *what = vanish ? "vanished" : "fatal";
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+	struct rig r;
+	uint32_t aborts, deletes, shutdowns;
+	uint16_t admin_tail;
+	static uint8_t asq_before[4096 * 64];
+	uint8_t *asq;
+	size_t asq_len;
+	uint64_t id, t0, ms;
+	int err;
+
+	rig_setup(&r);
+	if (vanish)
+		r.cm.vanish_after_io = 2;
+	else
+		r.cm.cfs_after_io = 2;
+	rig_up(&r, NULL, NULL);
+	id = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, id, r.region[6], r.q.qid, NVME_EO_NOCID);
+	err = upcie_nvme_ioq_read_sync(&r.q, &r.nsp, 0, &r.data, 6 * BUF, 4096, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_read_sync(&r.q, &r.nsp, 8, &r.data, 6 * BUF, 4096, NULL);
+	nvme_eo_done(&r.eo, id, err);
+	CHECK_EQ(err, 0, "%s: two reads before", what);
+	aborts = r.cm.n_abort_fetched;
+	admin_tail = r.c.admin.sq_tail;
+	deletes = r.cm.n_delete_sq;
+	shutdowns = r.cm.n_shutdown;
+	seg.mem = &r.data;
+	seg.off = 5 * BUF;
+	seg.len = 4096;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_READ;
+	io.slba = 16;
+	io.segs = &seg;
+	io.nsegs = 1;
+	id = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, id, r.region[5], r.q.qid, NVME_EO_NOCID);
+	t0 = upcie_time_ns();
+	err = upcie_nvme_ioq_io_sync(&r.q, &r.nsp, &io, 50 * MS, NULL);
+	ms = (upcie_time_ns() - t0) / MS;
+	nvme_eo_done(&r.eo, id, err);
+	CHECK(err == (vanish ? -ENODEV : -EIO),
+	      "%s: the third read fails on its timeout path with %s (%d after %llu ms)", what,
+	      vanish ? "-ENODEV" : "-EIO", err, (unsigned long long)ms);
+	CHECK(r.c.admin.sq_tail == admin_tail && r.cm.n_abort_fetched == aborts,
+	      "%s: no Abort sent to a dead controller (%u admin commands)", what,
+	      (r.c.admin.sq_tail + r.c.admin_depth - admin_tail) % r.c.admin_depth);
+	/* what the host writes into the admin SQ from now on is what it sends */
+	asq = (uint8_t *)r.c.asq.vaddr;
+	asq_len = (size_t)r.c.admin_depth * 64;
+	memcpy(asq_before, asq, asq_len);
+	t0 = upcie_time_ns();
+	upcie_nvme_ioq_delete(&r.q);
+	upcie_nvme_ctrl_close(&r.c);
+	ms = (upcie_time_ns() - t0) / MS;
+	CHECK(ms < 2000 && !memcmp(asq_before, asq, asq_len) && r.cm.n_delete_sq == deletes &&
+		  r.cm.n_shutdown == shutdowns,
+	      "%s: close in %llu ms, without sending Delete I/O SQ/CQ or a shutdown", what,
+	      (unsigned long long)ms);
+	nvme_eo_check(&r.eo, what);
+	rig_teardown(&r);
+}
+
+/* A request of four commands times out and the controller never answers Aborts: the four are
+ * aborted together, not one after the other. */
+static void t_multi_abort(void)
+{
+	struct upcie_nvme_ioq_opts qo;
+	struct rig r;
+	struct op a;
+	uint64_t t0, ms;
+	int err;
+
+	rig_setup(&r);
+	memset(&qo, 0, sizeof(qo));
+	qo.depth = 8;
+	qo.max_xfer = 4096;
+	rig_up(&r, NULL, &qo);
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_ABORT;
+	err = op_read(&r, &a, 0, 0, 4 * 4096, NULL);
+	t0 = upcie_time_ns();
+	if (!err)
+		err = upcie_nvme_ioq_wait(&r.q, &a.req, 50 * MS);
+	ms = (upcie_time_ns() - t0) / MS;
+	CHECK(err == -ETIMEDOUT && r.cm.n_abort_fetched == 4,
+	      "multi abort: 4 commands, 4 Aborts (%d, %u Aborts)", err, r.cm.n_abort_fetched);
+	CHECK(r.cm.n_abort_fetched == 4 &&
+		  r.cm.abort_last_ns - r.cm.abort_first_ns < ABORT_MS * MS / 2,
+	      "the 4 Aborts went out together: %llu ms from the first to the last",
+	      (unsigned long long)((r.cm.abort_last_ns - r.cm.abort_first_ns) / MS));
+	CHECK(ms < 50 + 3 * ABORT_MS,
+	      "the wait ended after %llu ms: one abort timeout (%u ms) after the deadline, not "
+	      "four",
+	      (unsigned long long)ms, ABORT_MS);
+	r.cm.hold_opc = 0;
+	r.cm.hold_admin_opc = 0;
+	err = upcie_nvme_ctrl_reset(&r.c);
+	CHECK(err == 0 && a.calls == 1, "reset ends the request once (%d, %d calls)", err, a.calls);
+	nvme_eo_check(&r.eo, "multi abort");
+	rig_teardown(&r);
+}
+
+/* A broken controller posts, after a reset, the completion of a command held before it into
+ * the recreated queue: it is refused (its CID is of an older generation), the new command that
+ * got the same slot completes with its own. */
+static void t_late_after_reset(void)
+{
+	struct rig r;
+	struct op a, b;
+	uint16_t cid_a = 0, cid_b = 0;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	r.cm.late_after_reset = true;
+	upcie_nvme_qpair_next_cid(&r.q.qp, &cid_a);
+	r_hold(&r, true);
+	err = op_read(&r, &a, 0, 0, 4096, NULL);
+	CHECK(err == 0 && until(q1_holds_one, &r, UPCIE_NSEC_PER_SEC),
+	      "late after reset: a read the controller holds (%d)", err);
+	r_hold(&r, false);
+	err = upcie_nvme_ctrl_reset(&r.c);
+	CHECK(err == 0 && a.calls == 1 && a.req.err == -ECANCELED,
+	      "the reset ended it once with -ECANCELED (%d, %d)", err, a.req.err);
+	r_hold(&r, true);
+	upcie_nvme_qpair_next_cid(&r.q.qp, &cid_b);
+	err = op_read(&r, &b, 1, 16, 4096, NULL);
+	until(q1_holds_one, &r, UPCIE_NSEC_PER_SEC);
+	CHECK(err == 0 && cid_b != cid_a &&
+		  upcie_nvme_qpair_cid_index(&r.q.qp, cid_b) ==
+		      upcie_nvme_qpair_cid_index(&r.q.qp, cid_a),
+	      "the next read got the same CID slot, with another CID (0x%04x, 0x%04x: %d)", cid_a,
+	      cid_b, err);
+	r_hold(&r, false);
+	nvme_cmodel_release(&r.cm); /* both: the stale one and the new one */
+	err = upcie_nvme_ioq_wait(&r.q, &b.req, UPCIE_NSEC_PER_SEC);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	upcie_nvme_ioq_poll(&r.q, 16);
+	CHECK(err == 0 && b.calls == 1 && data_ok(&r, 1, 16, 4096) && a.calls == 1 &&
+		  r.q.qp.nbad == 1,
+	      "the stale completion was refused (%llu bad), the new read completed once with its "
+	      "data (%d)",
+	      (unsigned long long)r.q.qp.nbad, err);
+	nvme_eo_check(&r.eo, "late after reset");
+	rig_teardown(&r);
+}
+
+/* The Abort command itself fails: the command stays the controller's (asynchronous wait), or
+ * the controller is reset (synchronous). */
+static void t_abort_fails(void)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+	struct rig r;
+	struct op a;
+	uint64_t id;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	r.cm.abort_status = UPCIE_NVME_SC_ABORT_LIMIT;
+	r_hold(&r, true);
+	err = op_read(&r, &a, 0, 0, 4096, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_wait(&r.q, &a.req, 20 * MS);
+	CHECK(err == -ETIMEDOUT && a.calls == 0 && r.cm.n_abort == 1,
+	      "abort fails: an asynchronous wait times out, the Abort fails, the request stays "
+	      "pending (%d, %d calls)",
+	      err, a.calls);
+	r_hold(&r, false);
+	nvme_cmodel_release(&r.cm);
+	err = upcie_nvme_ioq_wait(&r.q, &a.req, UPCIE_NSEC_PER_SEC);
+	CHECK(err == 0 && a.calls == 1 && data_ok(&r, 0, 0, 4096),
+	      "its late completion ends it once, with its data (%d)", err);
+	r_hold(&r, true);
+	seg.mem = &r.data;
+	seg.off = 2 * BUF;
+	seg.len = 4096;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_READ;
+	io.slba = 64;
+	io.segs = &seg;
+	io.nsegs = 1;
+	id = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, id, r.region[2], r.q.qid, NVME_EO_NOCID);
+	err = upcie_nvme_ioq_io_sync(&r.q, &r.nsp, &io, 20 * MS, NULL);
+	nvme_eo_done(&r.eo, id, err);
+	CHECK(err == -ETIMEDOUT && r.c.state == UPCIE_NVME_CTRL_FAILED,
+	      "a synchronous read whose Abort fails resets the controller (%d, state %d)", err,
+	      (int)r.c.state);
+	r_hold(&r, false);
+	nvme_cmodel_release(&r.cm);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	r.cm.abort_status = 0;
+	err = upcie_nvme_ctrl_reset(&r.c);
+	CHECK_EQ(err, 0, "reset");
+	nvme_eo_check(&r.eo, "abort fails");
+	rig_teardown(&r);
+}
+
+int main(void)
+{
+	upcie_log_set_handler(log_print, NULL);
+	t_reset_disables_first();
+	t_reset_resubmit();
+	t_cid_reuse_wait();
+	t_timeout_io();
+	t_timeout_admin();
+	t_slow_create_cq();
+	t_delete_fails();
+	t_takeover_enabling();
+	t_dead(false);
+	t_dead(true);
+	t_multi_abort();
+	t_late_after_reset();
+	t_abort_fails();
+	return check_done();
+}
