@@ -206,6 +206,19 @@ static bool model_disabled(struct rig *r)
 	       !__atomic_load_n(&r->cm.rdy, __ATOMIC_ACQUIRE);
 }
 
+/* A synchronous read of `len` bytes at `slba` into buffer `buf` on `q`, through the checker. */
+static int read_checked(struct rig *r, struct upcie_nvme_ioq *q, int buf, uint64_t slba,
+			uint64_t len)
+{
+	uint64_t id = nvme_eo_op(&r->eo);
+	int err;
+
+	nvme_eo_lend(&r->eo, id, r->region[buf], q->qid, NVME_EO_NOCID);
+	err = upcie_nvme_ioq_read_sync(q, &r->nsp, slba, &r->data, (uint64_t)buf * BUF, len, NULL);
+	nvme_eo_done(&r->eo, id, err);
+	return err;
+}
+
 /* 1. Reset disables the controller before it ends the commands in flight. */
 static void t_reset_disables_first(void)
 {
@@ -423,26 +436,33 @@ static void t_slow_create_cq(void)
 	if (!err)
 		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
 	if (!err)
-		err = upcie_nvme_ioq_read_sync(&q, &r.nsp, 0, &r.data, 0, 4096, NULL);
+		err = read_checked(&r, &q, 0, 0, 4096);
 	CHECK(err == 0 && data_ok(&r, 0, 0, 4096),
 	      "a Create I/O CQ that ends within the abort timeout counts: queue created, I/O works "
 	      "(%d)",
 	      err);
 	upcie_nvme_ioq_delete(&q);
 	r.cm.delay_admin_opc = 0;
+	nvme_eo_check(&r.eo, "slow create");
 	rig_teardown(&r);
 }
 
-/* 5. Delete I/O SQ fails: the queue memory stays the controller's. */
+/* 5. Delete I/O SQ fails: the queue memory stays the controller's, and a read the controller
+ * still holds ends exactly once, with nothing written after its callback. */
 static void t_delete_fails(void)
 {
 	struct upcie_heap_stats st0, st1;
+	struct op a;
 	struct rig r;
 	bool live, released;
 	int err;
 
 	rig_setup(&r);
 	rig_up(&r, NULL, NULL);
+	r_hold(&r, true);
+	err = op_read(&r, &a, 3, 48, 4096, NULL);
+	until(q1_holds_one, &r, UPCIE_NSEC_PER_SEC);
+	CHECK(err == 0 && a.calls == 0, "delete fails: a read is held by the controller (%d)", err);
 	upcie_heap_stats_get(&r.c.heap, &st0);
 	r.cm.fail_delete_sq = UPCIE_NVME_SC_INTERNAL;
 	err = upcie_nvme_ioq_delete(&r.q);
@@ -455,7 +475,15 @@ static void t_delete_fails(void)
 	      "the queue's memory is not released while the controller has the queue (queue %s, "
 	      "memory %s)",
 	      live ? "live" : "gone", released ? "released" : "kept");
+	/* a controller that still has the read completes it now, into its buffer */
+	r_hold(&r, false);
+	nvme_cmodel_release(&r.cm);
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	if (!a.calls && r.q.live)
+		upcie_nvme_ioq_wait(&r.q, &a.req, 500 * MS);
+	CHECK(a.calls == 1, "the held read ended once (%d calls, %d)", a.calls, a.req.err);
 	r.cm.fail_delete_sq = 0;
+	nvme_eo_check(&r.eo, "delete fails");
 	rig_teardown(&r);
 }
 
@@ -471,6 +499,9 @@ static void t_takeover_enabling(void)
 	err = rig_up(&r, NULL, NULL);
 	CHECK(err == 0, "takeover of a controller that is enabling: up (%d)", err);
 	CHECK_EQ(r.cm.n_en_cleared_enabling, 0, "CC.EN was not cleared before CSTS.RDY = 1");
+	err = read_checked(&r, &r.q, 4, 64, 4096);
+	CHECK(err == 0 && data_ok(&r, 4, 64, 4096), "and I/O works after the takeover (%d)", err);
+	nvme_eo_check(&r.eo, "takeover");
 	rig_teardown(&r);
 
 	/* our own enable times out (CAP.TO 500 ms), the controller is ready at 800 ms */
@@ -482,6 +513,7 @@ static void t_takeover_enabling(void)
 	until(model_disabled, &r, UPCIE_NSEC_PER_SEC);
 	CHECK_EQ(r.cm.n_en_cleared_enabling, 0,
 		 "and the disable after it waited for CSTS.RDY = 1 before clearing CC.EN");
+	nvme_eo_check(&r.eo, "slow enable");
 	rig_teardown(&r);
 }
 
