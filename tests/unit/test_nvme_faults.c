@@ -5,9 +5,9 @@
  * reset), Aborts that fail or are never answered, a fatal status (CSTS.CFS) or a vanished device
  * (all ones) in the middle of I/O, a slow Create I/O CQ, a failing Delete I/O SQ, a controller
  * found enabling at takeover or slow to become ready, a completion posted after a reset into the
- * recreated queue. Every test ends with the exactly-once
- * checker (nvme_eo.h): each submitted operation got exactly one callback, and the model never
- * touched a buffer after it was handed back.
+ * recreated queue, a controller with a write cache that vanishes while idle and is closed. Every
+ * test ends with the exactly-once checker (nvme_eo.h): each submitted operation got exactly one
+ * callback, and the model never touched a buffer after it was handed back.
  */
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/ns.h>
@@ -197,6 +197,12 @@ static bool q1_idle(struct rig *r)
 	       (!__atomic_load_n(&r->cm.q[1].m.nheld, __ATOMIC_ACQUIRE) &&
 		!__atomic_load_n(&r->cm.q[1].m.npend, __ATOMIC_ACQUIRE) &&
 		!__atomic_load_n(&r->cm.release_req, __ATOMIC_ACQUIRE));
+}
+
+/* The model's registers read all ones. */
+static bool model_vanished(struct rig *r)
+{
+	return __atomic_load_n(&r->cm.vanish, __ATOMIC_ACQUIRE);
 }
 
 /* The model has seen CC.EN = 0 and is idle. */
@@ -586,6 +592,44 @@ static void t_dead(bool vanish)
 	rig_teardown(&r);
 }
 
+/* A controller that vanishes (all ones) while idle, with a write cache, closed with its I/O
+ * queue still open: close notices it without any command timing out first and sends it
+ * nothing: no Flush (on the open queue), no Delete, no shutdown. */
+static void t_dead_idle(void)
+{
+	static uint8_t asq_before[4096 * 64], sq_before[4096 * 64];
+	struct rig r;
+	uint8_t *asq, *sq;
+	size_t asq_len, sq_len;
+	uint64_t t0, ms;
+	int err;
+
+	rig_setup(&r);
+	r.cm.vanish_after_io = 2;
+	r.cm.vwc = 1;
+	rig_up(&r, NULL, NULL);
+	err = read_checked(&r, &r.q, 7, 0, 4096);
+	if (!err)
+		err = read_checked(&r, &r.q, 7, 8, 4096);
+	CHECK_EQ(err, 0, "vanished while idle: two reads before");
+	until(model_vanished, &r, UPCIE_NSEC_PER_SEC);
+	asq = (uint8_t *)r.c.asq.vaddr;
+	asq_len = (size_t)r.c.admin_depth * 64;
+	memcpy(asq_before, asq, asq_len);
+	sq = (uint8_t *)r.q.qp.sq;
+	sq_len = ((size_t)r.q.qp.sq_last + 1) * 64;
+	memcpy(sq_before, sq, sq_len);
+	t0 = upcie_time_ns();
+	upcie_nvme_ctrl_close(&r.c); /* the queue still open: close deletes it */
+	ms = (upcie_time_ns() - t0) / MS;
+	CHECK(ms < 2000 && !memcmp(asq_before, asq, asq_len) && !memcmp(sq_before, sq, sq_len),
+	      "vanished while idle: close in %llu ms, nothing written into the admin or I/O SQ "
+	      "(no Flush, Delete or other command)",
+	      (unsigned long long)ms);
+	nvme_eo_check(&r.eo, "vanished while idle");
+	rig_teardown(&r);
+}
+
 /* A request of four commands times out and the controller never answers Aborts: the four are
  * aborted together, not one after the other. */
 static void t_multi_abort(void)
@@ -737,6 +781,7 @@ int main(void)
 	t_takeover_enabling();
 	t_dead(false);
 	t_dead(true);
+	t_dead_idle();
 	t_multi_abort();
 	t_late_after_reset();
 	t_abort_fails();
