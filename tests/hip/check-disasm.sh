@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Disassembly check of the HIP device code: compiles tests/hip/kernels.hip for gfx1101 (RDNA3,
-# GFX11), gfx1030 (RDNA2, GFX10), gfx90a (CDNA2, GFX9) and, where the compiler has one, the
-# generic gfx11-generic target, disassembles each code object with llvm-objdump and checks the
-# instructions the queue code depends on (gpu/arch_hip.h), not the #if that is meant to select
-# them:
+# GFX11), gfx1030 (RDNA2, GFX10), gfx90a (CDNA2, GFX9), gfx940 (CDNA3, GFX9) and, where the
+# compiler has one, the generic gfx11-generic target, disassembles each code object with
+# llvm-objdump and checks the instructions the queue code depends on (gpu/arch_hip.h), not the
+# #if that is meant to select them:
 #   RDNA  the doorbell store is the drain / glc slc dlc store / drain / buffer_gl1_inv /
 #         buffer_gl0_inv sequence, also inside the whole submit-and-wait path (SQ tail and CQ
 #         head); the completion poll load comes after buffer_gl1_inv + buffer_gl0_inv; the clock
 #         is the realtime counter (s_sendmsg_rtn_b64 MSG_RTN_GET_REALTIME on GFX11, s_memrealtime
 #         on GFX10)
 #   CDNA  no buffer_gl0_inv/buffer_gl1_inv and no glc slc dlc store anywhere; a system fence
-#         (buffer_wbl2) before the doorbell store; the poll load is glc; s_memrealtime
+#         (buffer_wbl2) before the doorbell store; s_memrealtime
+#   poll  every completion poll load carries the target's cache-policy bits (GFX10/GFX11
+#         glc slc dlc, gfx940 sc0 sc1 nt, gfx90a glc slc); reap runs a system-scope acquire
+#         (the compiler's fence sequence) after the load that saw the phase tag, before the
+#         rest of the entry is loaded and the callback runs; and a kernel that waits for a
+#         completion and then reads the data with a plain load, as a user's would, has the
+#         caches that load goes through invalidated in between, on every target
 #   all   never clock64(): no s_memtime, no HW_REG_SHADER_CYCLES; no call out of the object
 #         (everything builds with -nogpulib, no device library)
+#   wait  the core's timed wait (upcie_nvme_qpair_wait) in device code reads the realtime
+#         counter and loads its rate from the queue pair (clock_khz), on every target
 # Then it proves it can fail: the gfx1101 object built with the gate off
 # (-DUPCIE_GPU_HIP_TEST_GATE_OFF, what gating on a specific __gfxNNNN__ macro does on a generic
 # target) must fail the RDNA rules; the gfx1101 object must fail the CDNA rules (instructions
-# present where they must not be); without __GFX11__ the family is still derived (from
-# __gfx1101__), and without either the build must stop with an error.
+# present where they must not be); the bits rule and the reap-acquire rule each fail on
+# gfx1101, gfx90a and gfx940 built with that rule removed, and the consumer rule fails on a
+# consumer that polls by hand; without __GFX11__ the family is still derived (from
+# __gfx1101__), and without either the build must stop with an error; GFX12 (__GFX12__) must
+# stop the build with the error that says why it is not supported.
 # TAP output; one SKIP line when hipcc or llvm-objdump is missing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -147,6 +158,102 @@ rules_rdna() {
 	rules_common "$d"
 }
 
+# pollbits ARCH: the cache-policy bits every completion poll load must carry on ARCH
+pollbits() {
+	case $1 in
+	gfx10* | gfx11*) echo "glc slc dlc" ;;
+	gfx94*) echo "sc0 sc1 nt" ;;
+	*) echo "glc slc" ;;
+	esac
+}
+
+# acqfence ARCH: awk condition true on the last line of the acquire fence's sequence (the
+# compiler's: on RDNA buffer_gl0_inv then buffer_gl1_inv, the reverse of the poll's own order)
+acqfence() {
+	case $1 in
+	gfx1*) echo 'prev == "buffer_gl0_inv" && $0 == "buffer_gl1_inv"' ;;
+	gfx94*) echo '/^buffer_inv( |$)/ && / sc0( |$)/ && / sc1( |$)/' ;;
+	*) echo 'prev == "buffer_invl2" && $0 == "buffer_wbinvl1_vol"' ;;
+	esac
+}
+
+# restacq ARCH FILE: acquire fences between the first two poll loads in linear order (the phase
+# tag, then the rest of the entry that reap hands to the callback); -1 without two poll loads
+restacq() {
+	awk -v bits="$(pollbits "$1")" '
+		function hasbits(line,   n, w, i) {
+			n = split(bits, w, " ")
+			for (i = 1; i <= n; i++) if (line !~ (" " w[i] "( |$)")) return 0
+			return 1
+		}
+		/^(global|flat)_load_/ && hasbits($0) { if (seen) { two = 1; exit } seen = 1 }
+		seen && '"$(acqfence "$1")"' { c++ }
+		{ prev = $0 }
+		END { print two ? c + 0 : -1 }' "$2"
+}
+
+# datainv ARCH FILE: whether the caches a plain load goes through are invalidated after the
+# first poll load and before the data load (offset:84, data[21]): reap's acquire or the CQ
+# head doorbell's sequence both do it; "-1" when the poll or the data load is missing
+datainv() {
+	awk -v arch="$1" -v bits="$(pollbits "$1")" '
+		function hasbits(line,   n, w, i) {
+			n = split(bits, w, " ")
+			for (i = 1; i <= n; i++) if (line !~ (" " w[i] "( |$)")) return 0
+			return 1
+		}
+		/^(global|flat)_load_/ && hasbits($0) && !seen { seen = 1; next }
+		seen && /^(global|flat)_load_(dword|b32) .*offset:84( |$)/ { data = 1; exit }
+		seen && arch ~ /^gfx1/ { if ($0 == "buffer_gl0_inv") a = 1; if ($0 == "buffer_gl1_inv") b = 1 }
+		seen && arch == "gfx90a" { if ($0 == "buffer_invl2") a = 1; if ($0 == "buffer_wbinvl1_vol") b = 1 }
+		seen && arch ~ /^gfx94/ && /^buffer_inv( |$)/ { a = b = 1 }
+		END { print (seen && data) ? ((a && b) ? 1 : 0) : -1 }' "$2"
+}
+
+# rules_poll DIS ARCH: the poll load's cache-policy bits, reap's acquire before the rest of an
+# entry, and the invalidation between a completion and the caller's plain load of the data
+rules_poll() {
+	local d=$1 arch=$2 t="$tmp/p.$$" bits nl nb c
+	bits=$(pollbits "$arch")
+	fn "$d" upcie_hipchk_poll >"$t.poll"
+	fn "$d" upcie_hipchk_io >"$t.io"
+	fn "$d" upcie_hipchk_consume >"$t.con"
+	nl=$(grep -Ec '^(global|flat)_load_' "$t.poll")
+	nb=$(awk -v bits="$bits" '/^(global|flat)_load_/ { n = split(bits, w, " "); ok = 1
+		for (i = 1; i <= n; i++) if ($0 !~ (" " w[i] "( |$)")) ok = 0; c += ok } END { print c + 0 }' "$t.poll")
+	if [ "$nl" -ge 1 ] && [ "$nl" = "$nb" ]; then echo "ok completion poll load carries $bits"; else
+		echo "bad completion poll load carries $bits | $nb of $nl loads: $(grep -E '^(global|flat)_load_' "$t.poll" | tr '\n' ';')"; fi
+	c=$(restacq "$arch" "$t.io")
+	if [ "$c" -ge 1 ]; then
+		echo "ok reap: system-scope acquire after the phase tag, before the rest of the entry and the callback"
+	else
+		echo "bad reap: system-scope acquire after the phase tag, before the rest of the entry and the callback | found $c"
+	fi
+	c=$(datainv "$arch" "$t.con")
+	if [ "$c" = 1 ]; then
+		echo "ok consumer: caches invalidated between the completion and the plain data load"
+	else
+		echo "bad consumer: caches invalidated between the completion and the plain data load | $c"
+	fi
+}
+
+# rules_wait DIS: the core's timed wait in device code reads the realtime counter and takes its
+# rate from the queue pair (a 32-bit load of clock_khz), never a constant
+rules_wait() {
+	local d=$1 t="$tmp/w.$$"
+	fn "$d" upcie_hipchk_qpwait >"$t.qw"
+	if grep -Eq '^(s_memrealtime|s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME)' "$t.qw"; then
+		echo "ok core wait (upcie_nvme_qpair_wait): deadline on the realtime counter"
+	else
+		echo "bad core wait (upcie_nvme_qpair_wait): deadline on the realtime counter | none in $(grep -c . "$t.qw") instructions"
+	fi
+	if grep -Eq "^(global|flat)_load_(dword|b32) .*offset:$khz_off( |\$)" "$t.qw"; then
+		echo "ok core wait: the rate is loaded from the queue pair (clock_khz, offset $khz_off)"
+	else
+		echo "bad core wait: the rate is loaded from the queue pair (clock_khz, offset $khz_off) | no such load"
+	fi
+}
+
 rules_cdna() {
 	local d=$1 t="$tmp/c.$$" c
 	fn "$d" upcie_hipchk_doorbell >"$t.db"
@@ -163,8 +270,6 @@ rules_cdna() {
 	fi
 	if grep -q '^buffer_wbl2' "$t.io"; then echo "ok submit-and-wait path: system fences"; else
 		echo "bad submit-and-wait path: system fences | no buffer_wbl2"; fi
-	if grep -Eq '^(global|flat)_load_dword .* glc' "$t.poll"; then echo "ok completion poll load is glc"; else
-		echo "bad completion poll load is glc | $(tr '\n' ';' <"$t.poll")"; fi
 	if grep -q '^s_memrealtime' "$t.clk" && grep -q '^s_memrealtime' "$t.io"; then
 		echo "ok clock is the realtime counter (s_memrealtime)"
 	else
@@ -195,7 +300,9 @@ report() {
 }
 
 echo "# $("$hipcc" --version 2>/dev/null | grep -m1 -i 'clang version'), objdump $objdump"
-for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna"; do
+printf '#include <upcie/base/feature.h>\n#include <stddef.h>\n#include <stdio.h>\n#include <upcie/nvme/qpair.h>\nint main(void) { printf("%%zu\\n", offsetof(struct upcie_nvme_qpair, clock_khz)); return 0; }\n' >"$tmp/khzoff.c"
+khz_off=$(gcc -std=c11 -Iinclude "$tmp/khzoff.c" -o "$tmp/khzoff" && "$tmp/khzoff")
+for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna" "gfx940 9 cdna"; do
 	set -- $t
 	arch=$1 gfx=$2 kind=$3
 	if build "$arch" "$tmp/$arch.co"; then
@@ -210,6 +317,36 @@ for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna"; do
 	else
 		report "$arch" "$(rules_cdna "$tmp/$arch.s")"
 	fi
+	report "$arch" "$(rules_poll "$tmp/$arch.s" "$arch")"
+	report "$arch" "$(rules_wait "$tmp/$arch.s")"
+done
+
+# The poll rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN) or without
+# reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), every target must fail that rule (rules keyed
+# on the poll load fail with it); a consumer with no reap must fail the consumer rule.
+for arch in gfx1101 gfx90a gfx940; do
+	[ -f "$tmp/$arch.s" ] || continue
+	fn "$tmp/$arch.s" upcie_hipchk_consume_bare >"$tmp/bare.s"
+	c=$(datainv "$arch" "$tmp/bare.s")
+	if [ "$c" = 0 ]; then
+		ok "self-test: $arch: a consumer polling by hand (no reap, no acquire) fails the consumer rule"
+	else
+		notok "self-test: $arch: a consumer polling by hand fails the consumer rule" "datainv said $c"
+	fi
+	for ctl in POLL_PLAIN:"completion poll load carries" NO_ACQUIRE:"reap: system-scope acquire"; do
+		m=${ctl%%:*} rule=${ctl#*:}
+		if build "$arch" "$tmp/ctl.co" "-DUPCIE_GPU_HIP_TEST_$m"; then
+			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
+			out=$(rules_poll "$tmp/ctl.s" "$arch")
+			if grep -q "^bad $rule" <<<"$out"; then
+				ok "self-test: $arch built with UPCIE_GPU_HIP_TEST_$m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
+			else
+				notok "self-test: $arch built with UPCIE_GPU_HIP_TEST_$m fails '$rule'" "$out"
+			fi
+		else
+			notok "self-test: $arch builds with UPCIE_GPU_HIP_TEST_$m" "$(head -10 "$tmp/ctl.co.log")"
+		fi
+	done
 done
 
 # generic target: clang 19 and newer only
@@ -253,6 +390,13 @@ if [ -f "$tmp/gfx1101.s" ]; then
 		fi
 	else
 		notok "self-test: gfx1101 builds without __GFX11__" "$(head -10 "$tmp/nofam.co.log")"
+	fi
+	if build gfx1101 "$tmp/g12.co" -U__GFX11__ -D__GFX12__; then
+		notok "self-test: GFX12 device code is a build error" "it built"
+	elif grep -q 'GFX12 (RDNA4) is not supported' "$tmp/g12.co.log"; then
+		ok "self-test: GFX12 device code stops the build with the reason (no GFX12 sequence; clang 15 cannot target it)"
+	else
+		notok "self-test: GFX12 device code is a build error naming why" "$(head -10 "$tmp/g12.co.log")"
 	fi
 	if build gfx1101 "$tmp/none.co" -U__GFX11__ -U__gfx1101__; then
 		notok "self-test: a target with no family macro is a build error" "it built"

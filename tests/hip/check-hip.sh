@@ -9,8 +9,9 @@
 #    as C11 and C++17 with gcc and clang, as scripts/check-headers.sh does for host headers
 #  - public names of the *_hip.h headers prefixed upcie_/UPCIE_
 #  - tests/hip/test_bridge_model.c (bridge + relay + the device queue code in CPU threads, against
-#    the unit tests' controller model; gcc, ASan+UBSan) and tests/hip/test_hip_host.hip (the HIP
-#    provider on a machine without an AMD GPU), run, their checks reported here
+#    the unit tests' controller model), tests/hip/test_deadline_model.c (timed waits follow the
+#    clock rate they are given; a fake clock) (gcc, ASan+UBSan) and tests/hip/test_hip_host.hip
+#    (the HIP provider on a machine without an AMD GPU), run, their checks reported here
 # The disassembly check is tests/hip/check-disasm.sh. TAP output; one SKIP line without hipcc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -99,12 +100,15 @@ bad+=$(cat "${hh[@]}" | grep -oE '^(typedef )?(struct|union|enum) [A-Za-z_][A-Za
 if [ -z "$bad" ]; then ok "names: macros and tags of the *_hip.h headers prefixed"; else
 	echo "$bad" >"$tmp/log"; notok "names: macros and tags prefixed" "$tmp/log"; fi
 
-if gcc -std=c11 -O1 -g -Wall -Wextra -Werror -Wshadow -fsanitize=address,undefined \
-	-Iinclude tests/hip/test_bridge_model.c -o "$tmp/tbm" -lpthread >"$tmp/tbm.build" 2>&1; then
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		sub "test_bridge_model" "$tmp/tbm.log" "$tmp/tbm"
-else
-	notok "test_bridge_model builds" "$tmp/tbm.build"
-fi
+for t in test_bridge_model test_deadline_model; do
+	if gcc -std=c11 -O1 -g -Wall -Wextra -Werror -Wshadow -fsanitize=address,undefined \
+		-Iinclude "tests/hip/$t.c" -o "$tmp/$t" -lpthread >"$tmp/$t.build" 2>&1; then
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+			UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+			sub "$t" "$tmp/$t.log" "$tmp/$t"
+	else
+		notok "$t builds" "$tmp/$t.build"
+	fi
+done
 echo "1..$n"
 [ "$fail" -eq 0 ]

@@ -21,7 +21,38 @@ extern "C" __global__ void upcie_hipchk_poll(const uint32_t *p, uint32_t *out)
 /* The wall clock (never clock64()). */
 extern "C" __global__ void upcie_hipchk_clock(uint64_t *out)
 {
-	*out = upcie_nvme_port_time_ns();
+	*out = upcie_nvme_port_clock();
+}
+
+/* The core's own timed wait in device code: the deadline clock at the queue pair's rate. */
+extern "C" __global__ void upcie_hipchk_qpwait(struct upcie_nvme_qpair *qp, uint16_t cid,
+					       uint64_t timeout_ns, int *ret)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0)
+		*ret = upcie_nvme_qpair_wait(qp, cid, timeout_ns);
+}
+
+/* The consumer of a read: wait for the completion, then read the data with a plain load, as a
+ * user's kernel would (no fence of its own); data[21] is the load the check looks for. */
+extern "C" __global__ void upcie_hipchk_consume(struct upcie_nvme_gqp_hip *q,
+						const struct upcie_nvme_sqe *sqe,
+						const uint32_t *data, uint32_t *out)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0 &&
+	    !upcie_nvme_gqp_hip_io(q, sqe, 1000000, (struct upcie_nvme_cqe *)0))
+		*out = data[21];
+}
+
+/* Control for the check: the same consumer polling the phase tag by hand, with no reap and so no
+ * acquire; the consumer rule must fail on it. */
+extern "C" __global__ void upcie_hipchk_consume_bare(const struct upcie_nvme_cqe *cq,
+						     const uint32_t *data, uint32_t *out)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		while (!(upcie_nvme_port_load32(&cq->dw3) & (1u << 16)))
+			;
+		*out = data[21];
+	}
 }
 
 /* Submit one command and wait for it: the whole device path. */

@@ -18,14 +18,39 @@
  * poller that relays it or by a peer. The store is therefore: wait for every outstanding memory
  * operation (s_waitcnt vmcnt/lgkmcnt and vscnt), store with glc slc dlc (bypassing every cache
  * level), wait again, then invalidate GL1 and GL0. Elsewhere (CDNA, GCN) it is
- * upcie_gpu_hip_threadfence_system() and a volatile store. GFX12 changed the cache-policy bits
- * and the invalidate instructions; no compiler available here targets it, so the sequence for it
- * is not written and GFX12 device code does not compile (an error, not a weaker store).
+ * upcie_gpu_hip_threadfence_system() and a volatile store.
  *
- * Poll load (upcie_gpu_hip_poll_load32()). A peer's DMA into host memory does not snoop the GPU's
- * caches, and on gfx1101 neither a system-scope atomic load nor a non-temporal one was enough to
- * see a CPU's update of a relayed completion: on RDNA the load is preceded by buffer_gl1_inv and
- * buffer_gl0_inv. Elsewhere it is a relaxed system-scope atomic load (glc).
+ * GFX12 (RDNA4, gfx1200/gfx1201): refused at compile time. Its memory model is not GFX11's with
+ * new names: loads and stores carry a scope (SCOPE_SYS) and temporal hints instead of glc slc
+ * dlc, and the cache invalidates are global_inv/global_wb, so each sequence here would have to
+ * be written anew. Only LLVM 18 and newer compile for GFX12; clang 15 (ROCm 5.2, Debian 12's
+ * hipcc, the compiler this project builds and checks HIP code with) rejects gfx1200 and
+ * gfx12-generic, so such sequences could be neither compiled nor proven in the disassembly
+ * check. A GFX12 build stops with an error naming this, rather than falling back to the GFX11
+ * sequence (whose glc slc dlc bits do not exist there) or to the unchecked CDNA one.
+ *
+ * Poll loads (upcie_gpu_hip_poll_load32(), _load32x2(), _load128()): how GPU code reads what
+ * another agent (a controller, the CPU) writes: a completion entry, a flag. Written in inline
+ * assembly with every cache-policy bit the target has for it, because the compiler gives either
+ * volatile (glc dlc) or non-temporal (slc), never both, and turns a non-temporal load of
+ * read-only memory into a scalar load through the constant cache:
+ *   GFX10, GFX11  glc slc dlc: GL0 and GL1 miss-evict, GL2 stream; preceded by buffer_gl1_inv
+ *                 and buffer_gl0_inv (on gfx1101 neither a system-scope atomic load nor a
+ *                 non-temporal one was enough to see a CPU's update of a relayed completion)
+ *   gfx940        sc0 sc1 nt: system scope, non-temporal
+ *   other GFX9    glc slc: L1 miss, L2 stream
+ * No GFX9-GFX11 load bypasses the L2 itself (LLVM's AMDGPU memory model: "there is no L2 cache
+ * bypass control at the ISA level"). For a CQ in VRAM the L2 is kept out by the memory's type:
+ * nvme/gqp_host_hip.h and the completion mirror allocate such CQs uncached
+ * (hipDeviceMallocUncached, else fine-grained). Each load waits for itself (s_waitcnt
+ * vmcnt(0)) inside the assembly, since the compiler does not track loads it did not emit.
+ * GFX6-GFX8 have no global memory instructions and are refused.
+ *
+ * Acquire (upcie_gpu_hip_acquire_system()): a system-scope acquire fence, what orders the loads
+ * of a completion entry, and of the data the controller wrote before it, after the load that saw
+ * its phase tag: on RDNA s_waitcnt then buffer_gl0_inv, buffer_gl1_inv (that order; the poll's
+ * own invalidates come the other way round); on gfx90a buffer_invl2, buffer_wbinvl1_vol; on
+ * gfx940 buffer_inv sc0 sc1.
  *
  * Wall clock (upcie_gpu_hip_wall_clock()). The fixed-frequency counter wall_clock64() reads, whose
  * rate hipDeviceAttributeWallClockRate reports (kHz); never clock64(), which on gfx1101 counts
@@ -38,8 +63,10 @@
  * __threadfence_system() is a call into the device library, which ROCm 5.2 does not ship for
  * GFX11: the device code here needs no device library at all (it builds with -nogpulib).
  *
- * tests/hip/check-disasm.sh compiles these for gfx90a, gfx1030 and gfx1101 and checks the
- * instructions in the disassembly; trust that, not the #if. Host code sees only the macros.
+ * tests/hip/check-disasm.sh compiles these for gfx90a, gfx940, gfx1030 and gfx1101 and checks
+ * the instructions in the disassembly; trust that, not the #if. Host code sees only the macros.
+ * UPCIE_GPU_HIP_TEST_* macros exist for that check's negative controls only: each removes one
+ * rule, and the check must then fail. Never define them in a build that runs.
  */
 #ifndef UPCIE_GPU_ARCH_HIP_H
 #define UPCIE_GPU_ARCH_HIP_H
@@ -107,12 +134,44 @@
 #define UPCIE_GPU_HIP_RDNA 0
 #endif
 
+#if UPCIE_GPU_HIP_GFX != 0 && UPCIE_GPU_HIP_GFX < 9
+#error                                                                                             \
+    "upcie: GFX6-GFX8 are not supported: no global memory instructions for the completion poll loads, and nothing here was checked on them; see gpu/arch_hip.h"
+#endif
+
+/* The poll loads' mnemonics and cache-policy bits (see above). */
+#if UPCIE_GPU_HIP_GFX == 11
+#define UPCIE_GPU_HIP_LD32_  "global_load_b32"
+#define UPCIE_GPU_HIP_LD128_ "global_load_b128"
+#else
+#define UPCIE_GPU_HIP_LD32_  "global_load_dword"
+#define UPCIE_GPU_HIP_LD128_ "global_load_dwordx4"
+#endif
+#if defined(UPCIE_GPU_HIP_TEST_POLL_PLAIN)
+#define UPCIE_GPU_HIP_POLL_BITS_ "" /* negative control only */
+#elif UPCIE_GPU_HIP_RDNA
+#define UPCIE_GPU_HIP_POLL_BITS_ "glc slc dlc"
+#elif defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__) ||  \
+    defined(__gfx9_4_generic__)
+#define UPCIE_GPU_HIP_POLL_BITS_ "sc0 sc1 nt"
+#else
+#define UPCIE_GPU_HIP_POLL_BITS_ "glc slc"
+#endif
+#if UPCIE_GPU_HIP_RDNA
+#define UPCIE_GPU_HIP_POLL_INV_ "buffer_gl1_inv\n\tbuffer_gl0_inv\n\t"
+#else
+#define UPCIE_GPU_HIP_POLL_INV_ ""
+#endif
+
 #if UPCIE_GPU_HIP_GFX >= 12
 #error                                                                                             \
-    "upcie: GFX12 device code: the doorbell store and completion poll sequences for GFX12 (new cache-policy bits, global_inv) are not written, since no compiler here targets it; see gpu/arch_hip.h"
+    "upcie: GFX12 (RDNA4) is not supported: its doorbell store, completion poll and fence sequences (SCOPE_SYS loads/stores, global_inv/global_wb) are not written, because the compiler upcie is checked with (clang 15, ROCm 5.2) cannot target GFX12 (LLVM 18 and newer can), so they could not be proven in disassembly; see gpu/arch_hip.h"
 #endif
 
 #if defined(__HIPCC__)
+
+/* Four 32-bit words, as one 16-byte load returns them. */
+typedef uint32_t upcie_gpu_hip_u32x4 __attribute__((ext_vector_type(4)));
 
 #if defined(__HIP_DEVICE_COMPILE__)
 
@@ -158,11 +217,53 @@ __device__ static inline void upcie_gpu_hip_doorbell_store(volatile uint32_t *db
 
 __device__ static inline uint32_t upcie_gpu_hip_poll_load32(const uint32_t *p)
 {
-#if UPCIE_GPU_HIP_RDNA
-	__asm__ __volatile__("buffer_gl1_inv\n\tbuffer_gl0_inv" ::: "memory");
-	return *(const volatile uint32_t *)p;
-#else
-	return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+	uint32_t v;
+
+	__asm__ __volatile__(UPCIE_GPU_HIP_POLL_INV_ UPCIE_GPU_HIP_LD32_
+			     " %0, %1, off " UPCIE_GPU_HIP_POLL_BITS_ "\n\t"
+			     "s_waitcnt vmcnt(0)"
+			     : "=v"(v)
+			     : "v"(p)
+			     : "memory");
+	return v;
+}
+
+/* Two poll loads in flight at once (one latency): *va = *a, *vb = *b. */
+__device__ static inline void upcie_gpu_hip_poll_load32x2(const uint32_t *a, const uint32_t *b,
+							  uint32_t *va, uint32_t *vb)
+{
+	uint32_t x, y;
+
+	__asm__ __volatile__(UPCIE_GPU_HIP_POLL_INV_ UPCIE_GPU_HIP_LD32_
+			     " %0, %2, off " UPCIE_GPU_HIP_POLL_BITS_ "\n\t" UPCIE_GPU_HIP_LD32_
+			     " %1, %3, off " UPCIE_GPU_HIP_POLL_BITS_ "\n\t"
+			     "s_waitcnt vmcnt(0)"
+			     : "=&v"(x), "=&v"(y)
+			     : "v"(a), "v"(b)
+			     : "memory");
+	*va = x;
+	*vb = y;
+}
+
+/* One 16-byte poll load of a 16-byte aligned address (a whole completion entry). */
+__device__ static inline upcie_gpu_hip_u32x4 upcie_gpu_hip_poll_load128(const void *p)
+{
+	upcie_gpu_hip_u32x4 v;
+
+	__asm__ __volatile__(UPCIE_GPU_HIP_POLL_INV_ UPCIE_GPU_HIP_LD128_
+			     " %0, %1, off " UPCIE_GPU_HIP_POLL_BITS_ "\n\t"
+			     "s_waitcnt vmcnt(0)"
+			     : "=v"(v)
+			     : "v"(p)
+			     : "memory");
+	return v;
+}
+
+/* System-scope acquire: later loads see what was visible to the agent whose write was seen. */
+__device__ static inline void upcie_gpu_hip_acquire_system(void)
+{
+#if !defined(UPCIE_GPU_HIP_TEST_NO_ACQUIRE) /* negative control only */
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
 #endif
 }
 
@@ -185,6 +286,22 @@ __device__ static inline void upcie_gpu_hip_doorbell_store(volatile uint32_t *db
 __device__ static inline uint32_t upcie_gpu_hip_poll_load32(const uint32_t *p)
 {
 	return *(const volatile uint32_t *)p;
+}
+
+__device__ static inline void upcie_gpu_hip_poll_load32x2(const uint32_t *a, const uint32_t *b,
+							  uint32_t *va, uint32_t *vb)
+{
+	*va = *(const volatile uint32_t *)a;
+	*vb = *(const volatile uint32_t *)b;
+}
+
+__device__ static inline upcie_gpu_hip_u32x4 upcie_gpu_hip_poll_load128(const void *p)
+{
+	return *(const volatile upcie_gpu_hip_u32x4 *)p;
+}
+
+__device__ static inline void upcie_gpu_hip_acquire_system(void)
+{
 }
 
 #endif /* __HIP_DEVICE_COMPILE__ */

@@ -29,6 +29,15 @@
  * Caller memory: upcie_gpu_hip_buf_register() takes any pointer into a hipMalloc allocation and
  * registers the whole allocation, exported as above, refcounted, in the same registry.
  *
+ * Polled memory (upcie_gpu_hip_polled_alloc()): device memory that another agent writes and GPU
+ * code polls, a completion queue in VRAM above all. Ordinary VRAM is cached in the GPU's L2, and
+ * a controller's write arrives from PCIe beside it, so a poll may keep reading an old line; no
+ * GFX9-GFX11 load bypasses the L2 (gpu/arch_hip.h). So each such range is an allocation of its
+ * own made uncached (hipExtMallocWithFlags, hipDeviceMallocUncached: the L2 does not hold it),
+ * or fine-grained where the runtime refuses that flag (ROCm 5.2 does not know it; logged, since
+ * the L2 may then still hold lines), registered as caller memory is, and checked to be
+ * contiguous for the controller.
+ *
  * Translation (opts.xlate): IMPORT (default) needs /dev/dmabuf_import (package
  * upcie-dmabuf-import-dkms) and an export, so ROCm 7.0 or newer: built against an older HIP (Debian
  * 12 ships 5.2) the device heap and registrations fail with -EOPNOTSUPP naming that. OFFSET
@@ -71,6 +80,13 @@
 #define UPCIE_GPU_HIP_HAVE_EXPORT 1
 #else
 #define UPCIE_GPU_HIP_HAVE_EXPORT 0
+#endif
+
+/* hipExtMallocWithFlags' uncached device memory; by value where the headers lack the name. */
+#define UPCIE_GPU_HIP_MALLOC_UNCACHED 0x3u
+#if defined(hipDeviceMallocUncached)
+UPCIE_STATIC_ASSERT(hipDeviceMallocUncached == UPCIE_GPU_HIP_MALLOC_UNCACHED,
+		    "hipDeviceMallocUncached moved");
 #endif
 
 #define UPCIE_GPU_HIP_PAGE	   UINT64_C(4096)
@@ -873,6 +889,96 @@ static inline int upcie_gpu_hip_buf_unregister(struct upcie_gpu_hip *gpu, const 
 static inline int upcie_gpu_hip_iova(struct upcie_gpu_hip *gpu, const void *ptr, uint64_t *iova)
 {
 	return upcie_registry_iova(&gpu->p->reg, ptr, iova);
+}
+
+/* Polled device memory: see the header's comment. */
+struct upcie_gpu_hip_polled {
+	void *ptr;     /* GPU address */
+	uint64_t size; /* bytes asked for */
+	uint64_t iova; /* the controller's address of ptr; contiguous over size */
+	bool uncached; /* hipDeviceMallocUncached; false: fine-grained */
+	bool registered;
+};
+
+/* Free polled memory; a zeroed one is a no-op. */
+static inline void upcie_gpu_hip_polled_free(struct upcie_gpu_hip *gpu,
+					     struct upcie_gpu_hip_polled *m)
+{
+	struct upcie_gpu_hip_dev_save save;
+
+	if (!m || !m->ptr || !gpu || !gpu->p)
+		return;
+	if (m->registered)
+		upcie_gpu_hip_buf_unregister(gpu, m->ptr);
+	if (!upcie_gpu_hip_dev_enter(&gpu->p->dev, &save)) {
+		upcie_gpu_hip_check_(hipFree(m->ptr), "hipFree");
+		upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
+	}
+	memset(m, 0, sizeof(*m));
+}
+
+/*
+ * `size` bytes (at most 2 MiB) of polled device memory, zeroed, registered, contiguous for the
+ * controller from m->iova. Returns 0; -EINVAL; -EOPNOTSUPP (not contiguous for the controller:
+ * smaller LUT granules than the range); a HIP or registration error. `m` is zeroed on failure.
+ */
+static inline int upcie_gpu_hip_polled_alloc(struct upcie_gpu_hip *gpu, uint64_t size,
+					     struct upcie_gpu_hip_polled *m)
+{
+	struct upcie_gpu_hip_dev_save save;
+	hipError_t r;
+	int err;
+
+	if (!m)
+		return UPCIE_FAIL(-EINVAL, "gpu: NULL polled memory");
+	memset(m, 0, sizeof(*m));
+	if (!gpu || !gpu->p || !size || size > UPCIE_GPU_HIP_BO_ROUND)
+		return UPCIE_FAIL(-EINVAL, "gpu: polled memory of %" PRIu64 " bytes (1..2 MiB)",
+				  size);
+	err = upcie_gpu_hip_dev_enter(&gpu->p->dev, &save);
+	if (err)
+		return err;
+	r = hipExtMallocWithFlags(&m->ptr, (size_t)size, UPCIE_GPU_HIP_MALLOC_UNCACHED);
+	m->uncached = r == hipSuccess;
+	if (r != hipSuccess) {
+		UPCIE_WARN(
+		    "gpu: uncached device memory refused (%s); polled memory is fine-grained, "
+		    "which the GPU's L2 may still cache",
+		    upcie_gpu_hip_strerror(r));
+		m->ptr = NULL;
+		r = hipExtMallocWithFlags(&m->ptr, (size_t)size, hipDeviceMallocFinegrained);
+	}
+	if (r == hipSuccess)
+		r = hipMemset(m->ptr, 0, (size_t)size);
+	upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
+	if (r != hipSuccess) {
+		err = UPCIE_GPU_HIP_FAIL(r, "hipExtMallocWithFlags/hipMemset",
+					 "%" PRIu64 " bytes of polled device memory", size);
+		if (m->ptr)
+			upcie_gpu_hip_polled_free(gpu, m);
+		memset(m, 0, sizeof(*m));
+		return err;
+	}
+	m->size = size;
+	err = upcie_gpu_hip_buf_register(gpu, m->ptr, (size_t)size);
+	m->registered = !err;
+	if (!err)
+		err = upcie_gpu_hip_iova(gpu, m->ptr, &m->iova);
+	for (uint64_t o = UPCIE_GPU_HIP_PAGE; !err && o < size; o += UPCIE_GPU_HIP_PAGE) {
+		uint64_t a = 0;
+
+		err = upcie_gpu_hip_iova(gpu, (char *)m->ptr + o, &a);
+		if (!err && a != m->iova + o)
+			err = UPCIE_FAIL(-EOPNOTSUPP,
+					 "gpu: polled memory at %p is not contiguous for the "
+					 "controller (page %" PRIu64 ")",
+					 m->ptr, o / UPCIE_GPU_HIP_PAGE);
+	}
+	if (err) {
+		upcie_gpu_hip_polled_free(gpu, m);
+		return err;
+	}
+	return 0;
 }
 
 #endif /* UPCIE_GPU_HEAP_HIP_H */

@@ -18,15 +18,17 @@
  * on GFX10/GFX11, GL0/GL1 invalidation before each completion load there).
  *
  * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
- * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and every wait is capped
- * at `max_wait_ns` (default 2 s), well under the GPU watchdog (~10 s), so a lost completion
- * fails the wait instead of hanging the GPU into a reset. A clock that does not move at all
- * (as ROCm 5.2's wall_clock64() on GFX11 would) ends the wait with -EOPNOTSUPP rather than
- * spinning forever.
+ * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and the core's own timed
+ * waits (upcie_nvme_qpair_wait()/drain()) get the same rate through qp.clock_khz, which the
+ * host side sets. Every wait here is capped at `max_wait_ns` (default 2 s), well under the GPU
+ * watchdog (~10 s), so a lost completion fails the wait instead of hanging the GPU into a
+ * reset. A clock that does not move at all (as ROCm 5.2's wall_clock64() on GFX11 would) ends
+ * the wait with -EOPNOTSUPP rather than spinning forever.
  *
- * Everything here is UPCIE_HD and also compiles as plain C: on the host the clock is
- * CLOCK_MONOTONIC at UPCIE_NVME_GQP_HIP_HOST_KHZ, which is how the guest tests run this very
- * code in CPU threads that play the GPU (tests/guest/progs/t_hip_bridge.c).
+ * Everything here is UPCIE_HD and also compiles as plain C: on the host the clock
+ * (upcie_nvme_port_clock()) is CLOCK_MONOTONIC at UPCIE_NVME_GQP_HIP_HOST_KHZ, which is how the
+ * guest tests run this very code in CPU threads that play the GPU
+ * (tests/guest/progs/t_hip_bridge.c).
  */
 #ifndef UPCIE_NVME_GQP_HIP_H
 #define UPCIE_NVME_GQP_HIP_H
@@ -41,10 +43,6 @@
 #include <upcie/nvme/qpair.h>
 #include <upcie/nvme/qpair_port.h>
 #include <upcie/nvme/spec.h>
-
-#if !defined(__HIPCC__)
-#include <upcie/base/clock.h>
-#endif
 
 /* The cap on every wait: well under the GPU's hang watchdog (about 10 s). */
 #ifndef UPCIE_NVME_GQP_HIP_WAIT_MAX_NS
@@ -76,17 +74,6 @@ struct upcie_nvme_gqp_hip_cpl {
 	uint32_t done;
 };
 
-UPCIE_HD static inline uint64_t upcie_nvme_gqp_hip_clock_(void)
-{
-#if defined(__HIP_DEVICE_COMPILE__)
-	return upcie_gpu_hip_wall_clock();
-#elif defined(__HIPCC__)
-	return 0; /* host pass of hipcc: never called on the host */
-#else
-	return upcie_time_ns();
-#endif
-}
-
 /* Ticks of a wait of `ns`, after the cap; 0 when the rate is unknown. */
 UPCIE_HD static inline uint64_t upcie_nvme_gqp_hip_ticks_(const struct upcie_nvme_gqp_hip *q,
 							  uint64_t ns)
@@ -95,8 +82,9 @@ UPCIE_HD static inline uint64_t upcie_nvme_gqp_hip_ticks_(const struct upcie_nvm
 
 	if (ns > cap)
 		ns = cap;
-	/* ns <= a few seconds and khz <= a few GHz: no overflow */
-	return ns / 1000u * q->wall_khz / 1000u + (ns % 1000u) * q->wall_khz / 1000000u;
+	if (!q->wall_khz)
+		return 0;
+	return upcie_nvme_port_ticks(ns, (uint32_t)q->wall_khz);
 }
 
 UPCIE_HD static inline void upcie_nvme_gqp_hip_cpl_cb_(void *ctx, const struct upcie_nvme_cqe *cqe,
@@ -148,7 +136,7 @@ UPCIE_HD static inline int upcie_nvme_gqp_hip_wait_(struct upcie_nvme_gqp_hip *q
 						    uint64_t timeout_ns)
 {
 	uint64_t ticks = upcie_nvme_gqp_hip_ticks_(q, timeout_ns);
-	uint64_t t0 = upcie_nvme_gqp_hip_clock_(), now;
+	uint64_t t0 = upcie_nvme_port_clock(), now;
 	uint32_t still = 0;
 
 	if (!q->wall_khz)
@@ -159,7 +147,7 @@ UPCIE_HD static inline int upcie_nvme_gqp_hip_wait_(struct upcie_nvme_gqp_hip *q
 		if (cpl ? *(const volatile uint32_t *)&cpl->done != 0
 			: upcie_nvme_qpair_inflight(&q->qp) == 0)
 			return 0;
-		now = upcie_nvme_gqp_hip_clock_();
+		now = upcie_nvme_port_clock();
 		if (now - t0 >= ticks)
 			return -ETIMEDOUT;
 		if (now == t0 && ++still >= UPCIE_NVME_GQP_HIP_CLOCK_STUCK) {

@@ -12,8 +12,10 @@
  *   GPU only), and one poller thread for the queue's whole life (nvme/bridge_hip.h) that relays
  *   completions into the shadow and mirrors the cells to the controller's doorbells on change;
  * - direct (UPCIE_NVME_GQP_HIP_DIRECT; where the runtime maps the BAR, e.g. CDNA): the
- *   doorbells mapped for the GPU with hipHostRegisterIoMemory, the CQ in the device heap, the SQ
- *   in the host heap; no bridge.
+ *   doorbells mapped for the GPU with hipHostRegisterIoMemory, the CQ in polled device memory
+ *   (gpu/heap_hip.h: an uncached allocation of its own, so the GPU's L2 cannot serve a poll an
+ *   old line; the poll load itself carries every cache-policy bit the target has,
+ *   gpu/arch_hip.h), the SQ in the host heap; no bridge.
  * What it returns (sq_iova, cq_iova, depth) is what Create I/O CQ and Create I/O SQ take; the
  * controller layer issues those (and deletes the queues before destroy). `dq` is the device
  * address to hand to kernels; it stays valid across launches, which continue where the last one
@@ -68,8 +70,9 @@ struct upcie_nvme_gqp_hip_host {
 	uint32_t depth;
 	uint16_t qid;
 	unsigned flags;
-	struct upcie_gpu_hip gpu; /* borrowed: the caller's handle stays open */
-	struct upcie_heap_buf sq, cq;
+	struct upcie_gpu_hip gpu;	 /* borrowed: the caller's handle stays open */
+	struct upcie_heap_buf sq, cq;	 /* cq: bridged only */
+	struct upcie_gpu_hip_polled dcq; /* direct: the CQ */
 	bool have_sq, have_cq, counted;
 	void *state;  /* device memory: struct upcie_nvme_gqp_hip + CID tables */
 	void *shadow; /* bridged: hipHostMalloc'd cells + shadow CQ (CPU address) */
@@ -93,12 +96,9 @@ static inline void upcie_nvme_gqp_hip_release_(struct upcie_nvme_gqp_hip_host *h
 	}
 	if (h->have_sq)
 		upcie_gpu_hip_host_free(gpu, &h->sq);
-	if (h->have_cq) {
-		if (h->flags & UPCIE_NVME_GQP_HIP_DIRECT)
-			upcie_gpu_hip_free(gpu, &h->cq);
-		else
-			upcie_gpu_hip_host_free(gpu, &h->cq);
-	}
+	if (h->have_cq)
+		upcie_gpu_hip_host_free(gpu, &h->cq);
+	upcie_gpu_hip_polled_free(gpu, &h->dcq);
 	if (h->sqdb_host)
 		upcie_gpu_hip_iomem_unmap(gpu, h->sqdb_host);
 	if (h->cqdb_host)
@@ -166,13 +166,20 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 	if (err)
 		goto fail;
 	h->have_sq = true;
-	err = upcie_heap_alloc_array(direct ? &gpu->p->dheap : &gpu->p->hheap, 1,
-				     (uint64_t)cfg->depth * 16, 4096, &h->cq);
-	if (err)
-		goto fail;
-	h->have_cq = true;
+	if (direct) {
+		err = upcie_gpu_hip_polled_alloc(gpu, (uint64_t)cfg->depth * 16, &h->dcq);
+		if (err)
+			goto fail;
+		h->cq_iova = h->dcq.iova;
+	} else {
+		err = upcie_heap_alloc_array(&gpu->p->hheap, 1, (uint64_t)cfg->depth * 16, 4096,
+					     &h->cq);
+		if (err)
+			goto fail;
+		h->have_cq = true;
+		h->cq_iova = h->cq.iova;
+	}
 	h->sq_iova = h->sq.iova;
-	h->cq_iova = h->cq.iova;
 	sq_dev = upcie_gpu_hip_host_devptr(gpu, h->sq.vaddr);
 
 	err = upcie_gpu_hip_dev_enter(&gpu->p->dev, &save);
@@ -188,12 +195,7 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 		if (err)
 			goto fail;
 		h->cqdb_host = cfg->cqdb;
-		cq_dev = h->cq.vaddr; /* device heap: vaddr is the GPU address */
-		r = hipMemset(cq_dev, 0, (size_t)cfg->depth * 16);
-		if (r != hipSuccess) {
-			err = UPCIE_GPU_HIP_FAIL(r, "hipMemset", "gqp hip %u: CQ", cfg->qid);
-			goto fail;
-		}
+		cq_dev = h->dcq.ptr; /* zeroed by the allocation */
 	} else {
 		/* Cells and shadow CQ: fine-grained host memory, CPU and GPU only. */
 		ssz = sizeof(*cells) + (size_t)cfg->depth * 16;
@@ -232,6 +234,7 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 	qc.ncids = ncids;
 	qc.qid = cfg->qid;
 	qc.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR; /* a GPU address: zeroed above */
+	qc.clock_khz = gpu->p->dev.wall_khz;	 /* the core's timed waits run on the GPU */
 	qc.tables = img + tsz;
 	memset(&st, 0, sizeof(st));
 	err = upcie_nvme_qpair_init(&st.qp, &qc);

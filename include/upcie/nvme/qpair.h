@@ -108,6 +108,9 @@ struct upcie_nvme_qpair_cfg {
 	uint16_t qid;		 /* queue identifier, for synthesized completions */
 	unsigned flags;		 /* UPCIE_NVME_QPAIR_* */
 	void *tables; /* upcie_nvme_qpair_tables_size() bytes, 16-byte aligned; NULL: malloc */
+	uint32_t clock_khz; /* rate of upcie_nvme_port_clock() where the queue pair is driven, in
+			       ticks per ms; 0: nanoseconds (host, CUDA). HIP device code: the
+			       rate hipDeviceAttributeWallClockRate reports */
 };
 
 struct upcie_nvme_qpair {
@@ -135,6 +138,7 @@ struct upcie_nvme_qpair {
 	uint16_t qid;
 	uint16_t keep_from;  /* upcie_nvme_qpair_stop(): first SQ slot of the kept commands */
 	uint32_t ncancelled; /* cancelled CIDs waiting for a late completion or reclaim */
+	uint32_t clock_khz;  /* deadline clock rate (cfg.clock_khz; never 0) */
 	uint64_t nbad;	     /* completions for CIDs not outstanding (reap returned -EPROTO) */
 	uint64_t ndup;	     /* ... of which repeated the last completion of their slot */
 	uint64_t nlate;	     /* completions of cancelled commands, consumed silently */
@@ -249,6 +253,7 @@ static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 	qp->phase = 1;
 	qp->qid = cfg->qid;
 	qp->flags = (uint8_t)cfg->flags;
+	qp->clock_khz = cfg->clock_khz ? cfg->clock_khz : UPCIE_NVME_PORT_NS_KHZ;
 	if (!(cfg->flags & UPCIE_NVME_QPAIR_NO_CQ_CLEAR))
 		memset(cfg->cq, 0, (size_t)cq_depth * sizeof(struct upcie_nvme_cqe));
 	return 0;
@@ -761,16 +766,17 @@ UPCIE_HD static inline int upcie_nvme_qpair_reclaim(struct upcie_nvme_qpair *qp)
 
 /*
  * Reap until command `cid` has completed or been cancelled, or `timeout_ns` passed
- * (UINT64_MAX: no limit). Spins; never sleeps. Other completions are processed on the way;
- * bad entries (-EPROTO) are counted in qp->nbad and do not end the wait. A callback that
- * submits meanwhile may get `cid`'s slot, never `cid` itself. Returns 0, -EINVAL for a CID out
- * of range, -ETIMEDOUT (the command is still outstanding: abort and cancel it, see
- * upcie_nvme_qpair_outstanding()).
+ * (UINT64_MAX: no limit), counted on upcie_nvme_port_clock() at qp->clock_khz. Spins; never
+ * sleeps. Other completions are processed on the way; bad entries (-EPROTO) are counted in
+ * qp->nbad and do not end the wait. A callback that submits meanwhile may get `cid`'s slot,
+ * never `cid` itself. Returns 0, -EINVAL for a CID out of range, -ETIMEDOUT (the command is
+ * still outstanding: abort and cancel it, see upcie_nvme_qpair_outstanding()).
  */
 UPCIE_HD static inline int upcie_nvme_qpair_wait(struct upcie_nvme_qpair *qp, uint16_t cid,
 						 uint64_t timeout_ns)
 {
-	uint64_t start = upcie_nvme_port_time_ns();
+	uint64_t start = upcie_nvme_port_clock();
+	uint64_t ticks = upcie_nvme_port_ticks(timeout_ns, qp->clock_khz);
 
 	if (upcie_nvme_qpair_cid_index(qp, cid) >= qp->ncids)
 		return -EINVAL;
@@ -780,7 +786,7 @@ UPCIE_HD static inline int upcie_nvme_qpair_wait(struct upcie_nvme_qpair *qp, ui
 		if (!upcie_nvme_qpair_cid_outstanding_(qp, cid))
 			return 0;
 		/* Checked every round, so other commands' traffic cannot postpone the deadline. */
-		if (upcie_nvme_port_time_ns() - start >= timeout_ns)
+		if (upcie_nvme_port_clock() - start >= ticks)
 			return -ETIMEDOUT;
 	}
 }
@@ -788,14 +794,15 @@ UPCIE_HD static inline int upcie_nvme_qpair_wait(struct upcie_nvme_qpair *qp, ui
 /* As upcie_nvme_qpair_wait() until no command is outstanding. */
 UPCIE_HD static inline int upcie_nvme_qpair_drain(struct upcie_nvme_qpair *qp, uint64_t timeout_ns)
 {
-	uint64_t start = upcie_nvme_port_time_ns();
+	uint64_t start = upcie_nvme_port_clock();
+	uint64_t ticks = upcie_nvme_port_ticks(timeout_ns, qp->clock_khz);
 
 	for (;;) {
 		if (upcie_nvme_qpair_reap(qp, 0xffffffffu) == 0)
 			upcie_nvme_port_relax();
 		if (!upcie_nvme_qpair_inflight(qp))
 			return 0;
-		if (upcie_nvme_port_time_ns() - start >= timeout_ns)
+		if (upcie_nvme_port_clock() - start >= ticks)
 			return -ETIMEDOUT;
 	}
 }

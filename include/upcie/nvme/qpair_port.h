@@ -8,16 +8,23 @@
  * fences (__threadfence_system), 16-byte vector stores cached at L2 only (st.global.cg),
  * %globaltimer (ns). HIP device code
  * (__HIP_DEVICE_COMPILE__), through gpu/arch_hip.h: system-scope fences (the builtin
- * __threadfence_system() stands for, so no device library is needed), 16-byte vector stores,
- * doorbell stores with the RDNA cache-bypassing sequence on GFX10/GFX11, completion loads that
- * invalidate GL0/GL1 first on RDNA, and the wall clock (wall_clock64()'s counter, never
- * clock64()) at UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK ns per tick (default 10, a 100 MHz counter).
- * The HIP device layer (nvme/gqp_hip.h) scales its waits by hipDeviceAttributeWallClockRate
- * instead; the macro only serves code calling the timed functions of nvme/qpair.h directly.
+ * __threadfence_system() stands for, so no device library is needed) and a system-scope acquire
+ * after the phase tag, 16-byte vector stores, doorbell stores with the RDNA cache-bypassing
+ * sequence on GFX10/GFX11, completion loads with every cache-policy bit the target has
+ * (invalidating GL0/GL1 first on RDNA), and the wall clock (wall_clock64()'s counter, never
+ * clock64()).
+ *
+ * Time: upcie_nvme_port_clock() reads the target's clock in its own ticks and
+ * upcie_nvme_port_ticks() turns nanoseconds into ticks at a rate in kHz, which the caller
+ * carries: nanoseconds (UPCIE_NVME_PORT_NS_KHZ) on the host and in CUDA, and on HIP the rate
+ * hipDeviceAttributeWallClockRate reports, which differs between GPUs, so no rate is assumed
+ * here (a queue pair keeps it in clock_khz). upcie_nvme_port_time_ns() exists only where the
+ * clock counts nanoseconds, so HIP device code cannot call it.
  *
  * A device layer may replace the doorbell store by defining UPCIE_NVME_PORT_DOORBELL(db, v)
- * before this header. Does not allocate, lock or sleep; upcie_nvme_port_relax() is a spin hint
- * only.
+ * before this header, and a test the clock by defining UPCIE_NVME_PORT_CLOCK() (ticks, as
+ * upcie_nvme_port_clock()). Does not allocate, lock or sleep; upcie_nvme_port_relax() is a
+ * spin hint only.
  */
 #ifndef UPCIE_NVME_QPAIR_PORT_H
 #define UPCIE_NVME_QPAIR_PORT_H
@@ -42,9 +49,8 @@
 #define UPCIE_NVME_PORT_HIP_DEVICE 1
 #endif
 
-#ifndef UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK
-#define UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK 10
-#endif
+/* The rate of a clock counting nanoseconds, in ticks per millisecond. */
+#define UPCIE_NVME_PORT_NS_KHZ UINT32_C(1000000)
 
 /* Order the queue-entry stores before the doorbell store that publishes them. */
 UPCIE_HD static inline void upcie_nvme_port_wmb(void)
@@ -62,8 +68,9 @@ UPCIE_HD static inline void upcie_nvme_port_wmb(void)
  * Order the phase-tag load before the loads of the rest of the completion entry, and before the
  * callback's loads of what the controller wrote ahead of the entry. In CUDA device code the
  * system fence is MEMBAR.SC.SYS and CCTL.IVALL (L1 invalidated: the callback's plain loads of a
- * payload are not served from stale L1 lines). A test may substitute another through
- * UPCIE_NVME_PORT_DMA_RMB() (the negative control of the stale-read test defines it empty).
+ * payload are not served from stale L1 lines); in HIP device code a system-scope acquire
+ * (gpu/arch_hip.h). A test may substitute another through UPCIE_NVME_PORT_DMA_RMB() (the
+ * negative control of the stale-read test defines it empty).
  */
 UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)
 {
@@ -72,7 +79,7 @@ UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)
 #elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
 	__threadfence_system();
 #elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
-	upcie_gpu_hip_threadfence_system();
+	upcie_gpu_hip_acquire_system();
 #else
 	upcie_dma_rmb();
 #endif
@@ -218,7 +225,8 @@ upcie_nvme_port_cqe_view(struct upcie_nvme_cqe *tmp, const struct upcie_nvme_cqe
 #endif
 }
 
-/* Monotonic nanoseconds, for deadlines. */
+#if !defined(UPCIE_NVME_PORT_HIP_DEVICE)
+/* Monotonic nanoseconds (host and CUDA; HIP device code has ticks at a reported rate only). */
 UPCIE_HD static inline uint64_t upcie_nvme_port_time_ns(void)
 {
 #if defined(UPCIE_NVME_PORT_CUDA_DEVICE)
@@ -226,11 +234,38 @@ UPCIE_HD static inline uint64_t upcie_nvme_port_time_ns(void)
 
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
-#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
-	return upcie_gpu_hip_wall_clock() * UPCIE_NVME_HIP_WALLCLOCK_NS_PER_TICK;
 #else
 	return upcie_time_ns();
 #endif
+}
+#endif
+
+/* The deadline clock in its own ticks: nanoseconds, or HIP's wall-clock counter. */
+UPCIE_HD static inline uint64_t upcie_nvme_port_clock(void)
+{
+#if defined(UPCIE_NVME_PORT_CLOCK)
+	return UPCIE_NVME_PORT_CLOCK();
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	return upcie_gpu_hip_wall_clock();
+#else
+	return upcie_nvme_port_time_ns();
+#endif
+}
+
+/*
+ * Ticks of a clock running at `khz` (ticks per millisecond) in `ns` nanoseconds, rounded down,
+ * saturating at UINT64_MAX (a timeout of UINT64_MAX stays "no limit"). A rate of 0 is taken as
+ * nanoseconds.
+ */
+UPCIE_HD static inline uint64_t upcie_nvme_port_ticks(uint64_t ns, uint32_t khz)
+{
+	uint64_t ms = ns / 1000000u, rest = ns % 1000000u;
+
+	if (!khz || khz == UPCIE_NVME_PORT_NS_KHZ || ns == UINT64_MAX)
+		return ns;
+	if (ms > (UINT64_MAX - UINT64_C(0xffffffff)) / khz)
+		return UINT64_MAX;
+	return ms * khz + rest * khz / 1000000u;
 }
 
 /* Spin-loop hint. */
