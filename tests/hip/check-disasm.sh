@@ -20,13 +20,18 @@
 #         caches that load goes through invalidated in between, on every target
 #   all   never clock64(): no s_memtime, no HW_REG_SHADER_CYCLES; no call out of the object
 #         (everything builds with -nogpulib, no device library)
+#   mirror the completion mirror's kernel (nvme/cqmirror_hip.h): every load is a poll load
+#         with the target's bits; an acquire between each entry's tag poll and its 16-byte
+#         load; each entry's 16-byte store reaches the host before its tag (RDNA: both stores
+#         glc slc dlc, the tag's after the drain; CDNA: buffer_wbl2 between them)
 #   wait  the core's timed wait (upcie_nvme_qpair_wait) in device code reads the realtime
 #         counter and loads its rate from the queue pair (clock_khz), on every target
 # Then it proves it can fail: the gfx1101 object built with the gate off
 # (-DUPCIE_GPU_HIP_TEST_GATE_OFF, what gating on a specific __gfxNNNN__ macro does on a generic
 # target) must fail the RDNA rules; the gfx1101 object must fail the CDNA rules (instructions
-# present where they must not be); the bits rule and the reap-acquire rule each fail on
-# gfx1101, gfx90a and gfx940 built with that rule removed, and the consumer rule fails on a
+# present where they must not be); the bits rule, the reap-acquire rule and the mirror's
+# acquire and tag-store rules each fail on gfx1101, gfx90a and gfx940 built with that rule
+# removed (UPCIE_GPU_HIP_TEST_*, UPCIE_NVME_CQMIRROR_HIP_TEST_*), and the consumer rule fails on a
 # consumer that polls by hand; without __GFX11__ the family is still derived (from
 # __gfx1101__), and without either the build must stop with an error; GFX12 (__GFX12__) must
 # stop the build with the error that says why it is not supported.
@@ -237,6 +242,55 @@ rules_poll() {
 	fi
 }
 
+# fnlike DIS SUBSTRING: the instructions of the function whose (mangled) name contains it
+fnlike() {
+	awk -v f="$2" '/^## / { on = index($0, f) > 0; next } on' "$1"
+}
+
+# rules_mirror DIS ARCH: the completion mirror's kernel
+rules_mirror() {
+	local d=$1 arch=$2 t="$tmp/m.$$" bits nl nb c
+	bits=$(pollbits "$arch")
+	fnlike "$d" upcie_nvme_cqmirror_hip_kernel >"$t.mk"
+	nl=$(grep -Ec '^(global|flat)_load_' "$t.mk")
+	nb=$(awk -v bits="$bits" '/^(global|flat)_load_/ { n = split(bits, w, " "); ok = 1
+		for (i = 1; i <= n; i++) if ($0 !~ (" " w[i] "( |$)")) ok = 0; c += ok } END { print c + 0 }' "$t.mk")
+	if [ "$nl" -ge 4 ] && [ "$nl" = "$nb" ]; then echo "ok mirror: every load is a poll load with $bits ($nl)"; else
+		echo "bad mirror: every load is a poll load with $bits | $nb of $nl"; fi
+	# every 16-byte entry load has an acquire since the 32-bit (tag) load before it
+	c=$(awk '
+		/^(global|flat)_load_(dword|b32) / { armed = 0 }
+		'"$(acqfence "$arch")"' { armed = 1 }
+		/^(global|flat)_load_(dwordx4|b128) / { n++; if (armed) a++ }
+		{ prev = $0 }
+		END { print (n ? a " of " n : "none") }' "$t.mk")
+	if [ "${c%% of *}" != none ] && [ "${c%% of *}" = "${c##* of }" ]; then
+		echo "ok mirror: acquire between the tag poll and the entry load ($c)"
+	else
+		echo "bad mirror: acquire between the tag poll and the entry load | $c"
+	fi
+	# every 16-byte entry store is followed by its tag as a release store
+	case $arch in
+	gfx1*) c=$(awk '
+		/^(global|flat)_store_(dwordx4|b128) / { n++; open = 1; ent = ($0 ~ / glc slc dlc$/); p1 = p2 = ""; next }
+		open && /^(global|flat)_store_(dword|b32) / {
+			if (ent && $0 ~ / glc slc dlc$/ && p2 == "s_waitcnt vmcnt(0) lgkmcnt(0)" && p1 == "s_waitcnt_vscnt null, 0x0") a++
+			open = 0 }
+		{ p2 = p1; p1 = $0 }
+		END { print (n ? a " of " n : "none") }' "$t.mk") ;;
+	*) c=$(awk '
+		/^(global|flat)_store_(dwordx4|b128) / { n++; open = 1; fen = 0; next }
+		open && /^buffer_wbl2/ { fen = 1 }
+		open && /^(global|flat)_store_(dword|b32) / { if (fen) a++; open = 0 }
+		END { print (n ? a " of " n : "none") }' "$t.mk") ;;
+	esac
+	if [ "${c%% of *}" != none ] && [ "${c%% of *}" = "${c##* of }" ]; then
+		echo "ok mirror: the entry reaches the host before its tag (release store; $c)"
+	else
+		echo "bad mirror: the entry reaches the host before its tag (release store) | $c"
+	fi
+}
+
 # rules_wait DIS: the core's timed wait in device code reads the realtime counter and takes its
 # rate from the queue pair (a 32-bit load of clock_khz), never a constant
 rules_wait() {
@@ -318,12 +372,14 @@ for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna" "gfx940 9 cdna"; do
 		report "$arch" "$(rules_cdna "$tmp/$arch.s")"
 	fi
 	report "$arch" "$(rules_poll "$tmp/$arch.s" "$arch")"
+	report "$arch" "$(rules_mirror "$tmp/$arch.s" "$arch")"
 	report "$arch" "$(rules_wait "$tmp/$arch.s")"
 done
 
-# The poll rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN) or without
-# reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), every target must fail that rule (rules keyed
-# on the poll load fail with it); a consumer with no reap must fail the consumer rule.
+# The poll and mirror rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN),
+# without reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), without the mirror's acquire or with
+# its tag stored plainly, every target must fail that rule (rules keyed on the poll load fail
+# with it); a consumer with no reap must fail the consumer rule.
 for arch in gfx1101 gfx90a gfx940; do
 	[ -f "$tmp/$arch.s" ] || continue
 	fn "$tmp/$arch.s" upcie_hipchk_consume_bare >"$tmp/bare.s"
@@ -333,18 +389,21 @@ for arch in gfx1101 gfx90a gfx940; do
 	else
 		notok "self-test: $arch: a consumer polling by hand fails the consumer rule" "datainv said $c"
 	fi
-	for ctl in POLL_PLAIN:"completion poll load carries" NO_ACQUIRE:"reap: system-scope acquire"; do
-		m=${ctl%%:*} rule=${ctl#*:}
-		if build "$arch" "$tmp/ctl.co" "-DUPCIE_GPU_HIP_TEST_$m"; then
+	for ctl in GPU_HIP_TEST_POLL_PLAIN:"completion poll load carries" \
+		GPU_HIP_TEST_NO_ACQUIRE:"reap: system-scope acquire" \
+		NVME_CQMIRROR_HIP_TEST_NO_ACQUIRE:"mirror: acquire between" \
+		NVME_CQMIRROR_HIP_TEST_PLAIN_TAG:"mirror: the entry reaches the host before its tag"; do
+		m=UPCIE_${ctl%%:*} rule=${ctl#*:}
+		if build "$arch" "$tmp/ctl.co" "-D$m"; then
 			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
-			out=$(rules_poll "$tmp/ctl.s" "$arch")
+			out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch")
 			if grep -q "^bad $rule" <<<"$out"; then
-				ok "self-test: $arch built with UPCIE_GPU_HIP_TEST_$m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
+				ok "self-test: $arch built with $m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
 			else
-				notok "self-test: $arch built with UPCIE_GPU_HIP_TEST_$m fails '$rule'" "$out"
+				notok "self-test: $arch built with $m fails '$rule'" "$out"
 			fi
 		else
-			notok "self-test: $arch builds with UPCIE_GPU_HIP_TEST_$m" "$(head -10 "$tmp/ctl.co.log")"
+			notok "self-test: $arch builds with $m" "$(head -10 "$tmp/ctl.co.log")"
 		fi
 	done
 done

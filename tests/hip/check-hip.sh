@@ -5,13 +5,17 @@
 #    and gfx1101 with -nogpulib (ROCm 5.2, Debian 12's, ships no GFX11 device library), and for
 #    gfx90a with the device library too; -Wall -Wextra -Werror
 #  - every HIP header (*_hip.h) alone, included twice, in a HIP translation unit for both targets
-#  - the parts a plain C program uses (nvme/bridge_hip.h, nvme/gqp_hip.h, gpu/arch_hip.h) alone
-#    as C11 and C++17 with gcc and clang, as scripts/check-headers.sh does for host headers
+#  - the parts a plain C program uses (nvme/bridge_hip.h, nvme/gqp_hip.h, nvme/cqmirror_hip.h,
+#    gpu/arch_hip.h) alone as C11 and C++17 with gcc and clang, as scripts/check-headers.sh
+#    does for host headers
 #  - public names of the *_hip.h headers prefixed upcie_/UPCIE_
 #  - tests/hip/test_bridge_model.c (bridge + relay + the device queue code in CPU threads, against
 #    the unit tests' controller model), tests/hip/test_deadline_model.c (timed waits follow the
-#    clock rate they are given; a fake clock) (gcc, ASan+UBSan) and tests/hip/test_hip_host.hip
-#    (the HIP provider on a machine without an AMD GPU), run, their checks reported here
+#    clock rate they are given; a fake clock), tests/hip/test_cqmirror_model.c (the completion
+#    mirror's protocol and copying, wavefronts stepped by the test, against the controller
+#    model) (gcc, ASan+UBSan) and tests/hip/test_hip_host.hip (the HIP provider on a machine
+#    without an AMD GPU), run, their checks reported here; the mirror model built with each
+#    protocol rule removed must fail that rule's check
 # The disassembly check is tests/hip/check-disasm.sh. TAP output; one SKIP line without hipcc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -77,7 +81,7 @@ else
 	sub "test_hip_host" "$tmp/thh.log" sh -c "'$hipcc' ${hipflags[*]} --offload-arch=gfx90a -nogpulib tests/hip/test_hip_host.hip -o '$tmp/thh' -lpthread >'$tmp/thh.build' 2>&1 || { cat '$tmp/thh.build'; exit 1; }; '$tmp/thh'"
 fi
 
-for h in upcie/nvme/bridge_hip.h upcie/nvme/gqp_hip.h upcie/gpu/arch_hip.h; do
+for h in upcie/nvme/bridge_hip.h upcie/nvme/gqp_hip.h upcie/nvme/cqmirror_hip.h upcie/gpu/arch_hip.h; do
 	printf '#include <%s>\n#include <%s>\nint upcie_hygiene_tu_;\n' "$h" "$h" >"$tmp/t.c"
 	for c in "gcc -std=c11 -x c" "g++ -std=c++17 -x c++" "clang -std=c11 -x c" "clang++ -std=c++17 -x c++"; do
 		# shellcheck disable=SC2086
@@ -86,7 +90,7 @@ for h in upcie/nvme/bridge_hip.h upcie/nvme/gqp_hip.h upcie/gpu/arch_hip.h; do
 done
 
 # names: symbols of the plain-C parts, macros/tags/typedefs of every *_hip.h
-printf '#include <upcie/nvme/bridge_hip.h>\n#include <upcie/nvme/gqp_hip.h>\n#include <upcie/gpu/arch_hip.h>\n' >"$tmp/all.c"
+printf '#include <upcie/nvme/bridge_hip.h>\n#include <upcie/nvme/gqp_hip.h>\n#include <upcie/nvme/cqmirror_hip.h>\n#include <upcie/gpu/arch_hip.h>\n' >"$tmp/all.c"
 gcc -std=c11 -Iinclude -fkeep-inline-functions -c "$tmp/all.c" -o "$tmp/all.o"
 bad=$(nm "$tmp/all.o" | awk '$2 ~ /^[TtWwDdBbVvRr]$/ {print $3}' | grep -Ev '^(upcie_|__)|\.' | sort -u | tr '\n' ' ')
 if [ -z "$bad" ]; then ok "names: functions and variables of the plain-C parts prefixed"; else
@@ -100,7 +104,7 @@ bad+=$(cat "${hh[@]}" | grep -oE '^(typedef )?(struct|union|enum) [A-Za-z_][A-Za
 if [ -z "$bad" ]; then ok "names: macros and tags of the *_hip.h headers prefixed"; else
 	echo "$bad" >"$tmp/log"; notok "names: macros and tags prefixed" "$tmp/log"; fi
 
-for t in test_bridge_model test_deadline_model; do
+for t in test_bridge_model test_deadline_model test_cqmirror_model; do
 	if gcc -std=c11 -O1 -g -Wall -Wextra -Werror -Wshadow -fsanitize=address,undefined \
 		-Iinclude "tests/hip/$t.c" -o "$tmp/$t" -lpthread >"$tmp/$t.build" 2>&1; then
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -108,6 +112,24 @@ for t in test_bridge_model test_deadline_model; do
 			sub "$t" "$tmp/$t.log" "$tmp/$t"
 	else
 		notok "$t builds" "$tmp/$t.build"
+	fi
+done
+# The mirror model's checks can fail: each protocol rule removed, its check must fail.
+for ctl in NO_DRAIN:"every entry written before the stop is mirrored" \
+	RETRY_BUMPS:"the retried stop leaves the generation even"; do
+	m=${ctl%%:*} rule=${ctl#*:}
+	if gcc -std=c11 -O1 -g -Wall -Wextra -Werror -Wshadow "-DUPCIE_NVME_CQMIRROR_HIP_TEST_$m" \
+		-Iinclude tests/hip/test_cqmirror_model.c -o "$tmp/tcm_ctl" -lpthread >"$tmp/ctl.build" 2>&1; then
+		UPCIE_LOG=off "$tmp/tcm_ctl" >"$tmp/ctl.log" 2>&1
+		rc=$?
+		if [ "$rc" -ne 0 ] && grep -q "^not ok .*$rule" "$tmp/ctl.log"; then
+			ok "control: test_cqmirror_model with UPCIE_NVME_CQMIRROR_HIP_TEST_$m fails '$rule'"
+		else
+			grep '^not ok' "$tmp/ctl.log" >"$tmp/log"
+			notok "control: test_cqmirror_model with UPCIE_NVME_CQMIRROR_HIP_TEST_$m fails '$rule' (exit $rc)" "$tmp/log"
+		fi
+	else
+		notok "control: test_cqmirror_model builds with UPCIE_NVME_CQMIRROR_HIP_TEST_$m" "$tmp/ctl.build"
 	fi
 done
 echo "1..$n"

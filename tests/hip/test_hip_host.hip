@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * Host test of the HIP provider (gpu/dev_hip.h, gpu/heap_hip.h, nvme/gqp_host_hip.h) on a
- * machine with the HIP runtime and no AMD GPU: what can be decided without one. The whole-BO
- * rule for exports (an export must cover the allocation and may exceed it by one buffer
- * object's rounding only), the LUT granule picked from a scatter list, hipError_t to errno, and
- * what opening the provider answers without a GPU (-ENODEV with the HIP error logged) and, for
- * IMPORT translation, without ROCm 7.0 (-EOPNOTSUPP). Nothing here claims GPU behaviour.
+ * Host test of the HIP provider (gpu/dev_hip.h, gpu/heap_hip.h, nvme/gqp_host_hip.h,
+ * nvme/cqmirror_host_hip.h) on a machine with the HIP runtime and no AMD GPU: what can be decided
+ * without one. The whole-BO rule for exports (an export must cover the allocation and may exceed
+ * it by one buffer object's rounding only), the LUT granule picked from a scatter list,
+ * hipError_t to errno, what opening the provider answers without a GPU (-ENODEV with the HIP
+ * error logged) and, for IMPORT translation, without ROCm 7.0 (-EOPNOTSUPP), and the queue and
+ * mirror calls on a closed provider. Nothing here claims GPU behaviour.
  */
 #include <upcie/gpu/heap_hip.h>
+#include <upcie/nvme/cqmirror_host_hip.h>
 #include <upcie/nvme/gqp_host_hip.h>
 
 #include "../unit/check.h"
@@ -98,6 +100,22 @@ int main(void)
 		c.depth = 16;
 		CHECK_EQ(upcie_nvme_gqp_hip_create(&h, &gpu, &c), -EINVAL,
 			 "a GPU-issued queue on a closed provider: -EINVAL");
+	}
+	{
+		struct upcie_nvme_cqmirror_hip_cq m;
+		struct upcie_gpu_hip_polled pm;
+
+		m.slot = 5;
+		CHECK(upcie_nvme_cqmirror_hip_attach(&m, &gpu, 64) == -EINVAL && m.slot == -1 &&
+			  !m.host_cq,
+		      "a mirrored CQ on a closed provider: -EINVAL, the handle zeroed (slot -1)");
+		CHECK(upcie_nvme_cqmirror_hip_stop(&m) == 0 &&
+			  upcie_nvme_cqmirror_hip_detach(&m) == 0 &&
+			  !upcie_nvme_cqmirror_hip_running(&gpu),
+		      "stop and detach of a zeroed mirrored CQ: no-ops");
+		CHECK(upcie_gpu_hip_polled_alloc(&gpu, 4096, 0, &pm) == -EINVAL && !pm.ptr,
+		      "polled device memory on a closed provider: -EINVAL");
+		upcie_gpu_hip_polled_free(&gpu, &pm);
 	}
 	printf("1..%d\n", check_n_);
 	return check_failed_ ? 1 : 0;

@@ -46,6 +46,11 @@
  * vmcnt(0)) inside the assembly, since the compiler does not track loads it did not emit.
  * GFX6-GFX8 have no global memory instructions and are refused.
  *
+ * Stores another agent polls (a completion entry relayed to host memory, then its tag):
+ * upcie_gpu_hip_store128_sys() for the entry (glc slc dlc on RDNA), then
+ * upcie_gpu_hip_doorbell_store() for the word the reader polls, whose leading drain (RDNA) or
+ * system fence (elsewhere) orders the entry before it.
+ *
  * Acquire (upcie_gpu_hip_acquire_system()): a system-scope acquire fence, what orders the loads
  * of a completion entry, and of the data the controller wrote before it, after the load that saw
  * its phase tag: on RDNA s_waitcnt then buffer_gl0_inv, buffer_gl1_inv (that order; the poll's
@@ -143,9 +148,11 @@
 #if UPCIE_GPU_HIP_GFX == 11
 #define UPCIE_GPU_HIP_LD32_  "global_load_b32"
 #define UPCIE_GPU_HIP_LD128_ "global_load_b128"
+#define UPCIE_GPU_HIP_ST128_ "global_store_b128"
 #else
 #define UPCIE_GPU_HIP_LD32_  "global_load_dword"
 #define UPCIE_GPU_HIP_LD128_ "global_load_dwordx4"
+#define UPCIE_GPU_HIP_ST128_ "global_store_dwordx4"
 #endif
 #if defined(UPCIE_GPU_HIP_TEST_POLL_PLAIN)
 #define UPCIE_GPU_HIP_POLL_BITS_ "" /* negative control only */
@@ -259,6 +266,22 @@ __device__ static inline upcie_gpu_hip_u32x4 upcie_gpu_hip_poll_load128(const vo
 	return v;
 }
 
+/*
+ * A 16-byte store another agent will read, to a 16-byte aligned address: on RDNA with glc slc dlc
+ * (past every cache level, as the doorbell store; a plain store may linger in the write path),
+ * elsewhere a plain vector store. Ordered before a later reader's flag only by
+ * upcie_gpu_hip_doorbell_store() of that flag, whose leading drain or fence covers it.
+ */
+__device__ static inline void upcie_gpu_hip_store128_sys(void *p, upcie_gpu_hip_u32x4 v)
+{
+#if UPCIE_GPU_HIP_RDNA
+	__asm__ __volatile__(UPCIE_GPU_HIP_ST128_ " %0, %1, off glc slc dlc" ::"v"(p), "v"(v)
+			     : "memory");
+#else
+	*(upcie_gpu_hip_u32x4 *)p = v;
+#endif
+}
+
 /* System-scope acquire: later loads see what was visible to the agent whose write was seen. */
 __device__ static inline void upcie_gpu_hip_acquire_system(void)
 {
@@ -302,6 +325,11 @@ __device__ static inline upcie_gpu_hip_u32x4 upcie_gpu_hip_poll_load128(const vo
 
 __device__ static inline void upcie_gpu_hip_acquire_system(void)
 {
+}
+
+__device__ static inline void upcie_gpu_hip_store128_sys(void *p, upcie_gpu_hip_u32x4 v)
+{
+	*(upcie_gpu_hip_u32x4 *)p = v;
 }
 
 #endif /* __HIP_DEVICE_COMPILE__ */

@@ -137,7 +137,10 @@ struct upcie_gpu_hip_proc {
 	bool hregistered;
 	struct upcie_heap hheap;
 	struct upcie_gpu_hip_iomem_ iomem[UPCIE_GPU_HIP_IOMEM_MAX];
-	unsigned ngqp; /* GPU-issued queue pairs (nvme/gqp_host_hip.h) */
+	unsigned ngqp;	  /* GPU-issued queue pairs (nvme/gqp_host_hip.h) */
+	unsigned nmirror; /* mirrored completion queues (nvme/cqmirror_host_hip.h) */
+	void *mirror;	  /* the mirror's state, and how to tear it down */
+	void (*mirror_fini)(struct upcie_gpu_hip_proc *p);
 };
 
 /* A reference to the process's provider; zeroed when closed. */
@@ -526,8 +529,11 @@ static inline void upcie_gpu_hip_proc_fini_(struct upcie_gpu_hip_proc *p)
 	struct upcie_gpu_hip_dev_save save;
 	bool entered = p->dev.live && !upcie_gpu_hip_dev_enter(&p->dev, &save);
 
-	if (p->ngqp)
-		UPCIE_WARN("gpu: last close with %u GPU-issued queues left", p->ngqp);
+	if (p->mirror_fini)
+		p->mirror_fini(p);
+	if (p->ngqp || p->nmirror)
+		UPCIE_WARN("gpu: last close with %u GPU-issued and %u mirrored queues left",
+			   p->ngqp, p->nmirror);
 	for (unsigned i = 0; i < UPCIE_GPU_HIP_IOMEM_MAX; i++)
 		if (p->iomem[i].refs && entered)
 			upcie_gpu_hip_check_(hipHostUnregister((void *)p->iomem[i].start),
@@ -918,12 +924,14 @@ static inline void upcie_gpu_hip_polled_free(struct upcie_gpu_hip *gpu,
 }
 
 /*
- * `size` bytes (at most 2 MiB) of polled device memory, zeroed, registered, contiguous for the
- * controller from m->iova. Returns 0; -EINVAL; -EOPNOTSUPP (not contiguous for the controller:
- * smaller LUT granules than the range); a HIP or registration error. `m` is zeroed on failure.
+ * `size` bytes (at most 2 MiB) of polled device memory, zeroed on `stream` (0: the null stream),
+ * registered, contiguous for the controller from m->iova. Returns 0; -EINVAL; -EOPNOTSUPP (not
+ * contiguous for the controller: smaller LUT granules than the range); a HIP or registration
+ * error. `m` is zeroed on failure. hipFree, which upcie_gpu_hip_polled_free() calls, waits for
+ * the device: free none while a resident kernel runs.
  */
 static inline int upcie_gpu_hip_polled_alloc(struct upcie_gpu_hip *gpu, uint64_t size,
-					     struct upcie_gpu_hip_polled *m)
+					     hipStream_t stream, struct upcie_gpu_hip_polled *m)
 {
 	struct upcie_gpu_hip_dev_save save;
 	hipError_t r;
@@ -949,7 +957,9 @@ static inline int upcie_gpu_hip_polled_alloc(struct upcie_gpu_hip *gpu, uint64_t
 		r = hipExtMallocWithFlags(&m->ptr, (size_t)size, hipDeviceMallocFinegrained);
 	}
 	if (r == hipSuccess)
-		r = hipMemset(m->ptr, 0, (size_t)size);
+		r = hipMemsetAsync(m->ptr, 0, (size_t)size, stream);
+	if (r == hipSuccess)
+		r = hipStreamSynchronize(stream);
 	upcie_gpu_hip_dev_leave(&gpu->p->dev, &save);
 	if (r != hipSuccess) {
 		err = UPCIE_GPU_HIP_FAIL(r, "hipExtMallocWithFlags/hipMemset",

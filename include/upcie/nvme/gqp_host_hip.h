@@ -114,8 +114,9 @@ static inline void upcie_nvme_gqp_hip_release_(struct upcie_nvme_gqp_hip_host *h
 /*
  * Create the memory, device state and (bridged) poller of a GPU-issued queue pair. The rings
  * start at tail 0, head 0, phase 1, matching queues the controller is about to create. Returns
- * 0; -EINVAL (bad depth, CIDs or doorbells); -EOPNOTSUPP (no wall-clock rate); -ENOMEM (heap
- * full); a HIP error (direct: hipHostRegister refusing the BAR). `h` is zeroed on failure.
+ * 0; -EINVAL (bad depth, CIDs or doorbells); -EOPNOTSUPP (no wall-clock rate); -EBUSY (a
+ * mirrored completion queue is open: nvme/cqmirror_host_hip.h); -ENOMEM (heap full); a HIP error
+ * (direct: hipHostRegister refusing the BAR). `h` is zeroed on failure.
  */
 static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 					    struct upcie_gpu_hip *gpu,
@@ -152,13 +153,21 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 				  "give upcie_gpu_hip_opts.wall_khz)",
 				  cfg->qid);
 	direct = cfg->flags & UPCIE_NVME_GQP_HIP_DIRECT;
+	pthread_mutex_lock(&upcie_gpu_hip_lock_g);
+	if (gpu->p->nmirror) {
+		pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
+		/* destroy synchronises the device, which waits for the mirror's kernel forever */
+		return UPCIE_FAIL(-EBUSY,
+				  "nvme: gqp hip %u: %u mirrored completion queues are open; "
+				  "GPU-issued and mirrored queues exclude each other",
+				  cfg->qid, gpu->p->nmirror);
+	}
+	gpu->p->ngqp++;
+	pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
 	h->gpu = *gpu;
 	h->flags = cfg->flags;
 	h->qid = cfg->qid;
 	h->depth = cfg->depth;
-	pthread_mutex_lock(&upcie_gpu_hip_lock_g);
-	gpu->p->ngqp++;
-	pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
 	h->counted = true;
 
 	/* Rings: each physically contiguous (one LUT granule), page aligned. */
@@ -167,7 +176,7 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 		goto fail;
 	h->have_sq = true;
 	if (direct) {
-		err = upcie_gpu_hip_polled_alloc(gpu, (uint64_t)cfg->depth * 16, &h->dcq);
+		err = upcie_gpu_hip_polled_alloc(gpu, (uint64_t)cfg->depth * 16, 0, &h->dcq);
 		if (err)
 			goto fail;
 		h->cq_iova = h->dcq.iova;
