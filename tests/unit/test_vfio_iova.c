@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests for vfio/iova.h: range-list checks and carving, and the IOVA allocator against range
- * lists with gaps, the MSI hole, the low MiB, alignment, exhaustion (-ENOSPC), free/reuse, and
- * updates of the ranges while allocations are live. No kernel involved.
+ * lists with gaps, the MSI hole, the low MiB, alignment, exhaustion (-ENOSPC), free/reuse,
+ * updates of the ranges while allocations are live (also ones that raise the page size), and
+ * exclusions that survive those updates. No kernel involved.
  */
+#include <upcie/kmod/iommu_map_pa.h>
 #include <upcie/vfio/iova.h>
 
 #include <stdio.h>
@@ -220,6 +222,95 @@ static void test_update(void)
 	CHECK_EQ(upcie_vfio_iova_space_update(&s, &r), -EINVAL, "update after fini -> -EINVAL");
 }
 
+/* A group with a larger minimum IOMMU page joins: allocations made before keep their size. */
+static void test_free_after_raise(void)
+{
+	const uint64_t wide[] = { 0, (1ULL << 39) - 1 };
+	struct upcie_vfio_iova_ranges r = mk(4096, 1, wide);
+	struct upcie_vfio_iova_space s;
+	uint64_t a = 0, b = 0, c = 0;
+
+	CHECK_EQ(upcie_vfio_iova_space_init(&s, &r), 0, "raise: init at 4 KiB pages");
+	CHECK_EQ(upcie_vfio_iova_alloc(&s, KiB(5), 0, &a), 0, "raise: 5 KiB (8 KiB rounded)");
+	CHECK_EQ(upcie_vfio_iova_alloc(&s, KiB(4), 0, &b), 0, "raise: 4 KiB");
+	r = mk(MiB(2), 1, wide);
+	CHECK_EQ(upcie_vfio_iova_space_update(&s, &r), 0, "raise: a group with 2 MiB pages joins");
+	CHECK_EQ(s.pgsize, MiB(2), "raise: the space now rounds to 2 MiB");
+	CHECK_EQ(upcie_vfio_iova_free(&s, b, KiB(4)), 0,
+		 "raise: a 4 KiB allocation made before frees with its own size");
+	CHECK_EQ(upcie_vfio_iova_free(&s, a, KiB(12)), -ENOENT,
+		 "raise: a size that is not the allocation's is still refused");
+	CHECK_EQ(upcie_vfio_iova_free(&s, a, KiB(5)), 0, "raise: the 5 KiB one too");
+	CHECK_EQ(s.nused, 0, "raise: nothing leaked");
+	CHECK_EQ(upcie_vfio_iova_alloc(&s, KiB(4), 0, &c), 0, "raise: 4 KiB after the raise");
+	CHECK_EQ(upcie_vfio_iova_free(&s, c, MiB(2)), 0, "raise: frees with the rounded size");
+	upcie_vfio_iova_space_fini(&s);
+}
+
+/* The module's IOVA window stays out of the allocator when later groups refresh its ranges. */
+static void test_exclusion_persists(void)
+{
+	const uint64_t wide[] = { 0, (1ULL << 39) - 1 };
+	struct upcie_vfio_iova_ranges r = mk(4096, 1, wide);
+	struct upcie_kmod_iova_window w;
+	struct upcie_vfio_iova_space s;
+	uint64_t iova = 0, wlast, n = 0, inside = 0;
+
+	unsetenv("UPCIE_IOVA_BASE");
+	unsetenv("UPCIE_IOVA_SIZE");
+	CHECK_EQ(upcie_vfio_iova_space_init(&s, &r), 0, "excl: a container after its first group");
+	CHECK_EQ(upcie_kmod_iova_window_init(&w, 4096), 0, "excl: the module's window");
+	CHECK_EQ(upcie_kmod_iova_window_reserve(&w, &s), 0,
+		 "excl: window kept out of the allocator");
+	wlast = w.base + w.size - 1;
+	/* what upcie_vfio_group_open() does when a second group joins the container */
+	CHECK_EQ(upcie_vfio_iova_space_update(&s, &r), 0,
+		 "excl: a second group refreshes the ranges");
+	while (upcie_vfio_iova_alloc(&s, GiB(1), 0, &iova) == 0) {
+		n++;
+		inside += iova <= wlast && iova + GiB(1) - 1 >= w.base;
+	}
+	CHECK(n > 400, "excl: the space filled with %" PRIu64 " 1 GiB allocations", n);
+	CHECK_EQ(inside, 0, "excl: none of them inside the window [0x%" PRIx64 ", 0x%" PRIx64 "]",
+		 w.base, wlast);
+	upcie_vfio_iova_space_fini(&s);
+
+	/* the call itself: refused over a live allocation, kept across init-time updates */
+	CHECK_EQ(upcie_vfio_iova_space_init(&s, &r), 0, "excl: fresh space");
+	CHECK_EQ(upcie_vfio_iova_alloc(&s, GiB(1), 0, &iova), 0, "excl: 1 GiB at 4 GiB");
+	CHECK_EQ(upcie_vfio_iova_space_exclude(&s, GiB(4), GiB(5) - 1), -EBUSY,
+		 "excl: over a live allocation -> -EBUSY");
+	CHECK_EQ(upcie_vfio_iova_space_exclude(&s, GiB(8), GiB(16) - 1), 0, "excl: [8, 16) GiB");
+	CHECK_EQ(upcie_vfio_iova_space_update(&s, &r), 0, "excl: update");
+	CHECK_EQ(upcie_vfio_iova_alloc(&s, GiB(4), 0, &iova), 0, "excl: 4 GiB");
+	CHECK(iova >= GiB(16), "excl: lands above the exclusion (0x%" PRIx64 ")", iova);
+	CHECK_EQ(upcie_vfio_iova_space_exclude(&s, 0, GiB(1) - 1), 0,
+		 "excl: a range the kernel never offered is fine too");
+	upcie_vfio_iova_space_fini(&s);
+	upcie_kmod_iova_window_fini(&w);
+}
+
+/* A space that was torn down and set up again is told apart from the one before. */
+static void test_generation(void)
+{
+	const uint64_t wide[] = { 0, (1ULL << 39) - 1 };
+	struct upcie_vfio_iova_ranges r = mk(4096, 1, wide);
+	struct upcie_vfio_iova_space s;
+	uint64_t g1, g2;
+
+	CHECK_EQ(upcie_vfio_iova_space_init(&s, &r), 0, "gen: init");
+	g1 = s.gen;
+	CHECK_EQ(upcie_vfio_iova_space_update(&s, &r), 0, "gen: update");
+	CHECK_EQ(s.gen, g1, "gen: an update keeps the generation");
+	upcie_vfio_iova_space_fini(&s);
+	CHECK_EQ(s.gen, 0, "gen: fini clears it");
+	CHECK_EQ(upcie_vfio_iova_space_init(&s, &r), 0, "gen: init again");
+	g2 = s.gen;
+	CHECK(g1 && g2 && g1 != g2,
+	      "gen: a new space, a new generation (%" PRIu64 " -> %" PRIu64 ")", g1, g2);
+	upcie_vfio_iova_space_fini(&s);
+}
+
 static void test_many(void)
 {
 	const uint64_t k72[] = { 0, 0xfedfffff, 0xfef00000, 0x7fffffffffULL };
@@ -256,6 +347,9 @@ int main(void)
 	test_alloc_low_and_msi();
 	test_alloc_gaps();
 	test_update();
+	test_free_after_raise();
+	test_exclusion_persists();
+	test_generation();
 	test_many();
 	return check_done();
 }

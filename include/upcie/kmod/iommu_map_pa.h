@@ -431,26 +431,16 @@ static inline int upcie_kmod_iova_window_exclude(const struct upcie_kmod_iova_wi
 }
 
 /*
- * Keep a vfio IOVA allocator (a type1 container's `iovas`, vfio/iova.h) out of the window: its
- * allowed ranges lose the window. Call after every group joined the container (joining
- * refreshes the ranges from the kernel). -EBUSY when the allocator already has an allocation
- * inside the window.
+ * Keep a vfio IOVA allocator (a type1 container's `iovas`, vfio/iova.h) out of the window, for
+ * good: the exclusion survives the range refreshes of later groups joining the container. -EBUSY
+ * when the allocator already has an allocation inside the window.
  */
 static inline int upcie_kmod_iova_window_reserve(const struct upcie_kmod_iova_window *w,
 						 struct upcie_vfio_iova_space *s)
 {
-	struct upcie_vfio_iova_ranges r;
-	int err;
-
 	if (!w || !w->ready || !s || !s->ready)
 		return UPCIE_FAIL(-EINVAL, "iova window: window or allocator not initialised");
-	pthread_mutex_lock(&s->lock);
-	r = s->avail;
-	pthread_mutex_unlock(&s->lock);
-	err = upcie_kmod_iova_window_exclude(w, &r);
-	if (!err)
-		err = upcie_vfio_iova_space_update(s, &r);
-	return err;
+	return upcie_vfio_iova_space_exclude(s, w->base, w->base + w->size - 1);
 }
 
 /* Reserve `size` bytes (rounded up to the page size) aligned to `align` (0: natural up to

@@ -10,6 +10,11 @@
  * ones, never the MSI window (also where the kernel forgot to report it) and never the first
  * MiB: a DMA to a zero or tiny address is what an uninitialised descriptor does, and it should
  * fault rather than land in a buffer. IOVAs are never derived from physical addresses.
+ * Ranges a caller keeps for itself (upcie_vfio_iova_space_exclude(), e.g. the iommu_map_pa
+ * window) stay excluded whenever the domain's ranges are replaced. Each allocation keeps the size
+ * it was rounded to, so it frees the same after a later group raised the page size. A space
+ * carries a generation, new on every init, so a mapping can tell whether the space it came from
+ * is still the one in place (a container whose groups all left and joined again is a new domain).
  *
  * Thread safety: allocation and free take the space's mutex, so dmamem release callbacks may run
  * on any thread; init/update/fini are the owner's. Needs nothing from the kernel itself.
@@ -27,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <upcie/base/bits.h>
 #include <upcie/base/log.h>
@@ -56,11 +62,20 @@ struct upcie_vfio_iova_ranges {
 	struct upcie_vfio_iova_range r[UPCIE_VFIO_IOVA_RANGES_MAX];
 };
 
+/* One allocation: [start, last], rounded to the page size in force when it was made. */
+struct upcie_vfio_iova_used {
+	uint64_t start;
+	uint64_t last;
+	uint64_t pgsize;
+};
+
 struct upcie_vfio_iova_space {
-	struct upcie_vfio_iova_ranges avail; /* allowed ranges minus the MSI window and low MiB */
-	struct upcie_vfio_iova_range *used;  /* allocations, sorted by start */
+	struct upcie_vfio_iova_ranges avail; /* allowed minus MSI window, low MiB, exclusions */
+	struct upcie_vfio_iova_ranges excl; /* caller exclusions, applied to every new range list */
+	struct upcie_vfio_iova_used *used;  /* allocations, sorted by start */
 	size_t nused, cap;
-	uint64_t pgsize; /* every allocation is aligned to and a multiple of this */
+	uint64_t pgsize; /* new allocations are aligned to and a multiple of this */
+	uint64_t gen;	 /* non-zero, new on every init; 0 after fini */
 	pthread_mutex_t lock;
 	bool ready;
 };
@@ -139,8 +154,9 @@ static inline int upcie_vfio_iova_ranges_exclude(struct upcie_vfio_iova_ranges *
 	return 0;
 }
 
-/* Copy of `in` with the MSI window and the low MiB removed, validated. */
+/* Copy of `in` with the MSI window, the low MiB and the exclusions `excl` removed, validated. */
 static inline int upcie_vfio_iova_space_prepare_(const struct upcie_vfio_iova_ranges *in,
+						 const struct upcie_vfio_iova_ranges *excl,
 						 struct upcie_vfio_iova_ranges *out)
 {
 	int err = upcie_vfio_iova_ranges_check(in);
@@ -152,7 +168,31 @@ static inline int upcie_vfio_iova_space_prepare_(const struct upcie_vfio_iova_ra
 	if (!err)
 		err = upcie_vfio_iova_ranges_exclude(out, UPCIE_VFIO_IOVA_MSI_START,
 						     UPCIE_VFIO_IOVA_MSI_LAST);
+	for (uint32_t i = 0; excl && !err && i < excl->n; i++)
+		err = upcie_vfio_iova_ranges_exclude(out, excl->r[i].start, excl->r[i].last);
 	return err;
+}
+
+/*
+ * A generation for a new space: the monotonic clock in ns, kept strictly increasing per
+ * translation unit. A space is set up, torn down and set up again far apart from one ns, so two
+ * generations of the same struct never meet, whichever translation unit made them.
+ */
+static inline uint64_t upcie_vfio_iova_gen_new_(void)
+{
+	static uint64_t last;
+	struct timespec ts;
+	uint64_t g, prev;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	g = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+	prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	do {
+		if (g <= prev)
+			g = prev + 1;
+	} while (!__atomic_compare_exchange_n(&last, &prev, g, false, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return g;
 }
 
 /*
@@ -168,7 +208,7 @@ static inline int upcie_vfio_iova_space_init(struct upcie_vfio_iova_space *s,
 	if (!s)
 		return UPCIE_FAIL(-EINVAL, "iova: NULL space");
 	memset(s, 0, sizeof(*s));
-	err = upcie_vfio_iova_space_prepare_(ranges, &s->avail);
+	err = upcie_vfio_iova_space_prepare_(ranges, NULL, &s->avail);
 	if (err) {
 		memset(s, 0, sizeof(*s));
 		return err;
@@ -176,12 +216,13 @@ static inline int upcie_vfio_iova_space_init(struct upcie_vfio_iova_space *s,
 	s->pgsize = ranges->align ? ranges->align : 4096;
 	if (s->pgsize < 4096)
 		s->pgsize = 4096;
+	s->gen = upcie_vfio_iova_gen_new_();
 	pthread_mutex_init(&s->lock, NULL);
 	s->ready = true;
 	return 0;
 }
 
-/* Free the allocator's bookkeeping (not the IOMMU mappings). Zeroed: no-op. */
+/* Free the allocator's bookkeeping (not the IOMMU mappings) and its exclusions. Zeroed: no-op. */
 static inline void upcie_vfio_iova_space_fini(struct upcie_vfio_iova_space *s)
 {
 	if (!s || !s->ready)
@@ -202,8 +243,8 @@ static inline bool upcie_vfio_iova_inside_(const struct upcie_vfio_iova_ranges *
 
 /*
  * Replace the allowed ranges (the domain changed, e.g. another group joined the container and
- * brought reserved regions of its own). Current allocations stay; -EBUSY when one of them is
- * outside the new ranges (nothing changes then).
+ * brought reserved regions of its own). The exclusions stay in force. Current allocations stay;
+ * -EBUSY when one of them is outside the new ranges (nothing changes then).
  */
 static inline int upcie_vfio_iova_space_update(struct upcie_vfio_iova_space *s,
 					       const struct upcie_vfio_iova_ranges *ranges)
@@ -213,10 +254,12 @@ static inline int upcie_vfio_iova_space_update(struct upcie_vfio_iova_space *s,
 
 	if (!s || !s->ready)
 		return UPCIE_FAIL(-EINVAL, "iova: space not initialised");
-	err = upcie_vfio_iova_space_prepare_(ranges, &nr);
-	if (err)
-		return err;
 	pthread_mutex_lock(&s->lock);
+	err = upcie_vfio_iova_space_prepare_(ranges, &s->excl, &nr);
+	if (err) {
+		pthread_mutex_unlock(&s->lock);
+		return err;
+	}
 	for (size_t i = 0; i < s->nused; i++) {
 		if (!upcie_vfio_iova_inside_(&nr, s->used[i].start, s->used[i].last)) {
 			pthread_mutex_unlock(&s->lock);
@@ -231,6 +274,66 @@ static inline int upcie_vfio_iova_space_update(struct upcie_vfio_iova_space *s,
 		s->pgsize = ranges->align;
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+/*
+ * Keep [start, last] out of every allocation from now on, also after later updates of the
+ * ranges (groups joining), until fini: for IOVAs the caller maps itself, such as the
+ * iommu_map_pa window. Returns 0; -EINVAL; -EBUSY when a live allocation overlaps the range;
+ * -E2BIG when the exclusions, or the ranges carved by them, exceed UPCIE_VFIO_IOVA_RANGES_MAX.
+ */
+static inline int upcie_vfio_iova_space_exclude(struct upcie_vfio_iova_space *s, uint64_t start,
+						uint64_t last)
+{
+	struct upcie_vfio_iova_ranges na, ne;
+	bool added = false;
+	uint32_t i = 0;
+	int err = 0;
+
+	if (!s || !s->ready || start > last)
+		return UPCIE_FAIL(-EINVAL,
+				  "iova: bad exclusion [0x%" PRIx64 ", 0x%" PRIx64 "] or space "
+				  "not initialised",
+				  start, last);
+	pthread_mutex_lock(&s->lock);
+	for (size_t k = 0; k < s->nused; k++) {
+		if (s->used[k].start <= last && s->used[k].last >= start) {
+			pthread_mutex_unlock(&s->lock);
+			return UPCIE_FAIL(-EBUSY,
+					  "iova: cannot exclude [0x%" PRIx64 ", 0x%" PRIx64
+					  "]: allocation [0x%" PRIx64 ", 0x%" PRIx64 "] is in it",
+					  start, last, s->used[k].start, s->used[k].last);
+		}
+	}
+	/* the exclusion list stays sorted, with touching ranges merged */
+	memset(&ne, 0, sizeof(ne));
+	while (!err && (i < s->excl.n || !added)) {
+		struct upcie_vfio_iova_range r;
+		struct upcie_vfio_iova_range *prev = ne.n ? &ne.r[ne.n - 1] : NULL;
+
+		if (!added && (i == s->excl.n || start < s->excl.r[i].start)) {
+			r.start = start;
+			r.last = last;
+			added = true;
+		} else {
+			r = s->excl.r[i++];
+		}
+		if (prev && (prev->last == UINT64_MAX || r.start <= prev->last + 1)) {
+			if (r.last > prev->last)
+				prev->last = r.last;
+		} else {
+			err = upcie_vfio_iova_ranges_add(&ne, r.start, r.last);
+		}
+	}
+	na = s->avail;
+	for (uint32_t k = 0; k < ne.n && !err; k++)
+		err = upcie_vfio_iova_ranges_exclude(&na, ne.r[k].start, ne.r[k].last);
+	if (!err) {
+		s->excl = ne;
+		s->avail = na;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
 }
 
 /* First aligned fit of `size` bytes in [lo, hi] that avoids every allocation; false if none. */
@@ -266,8 +369,8 @@ static inline int upcie_vfio_iova_insert_(struct upcie_vfio_iova_space *s, uint6
 
 	if (s->nused == s->cap) {
 		size_t ncap = s->cap ? s->cap * 2 : 16;
-		struct upcie_vfio_iova_range *nu =
-		    (struct upcie_vfio_iova_range *)realloc(s->used, ncap * sizeof(*nu));
+		struct upcie_vfio_iova_used *nu =
+		    (struct upcie_vfio_iova_used *)realloc(s->used, ncap * sizeof(*nu));
 
 		if (!nu)
 			return -ENOMEM;
@@ -279,6 +382,7 @@ static inline int upcie_vfio_iova_insert_(struct upcie_vfio_iova_space *s, uint6
 	memmove(&s->used[pos + 1], &s->used[pos], (s->nused - pos) * sizeof(*s->used));
 	s->used[pos].start = start;
 	s->used[pos].last = last;
+	s->used[pos].pgsize = s->pgsize;
 	s->nused++;
 	return 0;
 }
@@ -376,21 +480,19 @@ static inline int upcie_vfio_iova_reserve_at(struct upcie_vfio_iova_space *s, ui
 
 /*
  * Return an allocation made by upcie_vfio_iova_alloc() (or a range of
- * upcie_vfio_iova_reserve_at()) with the same size. -ENOENT when
+ * upcie_vfio_iova_reserve_at()) with the same size (or that size rounded up). The size is
+ * rounded with the page size the allocation was made with, not the current one. -ENOENT when
  * [iova, +size) is not exactly one allocation.
  */
 static inline int upcie_vfio_iova_free(struct upcie_vfio_iova_space *s, uint64_t iova,
 				       uint64_t size)
 {
-	uint64_t last;
-
 	if (!s || !s->ready || !size || size > UINT64_MAX - s->pgsize)
 		return UPCIE_FAIL(-EINVAL, "iova: bad free of 0x%" PRIx64, iova);
-	if (upcie_add_overflow(iova, upcie_align_up(size, s->pgsize) - 1, &last))
-		return UPCIE_FAIL(-EINVAL, "iova: free range at 0x%" PRIx64 " wraps", iova);
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < s->nused; i++) {
-		if (s->used[i].start == iova && s->used[i].last == last) {
+		if (s->used[i].start == iova &&
+		    upcie_align_up(size, s->used[i].pgsize) - 1 == s->used[i].last - iova) {
 			memmove(&s->used[i], &s->used[i + 1],
 				(s->nused - i - 1) * sizeof(*s->used));
 			s->nused--;
