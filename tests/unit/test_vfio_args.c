@@ -385,8 +385,11 @@ static void test_dmamem(void)
 	CHECK_EQ(upcie_dmamem_iommufd_memfd(&mem, &zioas, 4096, NULL, true), -EINVAL,
 		 "iommufd_memfd(zeroed IOAS)");
 	{
-		struct upcie_vfio_ioas ioas = { c.fd, 1 };
+		struct upcie_vfio_ioas ioas = { .fd = c.fd, .id = 1 };
 
+		CHECK_EQ(upcie_dmamem_iommufd_map(&mem, &ioas, page, 4096), -EINVAL,
+			 "iommufd_map(IOAS without an IOVA allocator)");
+		upcie_vfio_iova_space_init(&ioas.iovas, &rs);
 		CHECK_EQ(upcie_dmamem_iommufd_map(&mem, &ioas, NULL, 4096), -EINVAL,
 			 "iommufd_map(NULL va)");
 		CHECK_EQ(upcie_dmamem_iommufd_map(&mem, &ioas, page, 0), -EINVAL,
@@ -396,11 +399,13 @@ static void test_dmamem(void)
 		CHECK_EQ(upcie_dmamem_iommufd_map_file(&mem, &ioas, c.fd, 0, 0, NULL), -EINVAL,
 			 "iommufd_map_file(size 0)");
 		CHECK_EQ(upcie_dmamem_iommufd_map(&mem, &ioas, page, 4096), -ENOTTY,
-			 "iommufd_map: IOAS_MAP error < 0");
-		CHECK(mem_zeroed(&mem), "mem zeroed after the kernel's refusal");
+			 "iommufd_map: the kernel's error < 0");
+		CHECK(mem_zeroed(&mem) && ioas.iovas.nused == 0,
+		      "mem zeroed after the kernel's refusal, no IOVA kept");
 		CHECK_EQ(upcie_dmamem_iommufd_memfd(&mem, &ioas, 8192, NULL, true), -ENOTTY,
-			 "iommufd_memfd(by file): MAP_FILE error < 0, memfd freed");
+			 "iommufd_memfd(by file): the kernel's error < 0, memfd freed");
 		CHECK(mem_zeroed(&mem), "mem zeroed");
+		upcie_vfio_iova_space_fini(&ioas.iovas);
 	}
 
 	CHECK_EQ(upcie_dmamem_bar_uio(NULL, &bdf, 2, 0, 4096), -EINVAL, "bar_uio(NULL mem)");
@@ -420,7 +425,7 @@ static void test_dmamem(void)
 	CHECK_EQ(upcie_dmamem_bar_iommufd(&mem, &zioas, &dev, 2, 0, 4096), -EINVAL,
 		 "bar_iommufd(zeroed IOAS)");
 	{
-		struct upcie_vfio_ioas ioas = { c.fd, 1 };
+		struct upcie_vfio_ioas ioas = { .fd = c.fd, .id = 1 };
 
 		CHECK_EQ(upcie_dmamem_bar_iommufd(&mem, &ioas, &zdev, 2, 0, 4096), -EINVAL,
 			 "bar_iommufd(closed peer)");

@@ -13,8 +13,8 @@
  * - vfio type1: the BAR slice is mmapped through the peer's vfio device fd and that mapping is
  *   mapped into the container (VFIO_IOMMU_MAP_DMA accepts PFNMAP memory) at an allocated IOVA.
  * - iommufd: the BAR slice is exported as a vfio dma-buf (Linux >= 6.19) and imported with
- *   IOMMU_IOAS_MAP_FILE at a kernel-chosen IOVA; IOMMU_IOAS_MAP of the BAR mmap is refused
- *   (EFAULT), so there is no iommufd way on older kernels (use type1 there).
+ *   IOMMU_IOAS_MAP_FILE at an IOVA from the IOAS's allocator; IOMMU_IOAS_MAP of the BAR mmap
+ *   is refused (EFAULT), so there is no iommufd way on older kernels (use type1 there).
  *
  * The CPU view (mem->vaddr) is a mapping of the same slice where the BAR can be mmapped, else
  * NULL. Offsets and sizes are page multiples inside the BAR. Needs: root or access to sysfs
@@ -194,15 +194,14 @@ static inline int upcie_dmamem_bar_type1(struct upcie_dmamem *mem, struct upcie_
 
 /*
  * BAR `bar` of the vfio device `peer` from `offset`, `size` bytes, exported as a dma-buf
- * (vfio/dmabuf.h) and mapped into `ioas` with IOMMU_IOAS_MAP_FILE at a kernel-chosen IOVA. The
- * peer may be opened through a group or a cdev and need not be attached to this IOAS. mem->fd
- * is the dma-buf (owned by the dmamem); the CPU view is an mmap of the slice through the
- * peer's device fd, or NULL where the BAR cannot be mmapped. Returns 0, -EINVAL, -ENOENT,
+ * (vfio/dmabuf.h) and mapped into `ioas` with IOMMU_IOAS_MAP_FILE at an IOVA from the IOAS's
+ * allocator. The peer may be opened through a group or a cdev and need not be attached to this
+ * IOAS. mem->fd is the dma-buf (owned by the dmamem); the CPU view is an mmap of the slice
+ * through the peer's device fd, or NULL where the BAR cannot be mmapped. Returns 0, -EINVAL, -ENOENT,
  * -ENOTTY/-EOPNOTSUPP (no dma-buf export or import on this kernel, with a message), or the
  * kernel's error. mem is zeroed on failure.
  */
-static inline int upcie_dmamem_bar_iommufd(struct upcie_dmamem *mem,
-					   const struct upcie_vfio_ioas *ioas,
+static inline int upcie_dmamem_bar_iommufd(struct upcie_dmamem *mem, struct upcie_vfio_ioas *ioas,
 					   const struct upcie_vfio_device *peer, uint32_t bar,
 					   uint64_t offset, size_t size)
 {
@@ -235,7 +234,7 @@ static inline int upcie_dmamem_bar_iommufd(struct upcie_dmamem *mem,
 	p->close_fd = fd;
 	p->unmap_va = va;
 	p->unmap_len = size;
-	return upcie_dmamem_iommufd_setup_(mem, ioas, fd, 0, va, size, p, "bar-iommufd");
+	return upcie_dmamem_iommufd_setup_(mem, ioas, fd, 0, va, size, 0, p, "bar-iommufd");
 }
 
 #endif /* UPCIE_MEM_DMAMEM_BAR_H */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * dmamem through an iommufd IOAS: memory mapped into the IOAS at an IOVA the kernel chooses
- * inside the IOAS's allowed ranges; translation is arithmetic (iova + offset).
+ * dmamem through an iommufd IOAS: memory mapped into the IOAS at a fixed IOVA from the IOAS's
+ * allocator (vfio/iommufd.h: inside the allowed ranges, at or above 4 GiB where possible, never in
+ * the first MiB, naturally aligned up to 1 GiB); translation is arithmetic (iova + offset).
  *
  * Three ways in: a CPU range of this process (IOMMU_IOAS_MAP; Linux 6.2+), a file by descriptor
  * (IOMMU_IOAS_MAP_FILE: a memfd from Linux 6.13, a vfio-pci BAR dma-buf from 6.19; see
@@ -10,11 +11,13 @@
  * needs no CPU mapping and no mlock. upcie_dmamem_destroy() unmaps the IOVA range and frees or
  * closes what the constructor allocated or opened; caller-owned memory and descriptors stay.
  *
- * Needs: an IOAS (vfio/iommufd.h) that outlives the dmamem; the device that DMAs attached to it
- * (vfio/cdev.h), before or after mapping. The kernel's refusals (MAP_FILE on older kernels, a
- * dma-buf it cannot import) come back as its -errno with a message naming the kernel needed.
- * Does not: choose fixed IOVAs (call upcie_vfio_ioas_map() with UPCIE_VFIO_IOAS_MAP_FIXED_IOVA
- * and upcie_dmamem_init_arith() for that).
+ * Needs: an IOAS from upcie_vfio_ioas_alloc() (vfio/iommufd.h) that outlives the dmamem; the
+ * device that DMAs attached to it (vfio/cdev.h), before or after mapping. Other mappings in the
+ * same IOAS should take their IOVAs from its allocator too (a kernel-chosen one may sit where the
+ * allocator hands out next: the fixed map then fails with the kernel's -EEXIST). A dmamem
+ * destroyed after its IOAS was destroyed and allocated again in the same struct does not unmap
+ * (its IOVA may be the new IOAS's). The kernel's refusals (MAP_FILE on older kernels, a dma-buf
+ * it cannot import) come back as its -errno with a message naming the kernel needed.
  */
 #ifndef UPCIE_MEM_DMAMEM_IOMMUFD_H
 #define UPCIE_MEM_DMAMEM_IOMMUFD_H
@@ -37,9 +40,10 @@
 
 /* What the release callback undoes. */
 struct upcie_dmamem_iommufd_priv_ {
-	struct upcie_vfio_ioas ioas; /* copy: fd and id */
-	uint64_t iova, len;
-	void *unmap_va; /* CPU mapping to munmap (a BAR slice), or NULL */
+	struct upcie_vfio_ioas *ioas;
+	uint64_t gen;	    /* ioas->iovas.gen at map time */
+	uint64_t iova, len; /* the mapping and its IOVA allocation; len 0: not mapped */
+	void *unmap_va;	    /* CPU mapping to munmap (a BAR slice), or NULL */
 	size_t unmap_len;
 	int close_fd;		  /* descriptor to close (an exported dma-buf), or -1 */
 	struct upcie_hugepage hp; /* memory the constructor allocated (vaddr NULL: none) */
@@ -51,8 +55,17 @@ static inline void upcie_dmamem_iommufd_release_(struct upcie_dmamem *mem)
 
 	if (!p)
 		return;
-	if (p->len)
-		upcie_vfio_ioas_unmap(&p->ioas, p->iova, p->len);
+	if (p->len && (p->ioas->fd <= 0 || !p->ioas->iovas.ready || p->ioas->iovas.gen != p->gen))
+		UPCIE_ERR(
+		    "dmamem: iommufd: the IOAS of IOVA 0x%llx (+0x%llx) was destroyed or "
+		    "allocated again before this memory was destroyed; not unmapping what may "
+		    "now be another mapping",
+		    (unsigned long long)p->iova, (unsigned long long)p->len);
+	else if (p->len && !upcie_vfio_ioas_unmap(p->ioas, p->iova, p->len))
+		upcie_vfio_ioas_iova_free(p->ioas, p->iova, p->len);
+	else if (p->len)
+		UPCIE_ERR("dmamem: iommufd: IOVA 0x%llx stays reserved after the failed unmap",
+			  (unsigned long long)p->iova);
 	if (p->unmap_va)
 		munmap(p->unmap_va, p->unmap_len);
 	if (p->close_fd > 0)
@@ -87,25 +100,33 @@ static inline int upcie_dmamem_iommufd_args_(struct upcie_dmamem *mem,
 }
 
 /*
- * Map (fd < 0: the CPU range vaddr; else `fd` from `start`) and describe; takes ownership of p
- * (released on failure). mem is zeroed (fd -1) on failure.
+ * Map (fd < 0: the CPU range vaddr; else `fd` from `start`) at an IOVA from the IOAS's allocator
+ * aligned to `align` (0: natural) and describe; takes ownership of p (released on failure). mem
+ * is zeroed (fd -1) on failure.
  */
 static inline int upcie_dmamem_iommufd_setup_(struct upcie_dmamem *mem,
-					      const struct upcie_vfio_ioas *ioas, int fd,
-					      uint64_t start, void *vaddr, size_t size,
+					      struct upcie_vfio_ioas *ioas, int fd, uint64_t start,
+					      void *vaddr, size_t size, uint64_t align,
 					      struct upcie_dmamem_iommufd_priv_ *p,
 					      const char *kind)
 {
 	uint64_t iova = 0;
 	int err;
 
-	if (fd >= 0)
-		err = upcie_vfio_ioas_map_file(ioas, fd, start, size, 0, &iova);
-	else
-		err = upcie_vfio_ioas_map(ioas, vaddr, size, 0, &iova);
+	p->ioas = ioas;
+	err = upcie_vfio_ioas_iova_alloc(ioas, size, align, &iova);
 	if (err)
 		goto fail;
-	p->ioas = *ioas;
+	if (fd >= 0)
+		err = upcie_vfio_ioas_map_file(ioas, fd, start, size,
+					       UPCIE_VFIO_IOAS_MAP_FIXED_IOVA, &iova);
+	else
+		err = upcie_vfio_ioas_map(ioas, vaddr, size, UPCIE_VFIO_IOAS_MAP_FIXED_IOVA, &iova);
+	if (err) {
+		upcie_vfio_ioas_iova_free(ioas, iova, size);
+		goto fail;
+	}
+	p->gen = ioas->iovas.gen;
 	p->iova = iova;
 	p->len = size;
 	err = upcie_dmamem_init_arith(mem, vaddr, size, iova);
@@ -129,9 +150,8 @@ fail:
  * mmaps are refused with -EFAULT) and describe it as arithmetic memory. The memory stays the
  * caller's and must outlive the dmamem. mem is zeroed on failure.
  */
-static inline int upcie_dmamem_iommufd_map(struct upcie_dmamem *mem,
-					   const struct upcie_vfio_ioas *ioas, void *vaddr,
-					   size_t size)
+static inline int upcie_dmamem_iommufd_map(struct upcie_dmamem *mem, struct upcie_vfio_ioas *ioas,
+					   void *vaddr, size_t size)
 {
 	struct upcie_dmamem_iommufd_priv_ *p;
 	int err = upcie_dmamem_iommufd_args_(mem, ioas, "iommufd map");
@@ -143,7 +163,7 @@ static inline int upcie_dmamem_iommufd_map(struct upcie_dmamem *mem,
 	p = upcie_dmamem_iommufd_priv_new_();
 	if (!p)
 		return UPCIE_FAIL(-ENOMEM, "dmamem: out of host memory");
-	return upcie_dmamem_iommufd_setup_(mem, ioas, -1, 0, vaddr, size, p, "iommufd");
+	return upcie_dmamem_iommufd_setup_(mem, ioas, -1, 0, vaddr, size, 0, p, "iommufd");
 }
 
 /*
@@ -153,7 +173,7 @@ static inline int upcie_dmamem_iommufd_map(struct upcie_dmamem *mem,
  * open as long as the dmamem. mem is zeroed on failure.
  */
 static inline int upcie_dmamem_iommufd_map_file(struct upcie_dmamem *mem,
-						const struct upcie_vfio_ioas *ioas, int fd,
+						struct upcie_vfio_ioas *ioas, int fd,
 						uint64_t start, size_t size, void *vaddr)
 {
 	struct upcie_dmamem_iommufd_priv_ *p;
@@ -166,7 +186,7 @@ static inline int upcie_dmamem_iommufd_map_file(struct upcie_dmamem *mem,
 	p = upcie_dmamem_iommufd_priv_new_();
 	if (!p)
 		return UPCIE_FAIL(-ENOMEM, "dmamem: out of host memory");
-	return upcie_dmamem_iommufd_setup_(mem, ioas, fd, start, vaddr, size, p, "iommufd-file");
+	return upcie_dmamem_iommufd_setup_(mem, ioas, fd, start, vaddr, size, 0, p, "iommufd-file");
 }
 
 /*
@@ -176,9 +196,9 @@ static inline int upcie_dmamem_iommufd_map_file(struct upcie_dmamem *mem,
  * pages); pass hugepage options for hugetlb memory. mem->size is rounded up to the page size,
  * mem->fd is the memfd (owned by the dmamem). mem is zeroed on failure.
  */
-static inline int upcie_dmamem_iommufd_memfd(struct upcie_dmamem *mem,
-					     const struct upcie_vfio_ioas *ioas, size_t size,
-					     const struct upcie_hugepage_opts *opts, bool by_file)
+static inline int upcie_dmamem_iommufd_memfd(struct upcie_dmamem *mem, struct upcie_vfio_ioas *ioas,
+					     size_t size, const struct upcie_hugepage_opts *opts,
+					     bool by_file)
 {
 	struct upcie_hugepage_opts plain;
 	struct upcie_dmamem_iommufd_priv_ *p;
@@ -200,8 +220,12 @@ static inline int upcie_dmamem_iommufd_memfd(struct upcie_dmamem *mem,
 		free(p);
 		return err;
 	}
-	err = upcie_dmamem_iommufd_setup_(mem, ioas, by_file ? p->hp.fd : -1, 0, p->hp.vaddr,
-					  p->hp.size, p, by_file ? "iommufd-memfd" : "iommufd-mem");
+	/* hugepages: at least page-aligned so the IOMMU can use pages as large as the CPU's */
+	err = upcie_dmamem_iommufd_setup_(
+	    mem, ioas, by_file ? p->hp.fd : -1, 0, p->hp.vaddr, p->hp.size,
+	    p->hp.pagesize > UPCIE_VFIO_IOVA_MAX_NATURAL_ALIGN ? UPCIE_VFIO_IOVA_MAX_NATURAL_ALIGN
+							       : p->hp.pagesize,
+	    p, by_file ? "iommufd-memfd" : "iommufd-mem");
 	if (!err)
 		mem->fd = ((struct upcie_dmamem_iommufd_priv_ *)mem->priv)->hp.fd;
 	return err;

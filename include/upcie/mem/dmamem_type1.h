@@ -11,8 +11,12 @@
  * IOVA range and returns it to the allocator; memory the constructor allocated is freed too.
  *
  * Needs: a container with at least one group attached (vfio/type1.h), RLIMIT_MEMLOCK for the
- * pinned pages. The container must outlive the dmamem. Does not: share one mapping between
- * containers (map it once per container).
+ * pinned pages (vfio charges them; plain memory allocated here is therefore not mlocked as well,
+ * which would charge it twice). The container must outlive the dmamem. A dmamem destroyed after
+ * its container's domain went away and came back (the container closed and opened again in the
+ * same struct, or all its groups left and one joined again: a device closed and reopened) does
+ * not unmap: its IOVA may be a new mapping's by then; the kernel dropped its own mapping with
+ * the old domain. Does not: share one mapping between containers (map it once per container).
  */
 #ifndef UPCIE_MEM_DMAMEM_TYPE1_H
 #define UPCIE_MEM_DMAMEM_TYPE1_H
@@ -38,6 +42,7 @@
 /* What the release callback undoes. */
 struct upcie_dmamem_type1_priv_ {
 	struct upcie_vfio_container *c;
+	uint64_t gen;	    /* c->iovas.gen at map time: the domain the mapping lives in */
 	uint64_t iova, len; /* DMA mapping and IOVA allocation */
 	void *unmap_va;	    /* CPU mapping to munmap (a BAR slice), or NULL */
 	size_t unmap_len;
@@ -50,12 +55,19 @@ static inline void upcie_dmamem_type1_release_(struct upcie_dmamem *mem)
 
 	if (!p)
 		return;
-	/* unmap before the IOVA goes back, so no new mapping can meet a stale one */
-	if (!upcie_vfio_dma_unmap(p->c, p->len, p->iova))
+	if (p->c->fd <= 0 || !p->c->iovas.ready || p->c->iovas.gen != p->gen) {
+		/* the old domain and its mapping are gone; the IOVA may be someone else's now */
+		UPCIE_ERR("dmamem: type1: the container of IOVA 0x%llx (+0x%llx) was closed or "
+			  "set up again before this memory was destroyed; not unmapping what may "
+			  "now be another mapping (destroy memory before closing its device)",
+			  (unsigned long long)p->iova, (unsigned long long)p->len);
+	} else if (!upcie_vfio_dma_unmap(p->c, p->len, p->iova)) {
+		/* unmap before the IOVA goes back, so no new mapping can meet a stale one */
 		upcie_vfio_iova_free(&p->c->iovas, p->iova, p->len);
-	else
+	} else {
 		UPCIE_ERR("dmamem: type1: IOVA 0x%llx stays reserved after the failed unmap",
 			  (unsigned long long)p->iova);
+	}
 	if (p->unmap_va)
 		munmap(p->unmap_va, p->unmap_len);
 	upcie_hugepage_free(&p->hp);
@@ -90,6 +102,7 @@ static inline int upcie_dmamem_type1_setup_(struct upcie_dmamem *mem,
 		goto fail;
 	}
 	p->c = c;
+	p->gen = c->iovas.gen;
 	p->iova = iova;
 	p->len = size;
 	mem->release = upcie_dmamem_type1_release_;
@@ -150,20 +163,29 @@ static inline int upcie_dmamem_type1_map(struct upcie_dmamem *mem, struct upcie_
 
 /*
  * Allocate `size` bytes with upcie_hugepage_alloc() (opts NULL: hugetlb memfd of the default
- * size; UPCIE_HUGEPAGE_PLAIN works too, the kernel pins the pages) and map them into container c
- * at an IOVA aligned to the page size: the usual DMA memory under vfio. mem->size is the size
- * rounded up to the page size, mem->fd the memory's file descriptor (owned by the dmamem).
+ * size; UPCIE_HUGEPAGE_PLAIN works too: the kernel pins the pages, so they are not mlocked, and
+ * RLIMIT_MEMLOCK is charged once) and map them into container c at an IOVA aligned to the page
+ * size: the usual DMA memory under vfio. mem->size is the size rounded up to the page size,
+ * mem->fd the memory's file descriptor (owned by the dmamem).
  */
 static inline int upcie_dmamem_type1_hugepage(struct upcie_dmamem *mem,
 					      struct upcie_vfio_container *c, size_t size,
 					      const struct upcie_hugepage_opts *opts)
 {
 	struct upcie_dmamem_type1_priv_ *p;
+	struct upcie_hugepage_opts o;
 	uint64_t align;
 	int err = upcie_dmamem_type1_args_(mem, c, "type1 hugepage");
 
 	if (err)
 		return err;
+	if (opts && opts->src == UPCIE_HUGEPAGE_PLAIN && !opts->no_mlock) {
+		/* MAP_DMA pins and charges the pages to RLIMIT_MEMLOCK (locked_vm); an mlock
+		 * would charge the same pages a second time */
+		o = *opts;
+		o.no_mlock = true;
+		opts = &o;
+	}
 	p = (struct upcie_dmamem_type1_priv_ *)calloc(1, sizeof(*p));
 	if (!p)
 		return UPCIE_FAIL(-ENOMEM, "dmamem: out of host memory");

@@ -4,9 +4,13 @@
  * and of files (memfd; dma-bufs exported by vfio-pci), unmapping.
  *
  * Devices join an IOAS through their vfio cdev (vfio/cdev.h); every device attached to one IOAS
- * sees the same IOVAs, which is how an NVMe controller reaches a peer device's BAR. By default the
- * kernel chooses each mapping's IOVA inside the IOAS's allowed ranges (which avoids the MSI window
- * and reserved regions); UPCIE_VFIO_IOAS_MAP_FIXED_IOVA maps at a caller-chosen one instead.
+ * sees the same IOVAs, which is how an NVMe controller reaches a peer device's BAR. An IOAS made
+ * by upcie_vfio_ioas_alloc() carries an IOVA allocator (vfio/iova.h, as a type1 container does)
+ * that follows the IOAS's allowed ranges: upcie_vfio_ioas_iova_alloc() picks IOVAs at or above
+ * 4 GiB where possible, never in the first MiB, naturally aligned up to 1 GiB, and mem/'s
+ * constructors map there with UPCIE_VFIO_IOAS_MAP_FIXED_IOVA. Left to itself the kernel picks the
+ * lowest free IOVA (from 4 KiB up) aligned to at most 2 MiB (iopt_alloc_iova(), Linux 7.3), which
+ * puts buffers where a stray small address lands and keeps 1 GiB pages from 1 GiB IOPTEs.
  *
  * Needs: Linux >= 6.2 built with CONFIG_IOMMUFD (no Debian kernel is, up to 7.x), read/write
  * access to /dev/iommu; device cdevs need 6.6. IOMMU_IOAS_MAP_FILE needs 6.13 for a memfd and
@@ -47,6 +51,9 @@ struct upcie_vfio_iommufd {
 struct upcie_vfio_ioas {
 	int fd;	     /* the iommufd it lives in (borrowed), or -1 */
 	uint32_t id; /* IOAS object id; 0: none (the kernel's ids start at 1) */
+	/* IOVAs for fixed mappings (upcie_vfio_ioas_iova_alloc()); its generation tells an
+	 * IOAS destroyed and allocated again in the same struct from the one before */
+	struct upcie_vfio_iova_space iovas;
 };
 
 /* Open /dev/iommu. -ENOENT: no iommufd in this kernel (the message says what to do). */
@@ -91,10 +98,15 @@ static inline int upcie_vfio_ioas_check_(const struct upcie_vfio_ioas *ioas, con
 	return 0;
 }
 
-/* Allocate an empty IOAS in ctx. */
+static inline int upcie_vfio_ioas_iova_ranges(const struct upcie_vfio_ioas *ioas,
+					      struct upcie_vfio_iova_ranges *out);
+static inline int upcie_vfio_ioas_destroy(struct upcie_vfio_ioas *ioas);
+
+/* Allocate an empty IOAS in ctx, with its IOVA allocator over the ranges it allows. */
 static inline int upcie_vfio_ioas_alloc(struct upcie_vfio_ioas *ioas,
 					const struct upcie_vfio_iommufd *ctx)
 {
+	struct upcie_vfio_iova_ranges r;
 	struct upcie_iommu_ioas_alloc a;
 	int err;
 
@@ -102,6 +114,7 @@ static inline int upcie_vfio_ioas_alloc(struct upcie_vfio_ioas *ioas,
 		return UPCIE_FAIL(-EINVAL, "iommufd: NULL IOAS");
 	ioas->fd = -1;
 	ioas->id = 0;
+	memset(&ioas->iovas, 0, sizeof(ioas->iovas));
 	if (!ctx || ctx->fd <= 0)
 		return UPCIE_FAIL(-EINVAL, "iommufd: IOAS alloc: context not open");
 	memset(&a, 0, sizeof(a));
@@ -112,7 +125,14 @@ static inline int upcie_vfio_ioas_alloc(struct upcie_vfio_ioas *ioas,
 	}
 	ioas->fd = ctx->fd;
 	ioas->id = a.out_ioas_id;
-	return 0;
+	err = upcie_vfio_ioas_iova_ranges(ioas, &r);
+	if (!err)
+		err = upcie_vfio_iova_space_init(&ioas->iovas, &r);
+	if (err) {
+		UPCIE_ERR("iommufd: IOAS %u: cannot set up its IOVA allocator", ioas->id);
+		upcie_vfio_ioas_destroy(ioas);
+	}
+	return err;
 }
 
 /*
@@ -124,7 +144,10 @@ static inline int upcie_vfio_ioas_destroy(struct upcie_vfio_ioas *ioas)
 	struct upcie_iommu_destroy d;
 	int err = 0;
 
-	if (!ioas || ioas->fd <= 0 || !ioas->id)
+	if (!ioas)
+		return 0;
+	upcie_vfio_iova_space_fini(&ioas->iovas);
+	if (ioas->fd <= 0 || !ioas->id)
 		return 0;
 	memset(&d, 0, sizeof(d));
 	d.size = sizeof(d);
@@ -178,6 +201,42 @@ static inline int upcie_vfio_ioas_iova_ranges(const struct upcie_vfio_ioas *ioas
 	out->n = q.num_iovas;
 	out->align = q.out_iova_alignment;
 	return 0;
+}
+
+/*
+ * Reserve `size` bytes of the IOAS's IOVA space (aligned to `align`, a power of two; 0: natural
+ * alignment up to 1 GiB) for a mapping at a fixed IOVA; the allowed ranges are read again first,
+ * as they shrink when devices attach. -EINVAL for an IOAS without an allocator (not from
+ * upcie_vfio_ioas_alloc()); -ENOSPC; or the range query's error. Free with
+ * upcie_vfio_ioas_iova_free() after unmapping.
+ */
+static inline int upcie_vfio_ioas_iova_alloc(struct upcie_vfio_ioas *ioas, uint64_t size,
+					     uint64_t align, uint64_t *iova)
+{
+	struct upcie_vfio_iova_ranges r;
+	int err = upcie_vfio_ioas_check_(ioas, "IOVA alloc");
+
+	if (err)
+		return err;
+	if (!ioas->iovas.ready)
+		return UPCIE_FAIL(-EINVAL,
+				  "iommufd: IOAS %u has no IOVA allocator (allocate it with "
+				  "upcie_vfio_ioas_alloc())",
+				  ioas->id);
+	err = upcie_vfio_ioas_iova_ranges(ioas, &r);
+	if (!err)
+		err = upcie_vfio_iova_space_update(&ioas->iovas, &r);
+	if (err)
+		return err;
+	return upcie_vfio_iova_alloc(&ioas->iovas, size, align, iova);
+}
+
+static inline int upcie_vfio_ioas_iova_free(struct upcie_vfio_ioas *ioas, uint64_t iova,
+					    uint64_t size)
+{
+	if (!ioas || !ioas->iovas.ready)
+		return UPCIE_FAIL(-EINVAL, "iommufd: IOVA free: IOAS has no allocator");
+	return upcie_vfio_iova_free(&ioas->iovas, iova, size);
 }
 
 static inline int upcie_vfio_ioas_map_flags_(unsigned flags, const uint64_t *iova, uint32_t *kflags)

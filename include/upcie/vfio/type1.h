@@ -7,10 +7,19 @@
  * bound to vfio-pci or unbound), read/write access to /dev/vfio/vfio and /dev/vfio/<group>, and
  * RLIMIT_MEMLOCK covering the memory that gets mapped. Several groups (an NVMe controller and a
  * peer device whose BAR receives its DMA) share one container and so one IOVA space.
+ * The kernel lets a group file be open once, and a group can hold several functions (the
+ * functions of a multi-function device, or devices behind a switch without ACS): the container
+ * keeps one refcounted open per group id, and every upcie_vfio_group_open() of the same id in
+ * the same container shares it, so each function's device fd comes from the one group file.
  * The container carries an IOVA allocator (vfio/iova.h) over the ranges VFIO_IOMMU_GET_INFO
- * reports, refreshed whenever a group joins; mem/dmamem_type1.h maps memory through it. Region,
- * reset and IRQ code works on the device fd and lives in vfio/device.h and vfio/irq.h.
- * Does not: handle the iommufd/cdev path (vfio/cdev.h, vfio/iommufd.h).
+ * reports, refreshed whenever a group joins; mem/dmamem_type1.h maps memory through it. It also
+ * follows the DMA-mapping budget the kernel reports (dma_avail: vfio_iommu_type1's
+ * dma_entry_limit, 65535 mappings by default) and names it when a mapping is refused for it.
+ * Region, reset and IRQ code works on the device fd and lives in vfio/device.h and vfio/irq.h.
+ * vfio's no-IOMMU mode (enable_unsafe_noiommu_mode) is refused with a message: it has no IOMMU
+ * to map DMA through, which is all this path does; the uio path handles physical addresses.
+ * Does not: handle the iommufd/cdev path (vfio/cdev.h, vfio/iommufd.h). Thread safety: opening
+ * and closing containers and groups is the owner's; map/unmap may run on any thread.
  *
  * File descriptors: see vfio/device.h (fd <= 0 in a zeroed struct means "not open").
  */
@@ -34,9 +43,17 @@
 #include <unistd.h>
 
 #include <upcie/base/log.h>
+#include <upcie/base/sysfs.h>
 #include <upcie/pci/func.h>
 #include <upcie/vfio/device.h>
 #include <upcie/vfio/iova.h>
+
+/* One open group file of a container, shared by every upcie_vfio_group of that id. */
+struct upcie_vfio_group_ref_ {
+	int id;
+	int fd;
+	int refs;
+};
 
 struct upcie_vfio_container {
 	int fd;	       /* /dev/vfio/vfio, or -1 */
@@ -44,12 +61,20 @@ struct upcie_vfio_container {
 	int ngroups;   /* groups attached; the kernel drops the IOMMU with the last one */
 	/* IOVAs for mappings into this container; ready once the first group joined */
 	struct upcie_vfio_iova_space iovas;
+	struct upcie_vfio_group_ref_ *groups; /* the ngroups open group files */
+	uint64_t gen;			      /* non-zero while open, new on every open */
+	/* mappings the kernel still allows (its dma_avail), when it reports a budget */
+	uint32_t dma_avail;
+	bool dma_budget;   /* the kernel reported one (Linux >= 5.10) */
+	uint32_t dma_maps; /* mappings made through this container and not yet unmapped */
 };
 
+/* A handle on a group in a container; handles of the same id share one open group file. */
 struct upcie_vfio_group {
-	int fd; /* /dev/vfio/<id>, or -1 */
+	int fd; /* /dev/vfio/<id> (shared, owned by the container), or -1 */
 	int id;
 	struct upcie_vfio_container *container;
+	uint64_t cgen; /* the container's generation when the handle was opened */
 };
 
 /* What VFIO_IOMMU_GET_INFO says about a type1 container. */
@@ -87,20 +112,34 @@ static inline int upcie_vfio_container_open(struct upcie_vfio_container *c)
 					       "(modprobe vfio_iommu_type1)");
 	}
 	c->fd = fd;
+	c->gen = upcie_vfio_iova_gen_new_();
 	return 0;
 }
 
-/* Close the container (the kernel drops its mappings). Zeroed or closed: no-op. */
+/*
+ * Close the container (the kernel drops its mappings) and the group files still open in it;
+ * group handles left open become no-ops to close. Zeroed or closed: no-op.
+ */
 static inline void upcie_vfio_container_close(struct upcie_vfio_container *c)
 {
 	if (!c)
 		return;
+	for (int i = 0; c->groups && i < c->ngroups; i++) {
+		ioctl(c->groups[i].fd, VFIO_GROUP_UNSET_CONTAINER);
+		close(c->groups[i].fd);
+	}
+	free(c->groups);
+	c->groups = NULL;
 	if (c->fd > 0)
 		close(c->fd);
 	upcie_vfio_iova_space_fini(&c->iovas);
 	c->fd = -1;
 	c->iommu_set = 0;
 	c->ngroups = 0;
+	c->gen = 0;
+	c->dma_avail = 0;
+	c->dma_budget = false;
+	c->dma_maps = 0;
 }
 
 static inline int upcie_vfio_container_check_(const struct upcie_vfio_container *c,
@@ -261,6 +300,8 @@ static inline int upcie_vfio_container_iova_refresh_(struct upcie_vfio_container
 
 	if (err)
 		return err;
+	__atomic_store_n(&c->dma_avail, info.dma_avail, __ATOMIC_RELAXED);
+	c->dma_budget = info.dma_avail != UINT32_MAX;
 	if (!info.have_ranges) {
 		UPCIE_WARN("vfio: the kernel reports no IOVA ranges; assuming [0x%" PRIx64
 			   ", 0x%" PRIx64 "]",
@@ -273,16 +314,53 @@ static inline int upcie_vfio_container_iova_refresh_(struct upcie_vfio_container
 	return upcie_vfio_iova_space_init(&c->iovas, &info.ranges);
 }
 
+/* The container's entry for group `id`, or NULL. */
+static inline struct upcie_vfio_group_ref_ *
+upcie_vfio_group_ref_find_(struct upcie_vfio_container *c, int id)
+{
+	for (int i = 0; c->groups && i < c->ngroups; i++)
+		if (c->groups[i].id == id)
+			return &c->groups[i];
+	return NULL;
+}
+
+/* -EOPNOTSUPP with the reason when group `id` is one of vfio's no-IOMMU groups, else 0. */
+static inline int upcie_vfio_group_noiommu_check_(int id)
+{
+	char path[64], name[32] = "";
+	int err;
+
+	snprintf(path, sizeof(path), "/dev/vfio/noiommu-%d", id);
+	if (access(path, F_OK) != 0) {
+		err = upcie_path_fmt(path, sizeof(path), "%s/kernel/iommu_groups/%d/name",
+				     upcie_sysfs_root(), id);
+		if (err || upcie_file_read_str(path, name, sizeof(name)) < 0 ||
+		    strcmp(name, "vfio-noiommu"))
+			return 0;
+	}
+	return UPCIE_FAIL(-EOPNOTSUPP,
+			  "vfio: group %d is a no-IOMMU group (vfio runs with "
+			  "enable_unsafe_noiommu_mode): there is no IOMMU to map DMA through, "
+			  "so the type1 and iommufd paths cannot drive it; bind the function to "
+			  "uio_pci_generic and use the uio path (the device then sees physical "
+			  "addresses), or enable the IOMMU",
+			  id);
+}
+
 /*
  * Open IOMMU group `id`, check that it is viable and attach it to the container; the first group
  * attached also selects the type1v2 backend. The container's IOVA allocator then follows the
- * ranges the kernel reports for all its groups. -ENOENT: no such group; -EBUSY: not viable (some
- * function of the group is still under a kernel driver); -EPERM from VFIO_SET_IOMMU usually
- * means interrupt remapping is missing (QEMU: intel-iommu,intremap=on).
+ * ranges the kernel reports for all its groups. A group already open in this container is
+ * shared (its open is counted), so every function of one group can be reached. -ENOENT: no such
+ * group; -EBUSY: not viable (some function of the group is still under a kernel driver), or the
+ * group file is open elsewhere (another container or process); -EOPNOTSUPP: a vfio no-IOMMU
+ * group; -EPERM from VFIO_SET_IOMMU usually means interrupt remapping is missing (QEMU:
+ * intel-iommu,intremap=on).
  */
 static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie_vfio_container *c,
 					int id)
 {
+	struct upcie_vfio_group_ref_ *ref, *ng;
 	struct vfio_group_status st;
 	char path[64];
 	int fd, err;
@@ -292,14 +370,33 @@ static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie
 	g->fd = -1;
 	g->id = id;
 	g->container = NULL;
+	g->cgen = 0;
 	if (!c || c->fd <= 0 || id < 0)
 		return UPCIE_FAIL(-EINVAL, "vfio: group %d: invalid container or group id", id);
+	ref = upcie_vfio_group_ref_find_(c, id);
+	if (ref) {
+		ref->refs++;
+		g->fd = ref->fd;
+		g->container = c;
+		g->cgen = c->gen;
+		return 0;
+	}
+	ng = (struct upcie_vfio_group_ref_ *)realloc(c->groups,
+						     ((size_t)c->ngroups + 1) * sizeof(*ng));
+	if (!ng)
+		return UPCIE_FAIL(-ENOMEM, "vfio: group %d: out of memory", id);
+	c->groups = ng;
 	snprintf(path, sizeof(path), "/dev/vfio/%d", id);
 	fd = upcie_vfio_fd_not_zero_(open(path, O_RDWR | O_CLOEXEC));
 	if (fd < 0) {
 		err = upcie_neg_errno();
+		if (err == -ENOENT && upcie_vfio_group_noiommu_check_(id))
+			return -EOPNOTSUPP;
 		return UPCIE_FAIL(err, "vfio: open %s: %s%s", path, strerror(-err),
-				  err == -ENOENT ? " (is the function bound to vfio-pci?)" : "");
+				  err == -ENOENT  ? " (is the function bound to vfio-pci?)"
+				  : err == -EBUSY ? " (the group is open elsewhere: another "
+						    "container or process)"
+						  : "");
 	}
 	memset(&st, 0, sizeof(st));
 	st.argsz = sizeof(st);
@@ -336,9 +433,13 @@ static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie
 		UPCIE_ERR("vfio: group %d: cannot take the container's IOVA ranges", id);
 		goto fail_unset;
 	}
+	c->groups[c->ngroups].id = id;
+	c->groups[c->ngroups].fd = fd;
+	c->groups[c->ngroups].refs = 1;
+	c->ngroups++;
 	g->fd = fd;
 	g->container = c;
-	c->ngroups++;
+	g->cgen = c->gen;
 	return 0;
 fail_unset:
 	ioctl(fd, VFIO_GROUP_UNSET_CONTAINER);
@@ -353,24 +454,38 @@ fail:
 }
 
 /*
- * Detach the group from its container and close it. When the last group leaves, the kernel
+ * Drop this handle on its group. The last handle of a group detaches the group from its
+ * container and closes the group file. When the container's last group leaves, the kernel
  * releases the container's IOMMU and with it every mapping; the container's IOVA allocator is
- * reset too, and the next group to join selects the IOMMU again. Zeroed or closed: no-op.
+ * reset too, and the next group to join selects the IOMMU again. Zeroed or closed: no-op; so is
+ * a handle whose container was closed first.
  */
 static inline void upcie_vfio_group_close(struct upcie_vfio_group *g)
 {
-	if (g && g->fd > 0) {
-		ioctl(g->fd, VFIO_GROUP_UNSET_CONTAINER);
-		close(g->fd);
-		if (g->container && g->container->ngroups > 0 && --g->container->ngroups == 0) {
-			g->container->iommu_set = 0;
-			upcie_vfio_iova_space_fini(&g->container->iovas);
+	struct upcie_vfio_container *c;
+	struct upcie_vfio_group_ref_ *ref;
+
+	if (!g)
+		return;
+	c = g->container;
+	if (g->fd > 0 && c && c->fd > 0 && c->gen == g->cgen &&
+	    (ref = upcie_vfio_group_ref_find_(c, g->id)) != NULL && ref->fd == g->fd) {
+		if (--ref->refs == 0) {
+			ioctl(ref->fd, VFIO_GROUP_UNSET_CONTAINER);
+			close(ref->fd);
+			*ref = c->groups[c->ngroups - 1];
+			if (--c->ngroups == 0) {
+				c->iommu_set = 0;
+				upcie_vfio_iova_space_fini(&c->iovas);
+				c->dma_avail = 0;
+				c->dma_budget = false;
+				c->dma_maps = 0;
+			}
 		}
 	}
-	if (g) {
-		g->fd = -1;
-		g->container = NULL;
-	}
+	g->fd = -1;
+	g->container = NULL;
+	g->cgen = 0;
 }
 
 /* IOMMU group id of bdf from sysfs: >= 0, or -ENODEV / -ENXIO (function has no IOMMU group). */
@@ -417,17 +532,53 @@ static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct u
 	return err;
 }
 
-/* Map [vaddr, vaddr+size) at iova in the container's IOMMU domain, readable and writable. */
+/* The message for a mapping refused because the container's DMA-mapping budget is used up. */
+static inline int upcie_vfio_dma_budget_fail_(struct upcie_vfio_container *c, uint64_t size,
+					      uint64_t iova)
+{
+	char limit[32] = "65535 by default";
+	char path[128];
+
+	/* the module parameter, when sysfs shows it */
+	if (!upcie_path_fmt(path, sizeof(path),
+			    "%s/module/vfio_iommu_type1/parameters/dma_entry_limit",
+			    upcie_sysfs_root()) &&
+	    upcie_file_read_str(path, limit, sizeof(limit)) <= 0)
+		snprintf(limit, sizeof(limit), "65535 by default");
+	return UPCIE_FAIL(
+	    -ENOSPC,
+	    "vfio: MAP_DMA iova=0x%llx size=0x%llx refused: the container's "
+	    "DMA-mapping budget (dma_avail) is used up, %u mappings live through "
+	    "upcie; the budget is vfio_iommu_type1's dma_entry_limit (%s): map fewer, "
+	    "larger ranges (one dmamem carved up by a heap) or raise the limit "
+	    "(modprobe vfio_iommu_type1 dma_entry_limit=N)",
+	    (unsigned long long)iova, (unsigned long long)size,
+	    __atomic_load_n(&c->dma_maps, __ATOMIC_RELAXED), limit);
+}
+
+/*
+ * Map [vaddr, vaddr+size) at iova in the container's IOMMU domain, readable and writable. Each
+ * mapping takes one entry of the container's budget (c->dma_avail); when it is used up the call
+ * fails with -ENOSPC and a message naming the budget, without asking the kernel.
+ */
 static inline int upcie_vfio_dma_map(struct upcie_vfio_container *c, void *vaddr, uint64_t size,
 				     uint64_t iova)
 {
 	struct vfio_iommu_type1_dma_map map;
+	struct upcie_vfio_type1_info info;
 	int err = upcie_vfio_container_check_(c, "MAP_DMA");
 
 	if (err)
 		return err;
 	if (!vaddr || !size)
 		return UPCIE_FAIL(-EINVAL, "vfio: MAP_DMA of an empty range");
+	if (c->dma_budget && __atomic_load_n(&c->dma_avail, __ATOMIC_RELAXED) == 0) {
+		/* unmaps elsewhere (another user of the container) may have freed entries */
+		if (upcie_vfio_container_info(c, &info) == 0)
+			__atomic_store_n(&c->dma_avail, info.dma_avail, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&c->dma_avail, __ATOMIC_RELAXED) == 0)
+			return upcie_vfio_dma_budget_fail_(c, size, iova);
+	}
 	memset(&map, 0, sizeof(map));
 	map.argsz = sizeof(map);
 	map.flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE;
@@ -436,14 +587,31 @@ static inline int upcie_vfio_dma_map(struct upcie_vfio_container *c, void *vaddr
 	map.iova = iova;
 	if (ioctl(c->fd, VFIO_IOMMU_MAP_DMA, &map)) {
 		err = upcie_neg_errno();
+		if (err == -ENOSPC) {
+			/* the kernel's only -ENOSPC here is dma_avail == 0 */
+			__atomic_store_n(&c->dma_avail, 0, __ATOMIC_RELAXED);
+			return upcie_vfio_dma_budget_fail_(c, size, iova);
+		}
 		return UPCIE_FAIL(err, "vfio: MAP_DMA iova=0x%llx size=0x%llx: %s%s",
 				  (unsigned long long)iova, (unsigned long long)size,
 				  strerror(-err),
 				  err == -ENOMEM ? " (RLIMIT_MEMLOCK too low? ulimit -l)" : "");
 	}
+	/* one vfio_dma per MAP_DMA */
+	if (c->dma_budget) {
+		uint32_t avail = __atomic_load_n(&c->dma_avail, __ATOMIC_RELAXED);
+
+		while (avail &&
+		       !__atomic_compare_exchange_n(&c->dma_avail, &avail, avail - 1, false,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+	}
+	__atomic_fetch_add(&c->dma_maps, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
+/* Unmap exactly one mapping made by upcie_vfio_dma_map() ([iova, +size)); its budget entry
+ * comes back. */
 static inline int upcie_vfio_dma_unmap(struct upcie_vfio_container *c, uint64_t size, uint64_t iova)
 {
 	struct vfio_iommu_type1_dma_unmap unmap;
@@ -461,6 +629,12 @@ static inline int upcie_vfio_dma_unmap(struct upcie_vfio_container *c, uint64_t 
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "vfio: UNMAP_DMA iova=0x%llx: %s", (unsigned long long)iova,
 				  strerror(-err));
+	}
+	if (unmap.size) {
+		if (c->dma_budget)
+			__atomic_fetch_add(&c->dma_avail, 1, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&c->dma_maps, __ATOMIC_RELAXED))
+			__atomic_fetch_sub(&c->dma_maps, 1, __ATOMIC_RELAXED);
 	}
 	return unmap.size == size ? 0 : -EIO;
 }
