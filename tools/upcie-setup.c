@@ -2,7 +2,8 @@
 /*
  * upcie-setup: prepare a machine for user-space PCIe drivers, using only upcie's headers.
  *
- *   upcie-setup list [--nvme]                list PCI functions: driver, class, IOMMU group
+ *   upcie-setup list [--nvme]                list PCI functions: driver, class, IOMMU group and
+ *                                            domain type, NUMA node
  *   upcie-setup bind BDF DRIVER              bind to nvme, uio_pci_generic, vfio-pci, ...
  *   upcie-setup unbind BDF                   release from its driver
  *   upcie-setup hugepages [show]             reserved/free hugepages per size and node
@@ -30,6 +31,7 @@ static void usage(FILE *f)
 	    f, "usage: upcie-setup COMMAND [ARGS]\n"
 	       "\n"
 	       "  list [--nvme]                     PCI functions with driver, class, IOMMU group\n"
+	       "                                    and domain (uio needs none or identity), node\n"
 	       "  bind BDF DRIVER                   bind a function (nvme, uio_pci_generic, "
 	       "vfio-pci, ...);\n"
 	       "                                    loads the driver's module when needed\n"
@@ -75,7 +77,8 @@ static const char *class_name(uint32_t cls)
 static int list_one(const struct upcie_pci_func *fn, void *ctx)
 {
 	int only_nvme = *(int *)ctx;
-	char grp[16] = "-", node[16] = "-";
+	char grp[16] = "-", node[16] = "-", type[32] = "none";
+	enum upcie_pci_iommu mode = UPCIE_PCI_IOMMU_NONE;
 
 	if (only_nvme && fn->class_code != UPCIE_PCI_CLASS_NVME)
 		return 0;
@@ -83,8 +86,15 @@ static int list_one(const struct upcie_pci_func *fn, void *ctx)
 		snprintf(grp, sizeof(grp), "%d", fn->iommu_group);
 	if (fn->numa_node >= 0)
 		snprintf(node, sizeof(node), "%d", fn->numa_node);
-	printf("%-13s %04x:%04x  %06x %-14s %-6s %-5s %s\n", fn->name, fn->vendor, fn->device,
-	       fn->class_code, class_name(fn->class_code), grp, node,
+	/* the IOMMU domain says which paths can work: uio needs none or identity */
+	if (upcie_pci_func_iommu(&fn->bdf, &mode, NULL, type, sizeof(type)))
+		snprintf(type, sizeof(type), "?");
+	else if (mode == UPCIE_PCI_IOMMU_NONE)
+		snprintf(type, sizeof(type), "none");
+	else if (mode == UPCIE_PCI_IOMMU_VFIO_NOIOMMU)
+		snprintf(type, sizeof(type), "noiommu");
+	printf("%-13s %04x:%04x  %06x %-14s %-6s %-9s %-5s %s\n", fn->name, fn->vendor, fn->device,
+	       fn->class_code, class_name(fn->class_code), grp, type, node,
 	       fn->driver[0] ? fn->driver : "-");
 	return 0;
 }
@@ -101,8 +111,8 @@ static int cmd_list(int argc, char **argv)
 			return 2;
 		}
 	}
-	printf("%-13s %-9s  %-6s %-14s %-6s %-5s %s\n", "BDF", "ID", "CLASS", "", "GROUP", "NODE",
-	       "DRIVER");
+	printf("%-13s %-9s  %-6s %-14s %-6s %-9s %-5s %s\n", "BDF", "ID", "CLASS", "", "GROUP",
+	       "IOMMU", "NODE", "DRIVER");
 	err = upcie_pci_scan(list_one, &only_nvme);
 	if (err) {
 		fprintf(stderr, "upcie-setup: list: %s\n", strerror(-err));

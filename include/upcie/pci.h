@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The whole pci/ layer: addresses, sysfs information, config space, drivers, BAR mapping. */
+/* The whole pci/ layer: addresses, sysfs information, config space, drivers, BAR mapping, uio. */
 #ifndef UPCIE_PCI_H
 #define UPCIE_PCI_H
 
@@ -10,5 +10,6 @@
 #include <upcie/pci/config.h>
 #include <upcie/pci/driver.h>
 #include <upcie/pci/bar.h>
+#include <upcie/pci/uio.h>
 
 #endif /* UPCIE_PCI_H */

@@ -3,7 +3,8 @@
  * Hugepage and pagemap helpers.
  *
  * Always run: the sysfs pool helpers against a fake tree in a temporary directory (via
- * UPCIE_SYSFS_ROOT), plain memfd memory, argument errors, pagemap of a page that is not present,
+ * UPCIE_SYSFS_ROOT), plain memfd memory, argument errors, a hugepage size without a pool (the
+ * error lists the sizes there are), NUMA placement on node 0, pagemap of a page that is not present,
  * and, when running as root, an unprivileged pagemap read in a child that dropped to uid 65534
  * (must be -EPERM, never PFN 0 as an address) and an mlock beyond RLIMIT_MEMLOCK in such a child.
  * Run when the system allows it: physical addresses (root), real hugepage memory and its LUT
@@ -14,11 +15,13 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -108,6 +111,29 @@ static int reserve_unpriv(void *arg)
 	return upcie_hugepages_reserve(2048, UPCIE_HUGEPAGE_NODE_ANY, 1) == -EACCES ? 0 : 1;
 }
 
+/* In a child, with the fake tree bind-mounted read-only: 0 when reserve says -EROFS and what to do
+ * instead, 1 when it does not, 2 when the mount could not be made. */
+static int reserve_erofs(const char *dir)
+{
+	pid_t pid = fork();
+	int status;
+
+	if (pid == 0) {
+		if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount(dir, dir, NULL, MS_BIND, NULL) ||
+		    mount(NULL, dir, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL))
+			_exit(2);
+		_exit(upcie_hugepages_reserve(2048, UPCIE_HUGEPAGE_NODE_ANY, 1) == -EROFS &&
+			      strstr(last_msg, "read-only") &&
+			      strstr(last_msg, "upcie-setup hugepages reserve")
+			  ? 0
+			  : 1);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return 1;
+	return WEXITSTATUS(status);
+}
+
 static void test_sysfs(void)
 {
 	char dir[] = "/tmp/upcie-sysfs-XXXXXX", buf[64], cmd[128];
@@ -169,6 +195,20 @@ static void test_sysfs(void)
 	put(dir, HP "free_hugepages", "-1\n");
 	CHECK_EQ(upcie_hugepages_get(2048, UPCIE_HUGEPAGE_NODE_ANY, &total, &nfree), -EPROTO,
 		 "sysfs: a negative count is -EPROTO");
+
+	/* A read-only sysfs, as in a container. */
+	if (geteuid() == 0) {
+		int r = reserve_erofs(dir);
+
+		if (r == 2)
+			CHECK_SKIP("sysfs: no read-only bind mount here (unshare/mount refused)");
+		else
+			CHECK_EQ(r, 0,
+				 "sysfs: reserve on a read-only sysfs is -EROFS and says to "
+				 "reserve on the host");
+	} else {
+		CHECK_SKIP("sysfs: a read-only bind mount needs root");
+	}
 
 	/* Read-only, as sysfs is to anyone but root: refused to uid 65534 and to a non-root run. */
 	{
@@ -260,7 +300,7 @@ static void test_pagemap(void)
 static int mlock_unpriv(void *arg)
 {
 	struct upcie_hugepage hp;
-	struct upcie_hugepage_opts o = { UPCIE_HUGEPAGE_PLAIN, 0, NULL, false };
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_PLAIN };
 	int err;
 
 	(void)arg;
@@ -274,7 +314,7 @@ static int mlock_unpriv(void *arg)
 static void test_plain(void)
 {
 	struct upcie_hugepage hp;
-	struct upcie_hugepage_opts o = { UPCIE_HUGEPAGE_PLAIN, 0, NULL, false };
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_PLAIN };
 	struct upcie_dmamem mem;
 	uint64_t lut[1];
 	int ok = 1;
@@ -329,7 +369,7 @@ static void test_plain(void)
 static void test_errors(void)
 {
 	struct upcie_hugepage hp, zero;
-	struct upcie_hugepage_opts o = { UPCIE_HUGEPAGE_MEMFD, 3000, NULL, false };
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_MEMFD, .pagesize = 3000 };
 
 	memset(&zero, 0, sizeof(zero));
 	upcie_hugepage_free(&zero);
@@ -387,7 +427,7 @@ static void test_hugepages(void)
 	uint64_t kb, total = 0, nfree = 0, overcommit = 0;
 	struct upcie_hugepage hp;
 	struct upcie_dmamem mem;
-	struct upcie_hugepage_opts o = { UPCIE_HUGEPAGE_MEMFD, 0, NULL, false };
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_MEMFD };
 	FILE *fp;
 	int err;
 
@@ -498,6 +538,62 @@ static void test_hugepages(void)
 	}
 }
 
+/* A hugepage size the kernel has no pool for: the error lists the sizes it has. */
+static void test_unsupported_size(void)
+{
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_MEMFD, .pagesize = 8u << 20 };
+	struct upcie_hugepage hp;
+	size_t pagesize = 0;
+	char want[64];
+	int err;
+
+	if (upcie_hugepage_default_size(&pagesize) != 0) {
+		CHECK_SKIP("size: kernel without hugetlb");
+		CHECK_SKIP("size: (same)");
+		return;
+	}
+	/* no architecture has 8 MiB hugepages */
+	err = upcie_hugepage_alloc(&hp, 4096, &o);
+	CHECK(err == -ENODEV || err == -EINVAL, "size: 8 MiB hugepages refused (%d)", err);
+	snprintf(want, sizeof(want), "%zu kB", pagesize / 1024);
+	CHECK(strstr(last_msg, "hugepage pools of") && strstr(last_msg, want),
+	      "size: the message lists the sizes there are, %s among them (%s)", want, last_msg);
+}
+
+/* NUMA placement: the node asked for, reported back; a node out of range is refused. */
+static void test_numa(void)
+{
+	struct upcie_hugepage_opts o = { .src = UPCIE_HUGEPAGE_PLAIN, .numa = true, .node = 0 };
+	struct upcie_hugepage hp;
+	uint64_t nfree = 0;
+	size_t pagesize = 0;
+	int err;
+
+	err = upcie_hugepage_alloc(&hp, 1u << 20, &o);
+	CHECK(err == 0 && hp.node == 0, "numa: plain memory on node 0 (err %d, node %d)", err,
+	      hp.node);
+	upcie_hugepage_free(&hp);
+	o.node = 100000;
+	CHECK_EQ(upcie_hugepage_alloc(&hp, 4096, &o), -EINVAL, "numa: node 100000 -> -EINVAL");
+	o.node = UPCIE_HUGEPAGE_NODE_ANY;
+	err = upcie_hugepage_alloc(&hp, 4096, &o);
+	CHECK(err == 0 && hp.node == -1, "numa: NODE_ANY places nothing, reports -1 (%d, %d)", err,
+	      hp.node);
+	upcie_hugepage_free(&hp);
+	if (upcie_hugepage_default_size(&pagesize) ||
+	    upcie_hugepages_get(pagesize / 1024, UPCIE_HUGEPAGE_NODE_ANY, NULL, &nfree) ||
+	    nfree < 1) {
+		CHECK_SKIP("numa: no free hugepage reserved");
+		return;
+	}
+	o.src = UPCIE_HUGEPAGE_MEMFD;
+	o.node = 0;
+	err = upcie_hugepage_alloc(&hp, pagesize, &o);
+	CHECK(err == 0 && hp.node == 0, "numa: a hugepage on node 0 (err %d, node %d)", err,
+	      hp.node);
+	upcie_hugepage_free(&hp);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(capture, NULL);
@@ -506,5 +602,7 @@ int main(void)
 	test_plain();
 	test_errors();
 	test_hugepages();
+	test_unsupported_size();
+	test_numa();
 	return check_done();
 }

@@ -2,15 +2,20 @@
 /*
  * Unit tests for pci/: BDF parsing and formatting, and the sysfs layer against a fake sysfs tree
  * built in a temporary directory (UPCIE_SYSFS_ROOT): function info, scan order, config space and
- * capability walks, bus mastering, driver checks and binding, BAR mapping and its errors.
+ * capability walks, bus mastering, driver checks and binding, BAR mapping and its errors, IOMMU
+ * modes from the group's name and type, sysfs resets, holding /dev/uioN (UPCIE_DEV_ROOT), and
+ * (as root, in a private mount namespace) what every sysfs write says when /sys is read-only.
  */
 #include <upcie/base/mmio.h>
 #include <upcie/pci.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,11 +87,22 @@ static void read_back(const char *rel, char *buf, size_t len)
 
 #define NVME "bus/pci/devices/0000:00:04.0"
 #define SHM  "bus/pci/devices/0000:00:05.0"
+#define UIO  "bus/pci/devices/0000:00:07.0"
+#define NOIO "bus/pci/devices/0000:00:08.0"
+
+static char last_msg[1024];
+
+static void capture(enum upcie_log_level level, const char *msg, void *ctx)
+{
+	(void)level;
+	(void)ctx;
+	snprintf(last_msg, sizeof(last_msg), "%s", msg);
+}
 
 static void build_tree(void)
 {
 	uint8_t cfg[256] = { 0 };
-	char bar0[16384];
+	char bar0[16384], path[512];
 
 	snprintf(root, sizeof(root), "/tmp/upcie-sysfs-XXXXXX");
 	if (!mkdtemp(root))
@@ -142,7 +158,32 @@ static void build_tree(void)
 	memset(cfg, 0, sizeof(cfg));
 	cfg[6] = 0x10, cfg[0x34] = 0x40, cfg[0x40] = 0x09, cfg[0x41] = 0x40;
 	put(SHM "/config", cfg, sizeof(cfg));
+
+	/* a function on uio_pci_generic, in an identity (passthrough) group, with a reset */
+	mkdirs(UIO "/uio/uio3");
+	mkdirs("dev");
+	mkdirs("kernel/iommu_groups/4");
+	mkdirs("kernel/iommu_groups/5");
+	puts_(UIO "/vendor", "0x1b36\n");
+	puts_(UIO "/device", "0x0010\n");
+	puts_(UIO "/class", "0x010802\n");
+	puts_(UIO "/reset", "");
+	puts_("dev/uio3", "");
+	link_("../../drivers/uio_pci_generic", UIO "/driver");
+	link_("../../../../kernel/iommu_groups/4", UIO "/iommu_group");
+	puts_("kernel/iommu_groups/3/type", "DMA-FQ\n");
+	puts_("kernel/iommu_groups/4/type", "identity\n");
+	/* vfio's made-up group of no-IOMMU mode */
+	mkdirs(NOIO);
+	puts_(NOIO "/vendor", "0x1b36\n");
+	puts_(NOIO "/device", "0x0010\n");
+	puts_(NOIO "/class", "0x010802\n");
+	link_("../../../../kernel/iommu_groups/5", NOIO "/iommu_group");
+	puts_("kernel/iommu_groups/5/name", "vfio-noiommu\n");
+	puts_("kernel/iommu_groups/5/type", "unknown\n");
 	setenv("UPCIE_SYSFS_ROOT", root, 1);
+	snprintf(path, sizeof(path), "%s/dev", root);
+	setenv("UPCIE_DEV_ROOT", path, 1);
 }
 
 static void test_bdf(void)
@@ -233,9 +274,10 @@ static void test_func(void)
 	CHECK_EQ(upcie_pci_func_read(&none, &fn), -ENODEV, "missing function is -ENODEV");
 	upcie_log_set_level(UPCIE_LOG_ERROR);
 	CHECK_EQ(upcie_pci_scan(scan_cb, &sc), 0, "scan");
-	CHECK(sc.n == 2 && !strcmp(sc.names[0], "0000:00:04.0") &&
-		  !strcmp(sc.names[1], "0000:00:05.0"),
-	      "scan visits both functions in order and skips non-BDF entries (%d)", sc.n);
+	CHECK(sc.n == 4 && !strcmp(sc.names[0], "0000:00:04.0") &&
+		  !strcmp(sc.names[1], "0000:00:05.0") && !strcmp(sc.names[2], "0000:00:07.0") &&
+		  !strcmp(sc.names[3], "0000:00:08.0"),
+	      "scan visits every function in order and skips non-BDF entries (%d)", sc.n);
 	CHECK_EQ(upcie_pci_scan(scan_stop, NULL), 42, "scan stops with the callback's value");
 
 	/* found by fuzz_pci: the group number was atoi() of the link name */
@@ -359,16 +401,123 @@ static void test_bar(void)
 	upcie_log_set_level(UPCIE_LOG_ERROR);
 }
 
+/* How the IOMMU treats each function, from its group's name and type. */
+static void test_iommu(void)
+{
+	struct upcie_pci_bdf nvme, shm, uio, noio;
+	enum upcie_pci_iommu mode = UPCIE_PCI_IOMMU_UNKNOWN;
+	char type[32];
+	int group = 0;
+
+	upcie_pci_bdf_parse("0000:00:04.0", &nvme);
+	upcie_pci_bdf_parse("0000:00:05.0", &shm);
+	upcie_pci_bdf_parse("0000:00:07.0", &uio);
+	upcie_pci_bdf_parse("0000:00:08.0", &noio);
+	CHECK(upcie_pci_func_iommu(&nvme, &mode, &group, type, sizeof(type)) == 0 &&
+		  mode == UPCIE_PCI_IOMMU_TRANSLATED && group == 3 && !strcmp(type, "DMA-FQ"),
+	      "iommu: group 3 of type DMA-FQ translates (%d, %d, %s)", (int)mode, group, type);
+	CHECK(upcie_pci_func_iommu(&shm, &mode, &group, NULL, 0) == 0 &&
+		  mode == UPCIE_PCI_IOMMU_NONE && group == -1,
+	      "iommu: no group, no IOMMU");
+	CHECK(upcie_pci_func_iommu(&uio, &mode, &group, type, sizeof(type)) == 0 &&
+		  mode == UPCIE_PCI_IOMMU_IDENTITY && group == 4,
+	      "iommu: an identity domain passes physical addresses through");
+	CHECK(upcie_pci_func_iommu(&noio, &mode, &group, type, sizeof(type)) == 0 &&
+		  mode == UPCIE_PCI_IOMMU_VFIO_NOIOMMU && group == 5,
+	      "iommu: vfio's no-IOMMU group is told apart (%d)", (int)mode);
+}
+
+/* /dev/uioN: held, moved high, exclusive; the function must be on uio_pci_generic. */
+static void test_uio(void)
+{
+	struct upcie_pci_bdf nvme, shm, uio;
+	struct upcie_pci_uio u, u2;
+	struct rlimit rl;
+	long top = 65535;
+
+	upcie_pci_bdf_parse("0000:00:04.0", &nvme);
+	upcie_pci_bdf_parse("0000:00:05.0", &shm);
+	upcie_pci_bdf_parse("0000:00:07.0", &uio);
+	CHECK_EQ(upcie_pci_uio_index(&uio), 3, "uio: the function's uio device is uio3");
+	CHECK_EQ(upcie_pci_uio_open(&uio, &u), 0, "uio: /dev/uio3 opened and held");
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long)rl.rlim_cur - 1 < top)
+		top = (long)rl.rlim_cur - 1;
+	CHECK(u.fd >= top - 64 && u.fd <= top,
+	      "uio: its descriptor (%d) sits above those opened later (%ld..%ld)", u.fd, top - 64,
+	      top);
+	CHECK(fcntl(u.fd, F_GETFD) & FD_CLOEXEC, "uio: close-on-exec");
+	CHECK_EQ(upcie_pci_uio_open(&uio, &u2), -EBUSY, "uio: a second holder gets -EBUSY");
+	CHECK(strstr(last_msg, "held by another process") != NULL, "uio: and is told why (%s)",
+	      last_msg);
+	upcie_pci_uio_close(&u);
+	CHECK(u.fd == -1, "uio: closed");
+	CHECK_EQ(upcie_pci_uio_open(&uio, &u2), 0, "uio: free again after close");
+	upcie_pci_uio_close(&u2);
+	upcie_pci_uio_close(&u2);
+	CHECK_EQ(upcie_pci_uio_open(&shm, &u), -ENXIO, "uio: an unbound function is refused");
+	CHECK(strstr(last_msg, "not bound to any driver") && strstr(last_msg, "uio_pci_generic"),
+	      "uio: naming the fix (%s)", last_msg);
+	CHECK_EQ(upcie_pci_uio_open(&nvme, &u), -ENXIO, "uio: a function on nvme is refused");
+	CHECK(u.fd == -1, "uio: left closed");
+}
+
+static void test_reset(void)
+{
+	struct upcie_pci_bdf nvme, uio;
+	char buf[16];
+
+	upcie_pci_bdf_parse("0000:00:04.0", &nvme);
+	upcie_pci_bdf_parse("0000:00:07.0", &uio);
+	CHECK_EQ(upcie_pci_func_reset(&uio), 0, "reset: through sysfs");
+	read_back(UIO "/reset", buf, sizeof(buf));
+	CHECK(!strcmp(buf, "1"), "reset: '1' written (%s)", buf);
+	CHECK_EQ(upcie_pci_func_reset(&nvme), -EOPNOTSUPP, "reset: none without a reset attribute");
+}
+
+/* A read-only /sys (a container): every write says what to do instead. */
+static void test_erofs(void)
+{
+	struct upcie_pci_bdf nvme, uio;
+
+	upcie_pci_bdf_parse("0000:00:04.0", &nvme);
+	upcie_pci_bdf_parse("0000:00:07.0", &uio);
+	if (geteuid() != 0 || unshare(CLONE_NEWNS) ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount(root, root, NULL, MS_BIND, NULL) ||
+	    mount(NULL, root, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL)) {
+		for (int i = 0; i < 6; i++)
+			CHECK_SKIP("erofs: a read-only bind mount needs root (CAP_SYS_ADMIN)");
+		return;
+	}
+	CHECK_EQ(upcie_pci_driver_bind(&nvme, "uio_pci_generic"), -EROFS, "erofs: bind -> -EROFS");
+	CHECK(strstr(last_msg, "read-only") && strstr(last_msg, "upcie-setup") &&
+		  strstr(last_msg, "bind option"),
+	      "erofs: bind says to bind on the host and open without binding (%s)", last_msg);
+	CHECK_EQ(upcie_pci_bus_master_set(&nvme, true, NULL), -EROFS,
+		 "erofs: bus mastering -> -EROFS");
+	CHECK(strstr(last_msg, "read-only") && strstr(last_msg, "vfio"),
+	      "erofs: says the vfio paths do not need a writable /sys (%s)", last_msg);
+	CHECK_EQ(upcie_pci_func_reset(&uio), -EROFS, "erofs: reset -> -EROFS");
+	CHECK(strstr(last_msg, "read-only") != NULL, "erofs: says why (%s)", last_msg);
+	umount(root);
+}
+
 int main(void)
 {
 	char cmd[128];
 
+	upcie_log_set_handler(capture, NULL);
 	build_tree();
 	test_bdf();
 	test_func();
 	test_config();
 	test_driver();
 	test_bar();
+	test_iommu();
+	test_uio();
+	test_reset();
+	test_erofs();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd))
 		return 2;

@@ -3,9 +3,20 @@
  * Host memory for DMA: hugepages (memfd or hugetlbfs file), plain memfd, physical addresses.
  *
  * upcie_hugepage_alloc() maps shared, populated memory from one of three sources: a hugetlb memfd
- * (Linux >= 4.16), an unlinked file on a hugetlbfs mount, or a plain memfd of base pages (for
- * iommufd's map_file, which pins the pages itself). The file descriptor stays open so the memory
- * can be handed to the kernel (udmabuf, IOMMU_IOAS_MAP_FILE) or to another process.
+ * (Linux >= 4.16), a file on a hugetlbfs mount, or a plain memfd of base pages (for iommufd's
+ * map_file, which pins the pages itself). The file descriptor stays open so the memory can be
+ * handed to the kernel (udmabuf, IOMMU_IOAS_MAP_FILE) or to another process.
+ *
+ * A hugetlbfs file is unlinked at once, unless it is named (opts->name): a named file is
+ * flock()ed while in use and removed by upcie_hugepage_free(), and when the process dies it
+ * stays, and its pages stay allocated, until upcie_hugepage_reclaim() removes it. That is for
+ * memory a device may still write after its driver died (the uio path: nvme/dev.h names its
+ * files after the device and reclaims them once the device is stopped): an unlinked file's
+ * hugepages go back to the pool the moment the process is gone, the device notwithstanding.
+ * With opts->numa the pages are placed on one NUMA node (a preferred-node policy set before the
+ * pages are faulted in; where they landed is checked and reported in hp->node, with a warning
+ * when the node had too few). Left alone the kernel takes them from the node of the CPU that
+ * faults them in, whatever node the device sits on.
  * upcie_pagemap_phys() reads a physical address from /proc/self/pagemap; that needs root
  * (CAP_SYS_ADMIN): an unprivileged read returns PFN 0, which is reported as -EPERM, never used as
  * an address. upcie_dmamem_hugepage_lut() builds the dmamem for devices that see physical
@@ -14,9 +25,22 @@
  * kernel's hugepage pools through sysfs (root for writing); the sysfs root is taken from the
  * environment variable UPCIE_SYSFS_ROOT (default /sys) so tests can point it at a fake tree.
  *
- * Needs: hugepages reserved beforehand for the hugepage sources. Does not: choose a NUMA node for
- * the memory, map anything into an IOMMU (vfio/iommufd constructors do that), or build a LUT over
- * plain pages (the kernel may migrate them, so their physical addresses are not stable).
+ * Physical addresses of hugetlb pages are not fixed. The kernel migrates hugetlb pages that are
+ * in use (x86-64 and arm64 support it for their hugepage sizes) when memory is offlined or
+ * hot-removed (virtio-mem unplug in a guest too), when alloc_contig_range() wants the range (CMA,
+ * gigantic-page allocation), on soft-offline after corrected memory errors, and on move_pages(),
+ * migrate_pages() or mbind(MPOL_MF_MOVE) by the owner or a privileged process (mm/migrate.c,
+ * mm/memory_hotplug.c, mm/memory-failure.c, isolate_or_dissolve_huge_page() in mm/hugetlb.c;
+ * Linux 6.1 to 7.3). Nothing tells the process; a device still holding the old address then
+ * writes into a page that belongs to someone else. A LUT of physical addresses accepts that risk,
+ * as DPDK and SPDK do in their IOVA-as-PA mode; upcie_hugepage_lut_verify() can tell after the
+ * fact (-ESTALE), nothing can prevent it. The vfio paths (mem/dmamem_type1.h,
+ * mem/dmamem_iommufd.h) remove it: a long-term pin moves the pages out of movable memory first
+ * and the kernel never migrates a pinned page.
+ *
+ * Needs: hugepages reserved beforehand for the hugepage sources (on the wanted node for
+ * placement). Does not: map anything into an IOMMU (vfio/iommufd constructors do that), or build
+ * a LUT over plain pages (the kernel migrates those routinely: compaction, NUMA balancing).
  */
 #ifndef UPCIE_MEM_HUGEPAGE_H
 #define UPCIE_MEM_HUGEPAGE_H
@@ -34,8 +58,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -64,6 +91,9 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+/* mbind()/get_mempolicy()/move_pages() through syscall(2): no libnuma needed. */
+#define UPCIE_MPOL_PREFERRED 1
+#define UPCIE_NUMA_MAXNODE   1024
 
 /* memfd_create() takes the hugepage size as log2(size) at this bit: MFD_HUGE_SHIFT, which lives in
  * <linux/memfd.h>, a header whose MFD_* definitions collide with the C library's. */
@@ -76,7 +106,7 @@
 
 enum upcie_hugepage_src {
 	UPCIE_HUGEPAGE_MEMFD = 0,     /* memfd_create(MFD_HUGETLB | size) */
-	UPCIE_HUGEPAGE_HUGETLBFS = 1, /* unlinked file on a hugetlbfs mount */
+	UPCIE_HUGEPAGE_HUGETLBFS = 1, /* file on a hugetlbfs mount (unlinked unless named) */
 	UPCIE_HUGEPAGE_PLAIN = 2,     /* memfd of base pages: no physical addresses */
 };
 
@@ -85,6 +115,11 @@ struct upcie_hugepage_opts {
 	size_t pagesize;   /* hugepage bytes; 0: the default (Hugepagesize in /proc/meminfo) */
 	const char *mount; /* HUGETLBFS: mount point; NULL: one of `pagesize` in /proc/mounts */
 	bool no_mlock;	   /* PLAIN: do not mlock (e.g. iommufd pins the pages anyway) */
+	bool numa;	   /* place the pages on NUMA node `node` (preferred: others when short) */
+	int node;	   /* with numa: the node; UPCIE_HUGEPAGE_NODE_ANY: no placement */
+	/* HUGETLBFS: a file of this name that outlives the process (see upcie_hugepage_reclaim());
+	 * NULL: an unlinked file */
+	const char *name;
 };
 
 struct upcie_hugepage {
@@ -94,6 +129,8 @@ struct upcie_hugepage {
 	int fd;		 /* memfd or hugetlbfs file, open for the lifetime of the mapping */
 	enum upcie_hugepage_src src;
 	bool locked; /* mlock()ed (PLAIN only: hugetlb pages are never swapped) */
+	int node;   /* with opts->numa: the node all pages are on; -1: mixed, unknown, or no numa */
+	char *path; /* the named file (opts->name), removed by upcie_hugepage_free(); or NULL */
 };
 
 static inline int upcie_hugepages_path_(char *buf, size_t len, uint64_t size_kb, int node,
@@ -204,6 +241,14 @@ static inline int upcie_hugepages_reserve(uint64_t size_kb, int node, uint64_t c
 	if (err == -EACCES || err == -EPERM)
 		return UPCIE_FAIL(err, "hugepages: writing %s needs root: %s", path,
 				  strerror(-err));
+	if (err == -EROFS)
+		return UPCIE_FAIL(err,
+				  "hugepages: %s is read-only (sysfs mounted read-only, as in a "
+				  "container): reserve the hugepages on the host before starting "
+				  "(upcie-setup hugepages reserve %" PRIu64
+				  ", or hugepages=N on the "
+				  "kernel command line) and only allocate from them here",
+				  path, count);
 	if (err)
 		return UPCIE_FAIL(err, "hugepages: writing %" PRIu64 " to %s: %s", count, path,
 				  strerror(-err));
@@ -264,6 +309,36 @@ static inline int upcie_hugetlbfs_pagesize_(const char *dir, size_t *pagesize)
 	return 0;
 }
 
+/*
+ * The first hugetlbfs mount in /proc/mounts whose page size is `pagesize` (0: the default
+ * hugepage size) into dir: 0, or -ENOENT without a message (a caller may do without one).
+ */
+static inline int upcie_hugetlbfs_mount(size_t pagesize, char *dir, size_t len)
+{
+	struct mntent ent, *m;
+	char buf[4096];
+	int err = -ENOENT;
+	FILE *fp;
+
+	if (!pagesize && upcie_hugepage_default_size(&pagesize))
+		return -ENOENT;
+	fp = setmntent("/proc/mounts", "re");
+	if (!fp)
+		return upcie_neg_errno();
+	while ((m = getmntent_r(fp, &ent, buf, sizeof(buf)))) {
+		struct statfs st;
+
+		if (strcmp(m->mnt_type, "hugetlbfs") != 0 || statfs(m->mnt_dir, &st) != 0 ||
+		    (size_t)st.f_bsize != pagesize || strlen(m->mnt_dir) >= len)
+			continue;
+		strcpy(dir, m->mnt_dir);
+		err = 0;
+		break;
+	}
+	endmntent(fp);
+	return err;
+}
+
 /* First hugetlbfs mount in /proc/mounts whose page size is `pagesize`. */
 static inline int upcie_hugetlbfs_find_(size_t pagesize, char *dir, size_t len)
 {
@@ -298,6 +373,121 @@ static inline int upcie_hugetlbfs_find_(size_t pagesize, char *dir, size_t len)
 		    "the memfd source",
 		    pagesize / 1024, pagesize / 1024);
 	return 0;
+}
+
+/* "2048 kB, 1048576 kB": the hugepage sizes the kernel has pools for, into buf. */
+static inline const char *upcie_hugepage_sizes_(char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	size_t used = 0;
+	DIR *d;
+
+	buf[0] = '\0';
+	if (upcie_path_fmt(path, sizeof(path), "%s/kernel/mm/hugepages", upcie_sysfs_root()) ||
+	    !(d = opendir(path)))
+		return buf;
+	while ((de = readdir(d))) {
+		unsigned long long kb;
+		int n;
+
+		if (sscanf(de->d_name, "hugepages-%llukB", &kb) != 1)
+			continue;
+		n = snprintf(buf + used, len - used, "%s%llu kB", used ? ", " : "", kb);
+		if (n < 0 || (size_t)n >= len - used)
+			break;
+		used += (size_t)n;
+	}
+	closedir(d);
+	return buf;
+}
+
+/*
+ * Create file `name` on the hugetlbfs mount `dir` and flock() it (shared) for as long as the
+ * descriptor is open: the lock tells upcie_hugepage_reclaim() the owner lives. *path gets the
+ * malloc()ed path. -EEXIST when the name is taken.
+ */
+static inline int upcie_hugetlbfs_create_(const char *dir, const char *name, char **path)
+{
+	char buf[PATH_MAX];
+	int fd, err;
+
+	*path = NULL;
+	if (!*name || strchr(name, '/'))
+		return UPCIE_FAIL(-EINVAL, "hugepage: bad file name '%s'", name);
+	if (upcie_path_fmt(buf, sizeof(buf), "%s/%s", dir, name))
+		return UPCIE_FAIL(-ENAMETOOLONG, "hugepage: path too long under %s", dir);
+	fd = open(buf, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err = upcie_neg_errno();
+		if (err == -EEXIST)
+			return err;
+		return UPCIE_FAIL(err, "hugepage: creating %s: %s", buf, strerror(-err));
+	}
+	*path = strdup(buf);
+	if (!*path || flock(fd, LOCK_SH)) {
+		err = *path ? upcie_neg_errno() : -ENOMEM;
+		unlink(buf);
+		close(fd);
+		free(*path);
+		*path = NULL;
+		return UPCIE_FAIL(err, "hugepage: locking %s: %s", buf, strerror(-err));
+	}
+	return fd;
+}
+
+/*
+ * Remove the named hugetlbfs files (upcie_hugepage_opts.name) whose name starts with `prefix`
+ * and whose owner is gone (nothing holds their lock), on every hugetlbfs mount: their pages go
+ * back to the pool. Call it only once nothing can still DMA into them (for memory of a device:
+ * after the device was stopped). Returns the number of files removed (>= 0) or -errno. Root, or
+ * the files' owner.
+ */
+static inline int upcie_hugepage_reclaim(const char *prefix)
+{
+	struct mntent ent, *m;
+	char buf[4096];
+	size_t plen;
+	int n = 0;
+	FILE *fp;
+
+	if (!prefix || !*prefix || strchr(prefix, '/'))
+		return UPCIE_FAIL(-EINVAL, "hugepage: reclaim: bad prefix");
+	plen = strlen(prefix);
+	fp = setmntent("/proc/mounts", "re");
+	if (!fp) {
+		int err = upcie_neg_errno();
+
+		return UPCIE_FAIL(err, "hugepage: opening /proc/mounts: %s", strerror(-err));
+	}
+	while ((m = getmntent_r(fp, &ent, buf, sizeof(buf)))) {
+		struct dirent *de;
+		DIR *d;
+
+		if (strcmp(m->mnt_type, "hugetlbfs") || !(d = opendir(m->mnt_dir)))
+			continue;
+		while ((de = readdir(d))) {
+			char path[PATH_MAX];
+			int fd;
+
+			if (strncmp(de->d_name, prefix, plen) ||
+			    upcie_path_fmt(path, sizeof(path), "%s/%s", m->mnt_dir, de->d_name))
+				continue;
+			fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			if (fd < 0)
+				continue;
+			/* a live owner holds its shared lock */
+			if (!flock(fd, LOCK_EX | LOCK_NB) && !unlink(path)) {
+				UPCIE_DBG("hugepage: removed %s, left by a process that died",
+					  path);
+				n++;
+			}
+			close(fd);
+		}
+		closedir(d);
+	}
+	endmntent(fp);
+	return n;
 }
 
 /* Open an unlinked file on the hugetlbfs mount `dir`; it lives as long as the descriptor. */
@@ -353,6 +543,58 @@ static inline int upcie_hugepage_mlock_fail_(size_t size, int err)
 			  size, strerror(-err), lim);
 }
 
+/* Prefer NUMA node `node` for the pages of [va, +len) faulted in from now on. */
+static inline int upcie_hugepage_mbind_(void *va, size_t len, int node)
+{
+	unsigned long mask[UPCIE_NUMA_MAXNODE / (8 * sizeof(unsigned long))];
+
+	memset(mask, 0, sizeof(mask));
+	mask[(unsigned)node / (8 * sizeof(unsigned long))] |=
+	    1UL << ((unsigned)node % (8 * sizeof(unsigned long)));
+	/* maxnode counts one more than the bits the kernel reads (it decrements it first) */
+	if (syscall(SYS_mbind, va, len, UPCIE_MPOL_PREFERRED, mask, UPCIE_NUMA_MAXNODE + 1, 0))
+		return upcie_neg_errno();
+	return 0;
+}
+
+/*
+ * The node every page of [va, +len) (pages of `pagesize`) is on, asked with move_pages() and no
+ * target nodes; -1 when they are on several nodes or the kernel cannot tell. *on_node gets the
+ * number of pages on `want`.
+ */
+static inline int upcie_hugepage_node_of_(void *va, size_t len, size_t pagesize, int want,
+					  size_t *on_node)
+{
+	size_t n = len / pagesize;
+	void **pages = (void **)malloc(n * sizeof(*pages));
+	int *status = (int *)malloc(n * sizeof(*status));
+	int node = -2;
+
+	*on_node = 0;
+	if (!pages || !status) {
+		free(pages);
+		free(status);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		pages[i] = (char *)va + i * pagesize;
+	if (syscall(SYS_move_pages, 0, (unsigned long)n, pages, NULL, status, 0) != 0) {
+		node = -1;
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			if (status[i] == want)
+				(*on_node)++;
+			if (status[i] < 0 || (node != -2 && status[i] != node))
+				node = -1;
+			else if (node == -2)
+				node = status[i];
+		}
+	}
+	free(pages);
+	free(status);
+	return node < 0 ? -1 : node;
+}
+
 /*
  * Free what upcie_hugepage_alloc() set up and zero `hp` (fd -1). A zeroed or already freed
  * upcie_hugepage is a no-op.
@@ -362,9 +604,13 @@ static inline void upcie_hugepage_free(struct upcie_hugepage *hp)
 	if (!hp || !hp->vaddr)
 		return;
 	munmap(hp->vaddr, hp->size);
+	if (hp->path)
+		unlink(hp->path);
+	free(hp->path);
 	close(hp->fd);
 	memset(hp, 0, sizeof(*hp));
 	hp->fd = -1;
+	hp->node = -1;
 }
 
 /*
@@ -380,6 +626,7 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 	struct upcie_hugepage_opts def;
 	char dir[PATH_MAX];
 	size_t pagesize, mapsize;
+	bool place;
 	void *va;
 	int fd = -1, err;
 
@@ -387,12 +634,16 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 		return UPCIE_FAIL(-EINVAL, "hugepage: NULL upcie_hugepage");
 	memset(hp, 0, sizeof(*hp));
 	hp->fd = -1;
+	hp->node = -1;
 	if (!opts) {
 		memset(&def, 0, sizeof(def));
 		opts = &def;
 	}
 	if (!size)
 		return UPCIE_FAIL(-EINVAL, "hugepage: zero size");
+	place = opts->numa && opts->node != UPCIE_HUGEPAGE_NODE_ANY;
+	if (place && (opts->node < 0 || opts->node >= UPCIE_NUMA_MAXNODE))
+		return UPCIE_FAIL(-EINVAL, "hugepage: NUMA node %d out of range", opts->node);
 
 	switch (opts->src) {
 	case UPCIE_HUGEPAGE_PLAIN:
@@ -441,7 +692,10 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 			if (err)
 				return err;
 		}
-		fd = upcie_hugetlbfs_open_(dir);
+		fd = opts->name ? upcie_hugetlbfs_create_(dir, opts->name, &hp->path)
+				: upcie_hugetlbfs_open_(dir);
+		if (fd == -EEXIST)
+			return UPCIE_FAIL(fd, "hugepage: %s/%s exists", dir, opts->name);
 		if (fd < 0)
 			return fd;
 	} else {
@@ -451,13 +705,21 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 			flags |= MFD_HUGETLB | (upcie_log2(pagesize) << UPCIE_MFD_HUGE_SHIFT);
 		fd = memfd_create("upcie", flags);
 		if (fd < 0) {
+			char sizes[256];
+
 			err = upcie_neg_errno();
-			if (err == -EINVAL && opts->src == UPCIE_HUGEPAGE_MEMFD)
+			/* -ENODEV: no pool of that size (hugetlb_file_setup()); -EINVAL: a kernel
+			 * without hugetlb memfds or a size it cannot encode */
+			if ((err == -ENODEV || err == -EINVAL) && opts->src == UPCIE_HUGEPAGE_MEMFD)
 				return UPCIE_FAIL(
 				    err,
-				    "hugepage: memfd_create refused %zu kB hugepages: "
-				    "the kernel lacks hugetlb memfd (Linux >= 4.16) or "
-				    "that size (see /sys/kernel/mm/hugepages)",
+				    "hugepage: memfd_create refused %zu kB hugepages (%s): this "
+				    "kernel has hugepage pools of %s; ask for one of those sizes "
+				    "(pagesize 0 takes the default), or boot with "
+				    "hugepagesz=%zuK hugepages=N where the CPU supports it",
+				    pagesize / 1024, strerror(-err),
+				    upcie_hugepage_sizes_(sizes, sizeof(sizes))[0] ? sizes
+										   : "no size",
 				    pagesize / 1024);
 			return UPCIE_FAIL(err, "hugepage: memfd_create: %s", strerror(-err));
 		}
@@ -473,7 +735,9 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 	if (opts->src != UPCIE_HUGEPAGE_HUGETLBFS && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
 		UPCIE_DBG("hugepage: F_SEAL_SHRINK: %s", strerror(errno));
 
-	va = mmap(NULL, mapsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	/* With a node to place on, the policy must be set before any page is faulted in. */
+	va = mmap(NULL, mapsize, PROT_READ | PROT_WRITE, MAP_SHARED | (place ? 0 : MAP_POPULATE),
+		  fd, 0);
 	if (va == MAP_FAILED) {
 		err = upcie_neg_errno();
 		if (err == -ENOMEM && opts->src != UPCIE_HUGEPAGE_PLAIN)
@@ -482,16 +746,42 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 			UPCIE_ERR("hugepage: mmap of %zu bytes: %s", mapsize, strerror(-err));
 		goto fail_close;
 	}
+	if (place) {
+		err = upcie_hugepage_mbind_(va, mapsize, opts->node);
+		if (err)
+			UPCIE_WARN(
+			    "hugepage: cannot prefer NUMA node %d (%s; a node without memory?): "
+			    "the pages come from wherever the kernel finds them",
+			    opts->node, strerror(-err));
+	}
 	/* MAP_POPULATE cannot fail, so a page it could not fault in (a hugetlb cgroup limit, a
 	 * full tmpfs) would otherwise surface later as SIGBUS. MADV_POPULATE_WRITE reports it.
-	 * Kernels before 5.14 answer EINVAL and rely on MAP_POPULATE alone. */
-	if (madvise(va, mapsize, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+	 * Kernels before 5.14 answer EINVAL and rely on MAP_POPULATE alone (or, when placing,
+	 * on touching every page here). */
+	if (madvise(va, mapsize, MADV_POPULATE_WRITE) != 0) {
 		err = upcie_neg_errno();
-		if (err == -ENOMEM && opts->src != UPCIE_HUGEPAGE_PLAIN)
-			upcie_hugepage_enomem_(mapsize, pagesize);
-		else
-			UPCIE_ERR("hugepage: populating %zu bytes: %s", mapsize, strerror(-err));
-		goto fail_unmap;
+		if (err == -EINVAL) {
+			for (size_t off = 0; place && off < mapsize; off += pagesize)
+				((volatile char *)va)[off] = 0;
+		} else {
+			if (err == -ENOMEM && opts->src != UPCIE_HUGEPAGE_PLAIN)
+				upcie_hugepage_enomem_(mapsize, pagesize);
+			else
+				UPCIE_ERR("hugepage: populating %zu bytes: %s", mapsize,
+					  strerror(-err));
+			goto fail_unmap;
+		}
+	}
+	if (place) {
+		size_t on = 0, n = mapsize / pagesize;
+
+		hp->node = upcie_hugepage_node_of_(va, mapsize, pagesize, opts->node, &on);
+		if (on != n)
+			UPCIE_WARN("hugepage: %zu of %zu pages of %zu kB are on NUMA node %d, the "
+				   "rest on other nodes: reserve them there "
+				   "(/sys/devices/system/node/node%d/hugepages/"
+				   "hugepages-%zukB/nr_hugepages)",
+				   on, n, pagesize / 1024, opts->node, opts->node, pagesize / 1024);
 	}
 	/* Only plain pages can be swapped out. mlock of a hugetlb mapping locks nothing and still
 	 * counts the whole length against RLIMIT_MEMLOCK, failing for no benefit. */
@@ -513,7 +803,12 @@ static inline int upcie_hugepage_alloc(struct upcie_hugepage *hp, size_t size,
 fail_unmap:
 	munmap(va, mapsize);
 fail_close:
+	if (hp->path)
+		unlink(hp->path);
+	free(hp->path);
+	hp->path = NULL;
 	close(fd);
+	hp->node = -1;
 	return err;
 }
 
@@ -565,8 +860,9 @@ static inline int upcie_pagemap_open_(void)
 /*
  * Physical address of the byte at `vaddr` of this process. Returns 0; -EPERM without
  * CAP_SYS_ADMIN (the kernel then reports PFN 0, which is never accepted as an address); -EFAULT
- * when the page is not present. The answer is only stable for memory that cannot move: hugetlb
- * pages, or pages pinned by a driver.
+ * when the page is not present. The answer holds until the kernel migrates the page, which it
+ * does to plain pages routinely and to hugetlb pages on the occasions listed at the top of this
+ * header; only a page pinned by a driver (vfio, iommufd) stays put.
  */
 static inline int upcie_pagemap_phys(const void *vaddr, uint64_t *phys)
 {
@@ -618,6 +914,36 @@ static inline int upcie_hugepage_phys_lut(const struct upcie_hugepage *hp, uint6
 			    "contiguous hugepage (first 0x%" PRIx64 ", last 0x%" PRIx64 ")",
 			    i, va, first, last);
 		lut[i] = first;
+	}
+	close(fd);
+	return err;
+}
+
+/*
+ * Check a physical-address LUT dmamem (upcie_dmamem_hugepage_lut()) against pagemap now: 0 when
+ * every hugepage is still at the address the device was given, -ESTALE (with a message naming
+ * the first page that moved) when the kernel migrated one, -EINVAL for another kind of dmamem,
+ * or pagemap's error. A check after the fact: DMA to the old address may already have happened.
+ */
+static inline int upcie_hugepage_lut_verify(const struct upcie_dmamem *mem)
+{
+	uint64_t gran, phys;
+	int fd, err = 0;
+
+	if (!mem || !mem->lut || !mem->vaddr || !mem->kind || strcmp(mem->kind, "hugepage-lut"))
+		return UPCIE_FAIL(-EINVAL, "hugepage: verify: not a hugepage LUT dmamem");
+	gran = UINT64_C(1) << mem->granule_shift;
+	fd = upcie_pagemap_open_();
+	if (fd < 0)
+		return fd;
+	for (size_t i = 0; i < mem->nlut && !err; i++) {
+		err = upcie_pagemap_read_(fd, (uintptr_t)mem->vaddr + i * gran, &phys);
+		if (!err && phys != mem->lut[i])
+			err = UPCIE_FAIL(-ESTALE,
+					 "hugepage: page %zu moved from physical 0x%" PRIx64
+					 " to 0x%" PRIx64 ": a device given the old address now "
+					 "writes into memory that is not ours",
+					 i, mem->lut[i], phys);
 	}
 	close(fd);
 	return err;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * PCI configuration space through sysfs: read, write, capability lists, bus mastering.
+ * PCI configuration space through sysfs: read, write, capability lists, bus mastering; and the
+ * function reset sysfs offers.
  *
  * Uses /sys/bus/pci/devices/<bdf>/config. Unprivileged readers see only the first 64 bytes (the
  * kernel returns zeroes past that, not an error); writes and full reads need root. Values are
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include <upcie/base/log.h>
+#include <upcie/base/sysfs.h>
 #include <upcie/pci/func.h>
 
 #define UPCIE_PCI_CFG_VENDOR	   0x00
@@ -67,7 +69,8 @@ static inline int upcie_pci_config_io_(const struct upcie_pci_bdf *bdf, uint32_t
 		if (err == -ENOENT)
 			return UPCIE_FAIL(-ENODEV, "pci: no PCI function %s", name);
 		return UPCIE_FAIL(err, "pci: %s: open config: %s%s", name, strerror(-err),
-				  err == -EACCES ? " (writing config space needs root)" : "");
+				  err == -EACCES ? " (writing config space needs root)"
+						 : upcie_pci_sysfs_hint_(err));
 	}
 	n = write ? pwrite(fd, buf, len, off) : pread(fd, buf, len, off);
 	err = n < 0 ? -errno : 0;
@@ -238,6 +241,32 @@ static inline int upcie_pci_bus_master_set(const struct upcie_pci_bdf *bdf, bool
 static inline int upcie_pci_bus_master_enable(const struct upcie_pci_bdf *bdf)
 {
 	return upcie_pci_bus_master_set(bdf, true, NULL);
+}
+
+/*
+ * Reset the function through sysfs ("reset": the kernel's pci_reset_function(), FLR or whatever
+ * it found). The kernel saves the config space first and restores it after, bus mastering
+ * included: the command register comes back as it was. Root. -EOPNOTSUPP when the function has
+ * no reset method (no "reset" attribute); -errno of the write otherwise.
+ */
+static inline int upcie_pci_func_reset(const struct upcie_pci_bdf *bdf)
+{
+	char path[PATH_MAX], name[UPCIE_PCI_BDF_STRLEN];
+	int err = upcie_pci_func_exists(bdf);
+
+	if (err)
+		return err;
+	upcie_pci_bdf_format(bdf, name, sizeof(name));
+	err = upcie_pci_func_path(bdf, "reset", path, sizeof(path));
+	if (err)
+		return err;
+	if (access(path, F_OK) != 0)
+		return UPCIE_FAIL(-EOPNOTSUPP, "pci: %s has no reset method (no %s)", name, path);
+	err = upcie_file_write_str(path, "1");
+	if (err)
+		return UPCIE_FAIL(err, "pci: %s: reset: %s%s", name, strerror(-err),
+				  upcie_pci_sysfs_hint_(err));
+	return 0;
 }
 
 #endif /* UPCIE_PCI_CONFIG_H */

@@ -77,7 +77,7 @@ static inline int upcie_pci_driver_unbind(const struct upcie_pci_bdf *bdf)
 	err = upcie_file_write_str(path, name);
 	if (err)
 		return UPCIE_FAIL(err, "pci: %s: unbind from %s: %s%s", name, cur, strerror(-err),
-				  err == -EACCES ? " (needs root)" : "");
+				  upcie_pci_sysfs_hint_(err));
 	return 0;
 }
 
@@ -107,13 +107,16 @@ static inline int upcie_pci_driver_bind(const struct upcie_pci_bdf *bdf, const c
 		err = upcie_file_write_str(path, driver);
 	if (err)
 		return UPCIE_FAIL(err, "pci: %s: set driver_override=%s: %s%s", name, driver,
-				  strerror(-err), err == -EACCES ? " (needs root)" : "");
+				  strerror(-err), upcie_pci_sysfs_hint_(err));
 	err = upcie_pci_driver_unbind(bdf);
 	if (err)
 		return err;
 	err = upcie_path_fmt(path, sizeof(path), "%s/bus/pci/drivers_probe", upcie_sysfs_root());
 	if (!err)
 		err = upcie_file_write_str(path, name);
+	if (err == -EROFS || err == -EACCES || err == -EPERM)
+		return UPCIE_FAIL(err, "pci: %s: drivers_probe: %s%s", name, strerror(-err),
+				  upcie_pci_sysfs_hint_(err));
 	/* drivers_probe reports probe failures through errno; the link tells the truth. */
 	if (upcie_pci_driver_get(bdf, cur, sizeof(cur)) == 0 && !strcmp(cur, driver))
 		return 0;

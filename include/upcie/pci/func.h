@@ -3,9 +3,10 @@
  * PCI function information from sysfs: ids, class, driver, IOMMU group, NUMA node, resources;
  * and a scan over every function in the system.
  *
- * Reads /sys/bus/pci/devices/<bdf>/ (the root is upcie_sysfs_root(), so tests can use a fake tree).
- * Needs no privileges. Does not change anything: binding lives in pci/driver.h, BAR mapping in
- * pci/bar.h, config space in pci/config.h.
+ * Reads /sys/bus/pci/devices/<bdf>/ and the function's IOMMU group under /sys/kernel/iommu_groups
+ * (the root is upcie_sysfs_root(), so tests can use a fake tree). Needs no privileges. Does not
+ * change anything: binding lives in pci/driver.h, BAR mapping in pci/bar.h, config space and
+ * resets in pci/config.h, /dev/uioN in pci/uio.h.
  */
 #ifndef UPCIE_PCI_FUNC_H
 #define UPCIE_PCI_FUNC_H
@@ -58,6 +59,32 @@ struct upcie_pci_func {
 };
 
 #define UPCIE_PCI_CLASS_NVME 0x010802u
+
+/* How the IOMMU treats a function's DMA (upcie_pci_func_iommu()). */
+enum upcie_pci_iommu {
+	UPCIE_PCI_IOMMU_NONE = 0,	  /* no IOMMU group: the device sees physical addresses */
+	UPCIE_PCI_IOMMU_IDENTITY = 1,	  /* passthrough (iommu=pt): it sees physical addresses */
+	UPCIE_PCI_IOMMU_TRANSLATED = 2,	  /* DMA, DMA-FQ, unmanaged, blocked: through a table */
+	UPCIE_PCI_IOMMU_VFIO_NOIOMMU = 3, /* a group vfio made up in no-IOMMU mode: none really */
+	UPCIE_PCI_IOMMU_UNKNOWN = 4,	  /* a group whose domain type the kernel does not say */
+};
+
+/*
+ * Suffix for a message about a failed sysfs write: says what to do when sysfs is read-only, as
+ * in most containers (the write fails with EROFS there); "" for other errors.
+ */
+static inline const char *upcie_pci_sysfs_hint_(int err)
+{
+	if (err == -EROFS)
+		return " (sysfs is read-only here, as in a container: bind the function and "
+		       "reserve "
+		       "hugepages on the host with upcie-setup, then open it without the bind "
+		       "option; on the uio path bus mastering also needs a writable /sys, the vfio "
+		       "paths do not)";
+	if (err == -EACCES || err == -EPERM)
+		return " (needs root)";
+	return "";
+}
 
 /* Path of attribute `attr` of function `bdf` ("" attr gives the function's directory). */
 static inline int upcie_pci_func_path(const struct upcie_pci_bdf *bdf, const char *attr, char *buf,
@@ -238,6 +265,52 @@ static inline int upcie_pci_func_read(const struct upcie_pci_bdf *bdf, struct up
 fail:
 	return UPCIE_FAIL(err, "pci: %s: reading sysfs attributes failed: %s", fn->name,
 			  strerror(-err));
+}
+
+/*
+ * How the IOMMU treats the DMA of `bdf`, from its IOMMU group's name and type
+ * (<sysfs>/kernel/iommu_groups/<n>/{name,type}); *group gets the group id or -1, and `type`
+ * (optional, len bytes) the kernel's word for the domain ("identity", "DMA-FQ", ...). 0, or
+ * -ENODEV / -errno reading sysfs.
+ */
+static inline int upcie_pci_func_iommu(const struct upcie_pci_bdf *bdf, enum upcie_pci_iommu *mode,
+				       int *group, char *type, size_t len)
+{
+	char path[PATH_MAX], buf[64], name[64] = "", t[64] = "";
+	int err = upcie_pci_func_exists(bdf);
+
+	if (err)
+		return err;
+	*mode = UPCIE_PCI_IOMMU_NONE;
+	if (group)
+		*group = -1;
+	if (type && len)
+		type[0] = '\0';
+	err = upcie_pci_func_link_name(bdf, "iommu_group", buf, sizeof(buf));
+	if (err)
+		return err;
+	if (!buf[0])
+		return 0;
+	if (group)
+		*group = atoi(buf);
+	if (!upcie_path_fmt(path, sizeof(path), "%s/kernel/iommu_groups/%s/name",
+			    upcie_sysfs_root(), buf))
+		upcie_file_read_str(path, name, sizeof(name));
+	if (!upcie_path_fmt(path, sizeof(path), "%s/kernel/iommu_groups/%s/type",
+			    upcie_sysfs_root(), buf))
+		upcie_file_read_str(path, t, sizeof(t));
+	if (type && len)
+		snprintf(type, len, "%s", t[0] ? t : "unknown");
+	if (!strcmp(name, "vfio-noiommu"))
+		*mode = UPCIE_PCI_IOMMU_VFIO_NOIOMMU;
+	else if (!strcmp(t, "identity"))
+		*mode = UPCIE_PCI_IOMMU_IDENTITY;
+	else if (!strcmp(t, "DMA") || !strcmp(t, "DMA-FQ") || !strcmp(t, "unmanaged") ||
+		 !strcmp(t, "blocked"))
+		*mode = UPCIE_PCI_IOMMU_TRANSLATED;
+	else
+		*mode = UPCIE_PCI_IOMMU_UNKNOWN;
+	return 0;
 }
 
 static inline int upcie_pci_name_cmp_(const void *a, const void *b)
