@@ -12,8 +12,13 @@
  * A dmamem is immutable after construction and may be translated from any thread; creating and
  * destroying it are the owner's business. It may be moved by value (upcie_dmamem_move()) until
  * something holds it by address (a heap does): `release` works from `priv` and `fd` only, never
- * from the struct's own address. upcie_dmamem_destroy() leaves `fd` to `release`, which owns it. The CPU view may be NULL (device memory the CPU cannot
- * touch); everything here works on offsets and never dereferences the memory.
+ * from the struct's own address. upcie_dmamem_destroy() leaves `fd` to `release`, which owns it.
+ * The CPU view may be NULL (device memory the CPU cannot touch); everything here works on offsets
+ * and never dereferences the memory.
+ *
+ * Memory a device may still write must never go back to the system: when a device could not be
+ * stopped (its controller did not disable), upcie_dmamem_keep() moves the dmamem to a
+ * process-wide list where it stays, mapped and owned, until the process exits.
  */
 #ifndef UPCIE_MEM_DMAMEM_H
 #define UPCIE_MEM_DMAMEM_H
@@ -122,6 +127,51 @@ static inline void upcie_dmamem_destroy(struct upcie_dmamem *mem)
 		free(mem->lut);
 	memset(mem, 0, sizeof(*mem));
 	mem->fd = -1;
+}
+
+/* One kept dmamem (upcie_dmamem_keep()); the list only grows. */
+struct upcie_dmamem_kept_ {
+	struct upcie_dmamem mem;
+	struct upcie_dmamem_kept_ *next;
+};
+
+struct upcie_dmamem_kept_list {
+	struct upcie_dmamem_kept_ *head;
+	uint64_t bytes;
+};
+
+UPCIE_WEAK struct upcie_dmamem_kept_list upcie_dmamem_kept_g = { NULL, 0 };
+
+/*
+ * Keep `mem` for the rest of the process instead of destroying it: for memory a device may still
+ * write because it could not be stopped. Its release never runs (the pages stay mapped and
+ * owned, IOMMU mappings stay until their container goes), and `mem` is zeroed. Any thread.
+ */
+static inline void upcie_dmamem_keep(struct upcie_dmamem *mem)
+{
+	struct upcie_dmamem_kept_ *k;
+
+	if (!mem || (!mem->size && !mem->priv && !mem->release))
+		return;
+	k = (struct upcie_dmamem_kept_ *)calloc(1, sizeof(*k));
+	if (k) {
+		k->mem = *mem;
+		k->next = __atomic_load_n(&upcie_dmamem_kept_g.head, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&upcie_dmamem_kept_g.head, &k->next, k, true,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			;
+	}
+	__atomic_fetch_add(&upcie_dmamem_kept_g.bytes, (uint64_t)mem->size, __ATOMIC_RELAXED);
+	UPCIE_WARN("dmamem: keeping %zu bytes of %s memory for good: a device may still write it",
+		   mem->size, mem->kind ? mem->kind : "DMA");
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+}
+
+/* Bytes kept by upcie_dmamem_keep() in this process so far. */
+static inline uint64_t upcie_dmamem_kept_bytes(void)
+{
+	return __atomic_load_n(&upcie_dmamem_kept_g.bytes, __ATOMIC_RELAXED);
 }
 
 /* Move *src into *dst (which must not hold a live dmamem) and leave *src zeroed. */

@@ -50,6 +50,15 @@
  * open, shuts the controller down (CC.SHN normal, CSTS.SHST complete, bounded by RTD3E) and
  * disables it. The CMB works from NVMe 1.2 on (CMBMSC only from 1.4).
  *
+ * Bus mastering and memory (upcie_nvme_ctrl_open()/close()): open finds bus mastering off
+ * (nvme/dev.h), stops whatever the last owner left running (CC.EN = 0 and CSTS.RDY = 0, or a
+ * function reset when the controller does not disable) and only then turns bus mastering on, so
+ * a controller a crashed process left enabled cannot DMA into addresses it still holds; then
+ * (uio) the DMA memory files that process left behind are freed (upcie_nvme_dev_reclaim()). Close
+ * disables the controller, turns bus mastering off and checks it, then frees the host memory;
+ * when the disable failed the controller may still write that memory, so it is kept for the
+ * life of the process (upcie_dmamem_keep()) instead of freed.
+ *
  * Threading: admin commands, queue create/delete, CMB and interrupt setup take the controller's
  * mutex, so threads may create their queues concurrently. Each I/O queue has one owner thread.
  * Reset and close must not run while other threads use queues. The struct holds pointers into
@@ -1146,10 +1155,44 @@ static inline int upcie_nvme_ctrl_init(struct upcie_nvme_ctrl *c, volatile void 
 }
 
 /*
- * Open NVMe function `bdf` on the path in opts->dev (nvme/dev.h), turn bus mastering on,
- * allocate opts->host_mem bytes of host DMA memory and bring the controller up as
- * upcie_nvme_ctrl_init() does; with opts->irq_vectors, also enable that many MSI-X vectors.
- * Returns 0 or the first error (see dev and init); `c` is zeroed on failure.
+ * Stop the controller the dev was opened on, bus mastering still off: CC.EN = 0 and wait for
+ * CSTS.RDY = 0; a controller that does not stop gets a function reset and another try. The
+ * controller then processes nothing, so bus mastering can be turned on. -ETIMEDOUT (with the
+ * reset's failure logged) when it still does not stop, -ENODEV when it is gone.
+ */
+static inline int upcie_nvme_ctrl_quiesce_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t css = 0;
+	int err, e2;
+
+	err = upcie_nvme_ctrl_caps_(c, &css);
+	if (err)
+		return err;
+	err = upcie_nvme_ctrl_disable_(c);
+	if (!err || err == -ENODEV)
+		return err;
+	UPCIE_WARN("nvme %s: the controller does not disable; resetting the function", c->name);
+	e2 = upcie_nvme_dev_reset(&c->dev);
+	/* the reset restores the command register as saved: bus mastering off; make sure */
+	if (!e2)
+		e2 = upcie_nvme_dev_bus_master(&c->dev, false);
+	if (!e2)
+		e2 = upcie_nvme_ctrl_disable_(c);
+	if (e2)
+		return UPCIE_FAIL(err,
+				  "nvme %s: the controller cannot be stopped (disable and function "
+				  "reset failed): bus mastering stays off",
+				  c->name);
+	return 0;
+}
+
+/*
+ * Open NVMe function `bdf` on the path in opts->dev (nvme/dev.h), stop the controller (bus
+ * mastering still off), turn bus mastering on, allocate opts->host_mem bytes of host DMA memory
+ * (on the function's NUMA node) and bring the controller up as upcie_nvme_ctrl_init() does;
+ * with opts->irq_vectors, also enable that many MSI-X vectors. Returns 0 or the first error
+ * (see dev and init; -ETIMEDOUT when the controller cannot be stopped); `c` is zeroed on
+ * failure.
  */
 static inline int upcie_nvme_ctrl_open(struct upcie_nvme_ctrl *c, const struct upcie_pci_bdf *bdf,
 				       const struct upcie_nvme_ctrl_opts *opts)
@@ -1171,6 +1214,11 @@ static inline int upcie_nvme_ctrl_open(struct upcie_nvme_ctrl *c, const struct u
 	memcpy(c->name, c->dev.name, sizeof(c->name));
 	c->regs = (volatile uint8_t *)c->dev.regs;
 	c->regs_size = c->dev.regs_size;
+	err = upcie_nvme_ctrl_quiesce_(c);
+	if (err)
+		goto fail;
+	/* stopped: memory a driver that died left to it can go back now */
+	upcie_nvme_dev_reclaim(&c->dev);
 	/* the kernel driver left it off (unbind) and uio_pci_generic does not set it: without it
 	 * every DMA is dropped and commands time out silently */
 	err = upcie_nvme_dev_bus_master(&c->dev, true);
@@ -2206,13 +2254,18 @@ static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
  * Write the volatile write cache back (Flush, when Identify VWC says there is one), delete the
  * I/O queues still open (their structs must still exist; no thread may use them), disable the
  * CMB and interrupts, shut the controller down (CC.SHN normal, wait for CSTS.SHST complete) and
- * disable it, then release memory and the PCI function. A dead controller (all ones, CSTS.CFS)
- * or one already stopped is sent no Flush, no deletes and no shutdown: it is disabled, which is
- * quick. Returns 0, or the shutdown's or disable's error (-ETIMEDOUT, -ENODEV, -EIO), or the
- * Flush's; everything is released regardless. A zeroed controller is a no-op returning 0.
+ * disable it, turn bus mastering off, then release memory and the PCI function. A dead
+ * controller (all ones, CSTS.CFS) or one already stopped is sent no Flush, no deletes and no
+ * shutdown: it is disabled, which is quick. Returns 0, or the shutdown's or disable's error
+ * (-ETIMEDOUT, -ENODEV, -EIO), or the Flush's, or -EBUSY when the controller did not disable
+ * (CSTS.RDY still 1): it may still write memory it was given, bus mastering off or not, so the
+ * host memory open allocated is kept (upcie_dmamem_keep()), and memory the caller gave it
+ * (queues, buffers) must not be reused either. Everything else is released regardless. A
+ * zeroed controller is a no-op returning 0.
  */
 static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 {
+	bool stopped = true;
 	int err = 0, eflush = 0;
 
 	if (!c)
@@ -2232,23 +2285,37 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 		}
 		if (c->state != UPCIE_NVME_CTRL_CLOSED && c->regs) {
 			int e2 = upcie_nvme_ctrl_halt_locked_(c);
+			uint32_t csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
 
 			if (!err && !c->gone)
 				err = e2;
+			/* halt's fallback (bus mastering off) does not free memory: a controller that
+			 * never disabled may still finish what it had taken (QEMU's NVMe model does) */
+			if (!c->gone && csts != UPCIE_NVME_REG_GONE && (e2 || (csts & 1))) {
+				stopped = false;
+				err = -EBUSY;
+			}
 		}
 		pthread_mutex_unlock(&c->lock);
 		pthread_mutex_destroy(&c->lock);
 		if (!err)
 			err = eflush;
 	}
+	/* no DMA from here on, before any memory goes back */
+	if (c->dev.open && upcie_nvme_dev_bus_master(&c->dev, false))
+		UPCIE_ERR("nvme %s: bus mastering could not be turned off", c->name);
 	upcie_nvme_qpair_fini(&c->admin);
 	upcie_heap_fini(&c->heap);
-	upcie_dmamem_destroy(&c->host_own);
-	free(c->ioqs);
-	if (c->dev.open) {
-		upcie_nvme_dev_bus_master(&c->dev, false);
-		upcie_nvme_dev_close(&c->dev);
+	if (stopped) {
+		upcie_dmamem_destroy(&c->host_own);
+	} else if (c->host_own.size) {
+		UPCIE_ERR("nvme %s: the controller did not stop: its %zu bytes of host memory are "
+			  "kept, not freed",
+			  c->name, c->host_own.size);
+		upcie_dmamem_keep(&c->host_own);
 	}
+	free(c->ioqs);
+	upcie_nvme_dev_close(&c->dev);
 	upcie_nvme_ctrl_zero_(c);
 	return err;
 }

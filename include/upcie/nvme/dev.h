@@ -2,14 +2,32 @@
 /*
  * How an NVMe controller is reached from user space: one of three paths, behind one object.
  *
- *   uio     the function bound to uio_pci_generic; BAR0 mapped through sysfs; bus mastering set
- *           in config space through sysfs; DMA memory is hugepages described by a LUT of
- *           physical addresses (the device sees physical addresses: IOMMU off or passthrough).
+ *   uio     the function bound to uio_pci_generic (required: an unbound function could be
+ *           taken by the kernel's nvme driver at any rescan), /dev/uioN held open for the
+ *           dev's lifetime (pci/uio.h: the kernel clears bus mastering when the process dies);
+ *           BAR0 mapped through sysfs; bus mastering set in config space through sysfs; DMA
+ *           memory is hugepages described by a LUT of physical addresses, in hugetlbfs files
+ *           named after the function that outlive a process that dies (the controller it
+ *           left may still write them; the next open stops it, then frees them). The device must see
+ *           physical addresses: no IOMMU, or a passthrough (identity) domain; a function whose
+ *           IOMMU group translates is refused (-EOPNOTSUPP) rather than left to time out on
+ *           faulting DMA. Hugetlb pages can still move under a device that holds their physical
+ *           address (see mem/hugepage.h); the vfio paths pin them and do not have that risk.
  *   type1   the function bound to vfio-pci, reached through its IOMMU group in a type1
  *           container; BAR0 and config space through vfio regions; DMA memory is hugepages
  *           mapped at IOVAs the container's allocator picks (never the physical address).
+ *           Functions that share a group (a multi-function device, a switch without ACS) share
+ *           its group file through the container (vfio/type1.h). vfio's no-IOMMU mode is
+ *           refused with a message.
  *   iommufd the function's vfio cdev bound to an iommufd and attached to an IOAS (Linux >= 6.6
- *           with CONFIG_VFIO_DEVICE_CDEV); DMA memory is mapped at IOVAs the kernel picks.
+ *           with CONFIG_VFIO_DEVICE_CDEV); DMA memory is mapped at IOVAs the IOAS's allocator
+ *           picks.
+ *
+ * Open turns bus mastering off: a controller the last owner left enabled (a crashed process)
+ * cannot DMA until the controller layer has stopped it (nvme/ctrl.h turns it on after the
+ * disable). Close turns it off and checks that it is off. DMA memory from upcie_nvme_dev_dmamem()
+ * comes from the NUMA node the function sits on (sysfs numa_node), unless the hugepage options
+ * say otherwise (numa set: their node; node UPCIE_HUGEPAGE_NODE_ANY: no placement).
  *
  * Everything above this header (nvme/ctrl.h, nvme/ns.h) sees only a register mapping and
  * dmamem objects, so the controller and data path code never branches on the path. The same
@@ -30,6 +48,7 @@
 #include <upcie/base/feature.h>
 
 #include <dirent.h>
+#include <endian.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/vfio.h>
@@ -51,6 +70,7 @@
 #include <upcie/pci/config.h>
 #include <upcie/pci/driver.h>
 #include <upcie/pci/func.h>
+#include <upcie/pci/uio.h>
 #include <upcie/vfio/cdev.h>
 #include <upcie/vfio/device.h>
 #include <upcie/vfio/iommufd.h>
@@ -74,7 +94,7 @@ struct upcie_nvme_dev_opts {
 	struct upcie_vfio_iommufd *iommufd;
 	struct upcie_vfio_ioas *ioas;
 	/* source of the DMA memory upcie_nvme_dev_dmamem() allocates; NULL: hugetlb memfd of
-	 * the default hugepage size */
+	 * the default hugepage size; either way on the function's NUMA node unless numa is set */
 	const struct upcie_hugepage_opts *hugepage;
 };
 
@@ -87,8 +107,13 @@ struct upcie_nvme_dev {
 	char name[UPCIE_PCI_BDF_STRLEN];
 	struct upcie_hugepage_opts hp;
 	bool open;
+	bool owned;    /* the function is ours: bus mastering may be touched */
+	int numa_node; /* of the function, -1: unknown */
 	/* uio */
 	struct upcie_pci_bar bar0;
+	struct upcie_pci_uio uio;
+	bool hp_named;	    /* DMA memory in named hugetlbfs files that outlive a dead process */
+	char hp_prefix[48]; /* "upcie-dma-<bdf>-": the names of this function's files */
 	/* vfio, both paths */
 	struct upcie_vfio_device vdev;
 	struct upcie_vfio_region bar0r;
@@ -152,12 +177,21 @@ static inline int upcie_nvme_path_parse(const char *s, enum upcie_nvme_path *pat
 	return 0;
 }
 
-/* Close what open set up, in reverse. A zeroed or closed dev is a no-op. */
+static inline int upcie_nvme_dev_bus_master_(const struct upcie_nvme_dev *dev, bool enable);
+
+/*
+ * Close what open set up, in reverse; bus mastering is turned off first (and checked). A zeroed
+ * or closed dev is a no-op.
+ */
 static inline void upcie_nvme_dev_close(struct upcie_nvme_dev *dev)
 {
 	if (!dev)
 		return;
+	if (dev->owned && upcie_nvme_dev_bus_master_(dev, false))
+		UPCIE_ERR("nvme: %s: bus mastering could not be turned off at close", dev->name);
 	upcie_pci_bar_unmap(&dev->bar0);
+	/* uio_pci_generic clears bus mastering again as it lets go */
+	upcie_pci_uio_close(&dev->uio);
 	upcie_vfio_region_unmap(&dev->bar0r);
 	/* closing the cdev detaches it, so the IOAS can go after it */
 	upcie_vfio_device_close(&dev->vdev);
@@ -172,6 +206,8 @@ static inline void upcie_nvme_dev_close(struct upcie_nvme_dev *dev)
 	dev->bar0.index = -1;
 	dev->vdev.fd = -1;
 	dev->group.fd = -1;
+	dev->uio.fd = -1;
+	dev->numa_node = -1;
 }
 
 /* The function's vfio cdev exists (bound to vfio-pci, a kernel with CONFIG_VFIO_DEVICE_CDEV). */
@@ -209,6 +245,31 @@ static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev,
 			  dev->name, drv, want, dev->name, want);
 }
 
+/* The uio path hands the device physical addresses: refuse a function whose DMA is translated. */
+static inline int upcie_nvme_dev_uio_iommu_check_(const struct upcie_nvme_dev *dev)
+{
+	enum upcie_pci_iommu mode;
+	char type[32];
+	int group, err = upcie_pci_func_iommu(&dev->bdf, &mode, &group, type, sizeof(type));
+
+	if (err)
+		return UPCIE_FAIL(err, "nvme: %s: cannot tell how the IOMMU treats it: %s",
+				  dev->name, strerror(-err));
+	if (mode == UPCIE_PCI_IOMMU_TRANSLATED)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "nvme: %s: its IOMMU group %d translates DMA (domain type %s), "
+		    "so on uio_pci_generic the device cannot reach the physical "
+		    "addresses the uio path gives it (every DMA would fault): use the "
+		    "vfio path (type1 or iommufd), or boot with iommu=pt",
+		    dev->name, group, type);
+	if (mode == UPCIE_PCI_IOMMU_UNKNOWN)
+		UPCIE_WARN("nvme: %s: IOMMU group %d, domain type '%s': assuming the device sees "
+			   "physical addresses",
+			   dev->name, group, type);
+	return 0;
+}
+
 static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 					    const struct upcie_nvme_dev_opts *o)
 {
@@ -232,6 +293,7 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 		err = upcie_vfio_device_open(&dev->vdev, &dev->group, &dev->bdf);
 		if (err)
 			return err;
+		dev->owned = true;
 	} else {
 		if (o->iommufd) {
 			dev->iommufd = o->iommufd;
@@ -252,6 +314,7 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 		err = upcie_vfio_cdev_open(&dev->vdev, dev->iommufd, &dev->bdf);
 		if (err)
 			return err;
+		dev->owned = true;
 		err = upcie_vfio_cdev_attach(&dev->vdev, dev->ioas);
 		if (err)
 			return err;
@@ -266,10 +329,12 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 
 /*
  * Open NVMe function `bdf` on the path in `opts` (NULL: AUTO, no binding, own container or
- * IOAS, default hugepages) and map BAR0. Bus mastering is left as it is (the controller layer
- * turns it on). Returns 0; -EINVAL; -EBUSY when another driver owns the function; -ENXIO when
- * a vfio path is asked for a function without an IOMMU group; or the error of the failing
- * step (with a message). `dev` is zeroed on failure.
+ * IOAS, default hugepages) and map BAR0. Bus mastering is turned off (the controller layer turns
+ * it on once the controller is stopped). Returns 0; -EINVAL; -EBUSY when another driver owns
+ * the function or another process holds it; -ENXIO when a vfio path is asked for a function
+ * without an IOMMU group, or the uio path for one not bound to uio_pci_generic; -EOPNOTSUPP for
+ * the uio path under a translating IOMMU and for vfio's no-IOMMU mode; or the error of the
+ * failing step (with a message). `dev` is zeroed on failure.
  */
 static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct upcie_pci_bdf *bdf,
 				      const struct upcie_nvme_dev_opts *opts)
@@ -285,6 +350,8 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	dev->bar0.index = -1;
 	dev->vdev.fd = -1;
 	dev->group.fd = -1;
+	dev->uio.fd = -1;
+	dev->numa_node = -1;
 	if (!bdf)
 		return UPCIE_FAIL(-EINVAL, "nvme: dev open: NULL address");
 	if (!opts) {
@@ -300,6 +367,12 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	err = upcie_pci_func_read(bdf, &fn);
 	if (err)
 		goto fail;
+	dev->numa_node = fn.numa_node;
+	if (!dev->hp.numa && fn.numa_node >= 0) {
+		/* hugepages come from the faulting CPU's node otherwise */
+		dev->hp.numa = true;
+		dev->hp.node = fn.numa_node;
+	}
 	dev->path = opts->path;
 	snprintf(dev->path_why, sizeof(dev->path_why), "asked for");
 	if (dev->path == UPCIE_NVME_PATH_AUTO) {
@@ -341,6 +414,29 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 				       : "no vfio cdev, no /dev/iommu");
 	}
 	if (dev->path == UPCIE_NVME_PATH_UIO) {
+		err = upcie_nvme_dev_uio_iommu_check_(dev);
+		if (!err)
+			err = upcie_pci_uio_open(bdf, &dev->uio);
+		if (err)
+			goto fail;
+		dev->owned = true;
+		snprintf(dev->hp_prefix, sizeof(dev->hp_prefix), "upcie-dma-%s-", dev->name);
+		if (!opts->hugepage) {
+			char dir[PATH_MAX];
+
+			/* memory the device keeps after a crash must not go back to the pool */
+			if (!upcie_hugetlbfs_mount(0, dir, sizeof(dir))) {
+				dev->hp.src = UPCIE_HUGEPAGE_HUGETLBFS;
+				dev->hp_named = true;
+			} else {
+				UPCIE_WARN(
+				    "nvme: %s: no hugetlbfs mount of the default hugepage "
+				    "size: DMA memory comes from memfds, which go back to the "
+				    "system as soon as a process dies; the controller it left "
+				    "may still write there (mount hugetlbfs)",
+				    dev->name);
+			}
+		}
 		err = upcie_pci_bar_map(bdf, 0, 0, &dev->bar0);
 		if (err)
 			goto fail;
@@ -351,6 +447,10 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 		if (err)
 			goto fail;
 	}
+	/* whatever the last owner left running must not DMA before the controller is stopped */
+	err = upcie_nvme_dev_bus_master_(dev, false);
+	if (err)
+		goto fail;
 	if (dev->regs_size < 0x2000) {
 		err = UPCIE_FAIL(-ENODEV,
 				 "nvme: %s: BAR0 is %zu bytes, too small for an NVMe "
@@ -367,33 +467,109 @@ fail:
 	return err;
 }
 
-/* Set or clear bus mastering (and memory decoding when setting): sysfs for uio, vfio else. */
-static inline int upcie_nvme_dev_bus_master(const struct upcie_nvme_dev *dev, bool enable)
+static inline int upcie_nvme_dev_bus_master_(const struct upcie_nvme_dev *dev, bool enable)
 {
 	uint16_t cmd = 0;
 	int err;
 
-	if (!dev || !dev->open)
-		return UPCIE_FAIL(-EINVAL, "nvme: bus master: dev not open");
 	if (dev->path == UPCIE_NVME_PATH_UIO)
 		return upcie_pci_bus_master_set(&dev->bdf, enable, NULL);
 	err = upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX, UPCIE_PCI_CFG_COMMAND,
 				   &cmd, 2, 0);
 	if (err)
 		return err;
+	cmd = le16toh(cmd);
 	if (enable)
 		cmd |= UPCIE_PCI_CMD_MASTER | UPCIE_PCI_CMD_MEMORY;
 	else
 		cmd &= (uint16_t)~UPCIE_PCI_CMD_MASTER;
-	return upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX, UPCIE_PCI_CFG_COMMAND,
-				    &cmd, 2, 1);
+	cmd = htole16(cmd);
+	err = upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX, UPCIE_PCI_CFG_COMMAND,
+				   &cmd, 2, 1);
+	if (!err)
+		err = upcie_vfio_region_rw(&dev->vdev, VFIO_PCI_CONFIG_REGION_INDEX,
+					   UPCIE_PCI_CFG_COMMAND, &cmd, 2, 0);
+	if (err)
+		return err;
+	if (!!(le16toh(cmd) & UPCIE_PCI_CMD_MASTER) != enable)
+		return UPCIE_FAIL(-EIO, "nvme: %s: bus master bit did not stick (command=0x%04x)",
+				  dev->name, le16toh(cmd));
+	return 0;
+}
+
+/*
+ * Set or clear bus mastering (and memory decoding when setting): sysfs for uio, vfio else. The
+ * command register is read back: -EIO when the bit did not take.
+ */
+static inline int upcie_nvme_dev_bus_master(const struct upcie_nvme_dev *dev, bool enable)
+{
+	if (!dev || !dev->open)
+		return UPCIE_FAIL(-EINVAL, "nvme: bus master: dev not open");
+	return upcie_nvme_dev_bus_master_(dev, enable);
+}
+
+/*
+ * Reset the function (a function-level reset or whatever the kernel has for it): through vfio
+ * (VFIO_DEVICE_RESET) or sysfs (uio). The kernel restores the command register as it was before
+ * the reset, bus mastering included. -EOPNOTSUPP when there is no reset method.
+ */
+static inline int upcie_nvme_dev_reset(const struct upcie_nvme_dev *dev)
+{
+	if (!dev || !dev->open)
+		return UPCIE_FAIL(-EINVAL, "nvme: reset: dev not open");
+	if (dev->path == UPCIE_NVME_PATH_UIO)
+		return upcie_pci_func_reset(&dev->bdf);
+	return upcie_vfio_device_reset(&dev->vdev);
+}
+
+/* Hugepage LUT memory in a file named after the function, the process and a count. */
+static inline int upcie_nvme_dev_dmamem_named_(const struct upcie_nvme_dev *dev, size_t size,
+					       struct upcie_dmamem *mem)
+{
+	static unsigned seq;
+	struct upcie_hugepage_opts o = dev->hp;
+	char name[96];
+	int err = -EEXIST;
+
+	/* another translation unit's counter may have taken a name: the next one is free */
+	for (int tries = 0; err == -EEXIST && tries < 64; tries++) {
+		snprintf(name, sizeof(name), "%s%d-%u", dev->hp_prefix, (int)getpid(),
+			 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+		o.name = name;
+		err = upcie_dmamem_hugepage_lut(mem, size, &o);
+	}
+	return err;
+}
+
+/*
+ * Remove the DMA memory files a process that died left for this function (uio path), now that
+ * the function's device is stopped: until then its hugepages stay allocated, as the dead
+ * process's controller may have kept writing them. Files of live processes stay. Returns the
+ * number removed (>= 0) or -errno; 0 on the other paths.
+ */
+static inline int upcie_nvme_dev_reclaim(const struct upcie_nvme_dev *dev)
+{
+	int n;
+
+	if (!dev || !dev->open)
+		return UPCIE_FAIL(-EINVAL, "nvme: reclaim: dev not open");
+	if (dev->path != UPCIE_NVME_PATH_UIO || !dev->hp_prefix[0])
+		return 0;
+	n = upcie_hugepage_reclaim(dev->hp_prefix);
+	if (n > 0)
+		UPCIE_INFO("nvme: %s: %d DMA memory files of a driver that died reclaimed",
+			   dev->name, n);
+	return n;
 }
 
 /*
  * `size` bytes of host memory the controller can DMA to and from, with a CPU view: hugepages
  * with a physical-address LUT (uio), or mapped into the container (type1) or IOAS (iommufd) at
- * an IOVA. The size is rounded up to the page size of the memory. Destroy it with
- * upcie_dmamem_destroy() before closing the dev. `mem` is zeroed on failure.
+ * an IOVA. On the uio path (default options, a hugetlbfs mount present) the hugepages live in a
+ * file named after the function ("upcie-dma-<bdf>-<pid>-<n>") that outlives a process that dies
+ * with the controller running, until upcie_nvme_dev_reclaim() after the controller is stopped.
+ * The size is rounded up to the page size of the memory. Destroy it with upcie_dmamem_destroy()
+ * before closing the dev. `mem` is zeroed on failure.
  */
 static inline int upcie_nvme_dev_dmamem(const struct upcie_nvme_dev *dev, size_t size,
 					struct upcie_dmamem *mem)
@@ -407,6 +583,8 @@ static inline int upcie_nvme_dev_dmamem(const struct upcie_nvme_dev *dev, size_t
 	}
 	switch (dev->path) {
 	case UPCIE_NVME_PATH_UIO:
+		if (dev->hp_named)
+			return upcie_nvme_dev_dmamem_named_(dev, size, mem);
 		return upcie_dmamem_hugepage_lut(mem, size, &dev->hp);
 	case UPCIE_NVME_PATH_TYPE1:
 		return upcie_dmamem_type1_hugepage(mem, dev->container, size, &dev->hp);

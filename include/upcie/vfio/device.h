@@ -220,8 +220,13 @@ static inline int upcie_vfio_region_rw(const struct upcie_vfio_device *dev, uint
 /*
  * Function-level reset (VFIO_DEVICE_RESET): whatever reset the kernel found for the function
  * (FLR, PM, slot or bus reset where the whole bus is owned). -EOPNOTSUPP when the kernel reports
- * no reset method for it. The device comes back with bus mastering and MSI-X off and its BARs
- * as the kernel restored them; queues and interrupts must be set up again.
+ * no reset method for it. The kernel saves the config space, holds the command register at
+ * INTx-disable during the reset and restores everything after (pci_try_reset_function():
+ * pci_dev_save_and_disable(), pci_dev_restore(); Linux 6.1 to 7.3): the command register comes
+ * back as it was, bus mastering included, and so do the BARs and the MSI-X setup vfio made. The
+ * device's own state is gone (an NVMe controller is disabled, its queues forgotten), so a
+ * device that had bus mastering on is live again at once: turn it off before the reset where
+ * nothing may DMA until the device is set up again.
  */
 static inline int upcie_vfio_device_reset(const struct upcie_vfio_device *dev)
 {
