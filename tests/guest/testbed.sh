@@ -26,20 +26,22 @@ readonly CASE_TIMEOUT=${UPCIE_TESTBED_CASE_TIMEOUT:-120} # default per case, "# 
 readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 # guests never run in parallel on this machine, whatever the cache and work dirs
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
-readonly CONFIGS=(A B C)
+readonly CONFIGS=(A B C D)
 # dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE")
 readonly DMESG_BAD='WARNING:|BUG:|Oops|DMAR: \[DMA|general protection fault|Kernel panic'
 # kernel modules put into every initramfs (with their dependencies), where they exist
 readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udmabuf"
 
-# machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules
-declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7)
-declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1)
-declare -A CFG_OOT=([A]=0 [B]=0 [C]=1)
+# machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules; D also has
+# the vIOMMU in passthrough (identity default domains), two NUMA nodes and the D-only devices
+declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61)
+declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1)
+declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0)
 declare -A CFG_TEXT=(
 	[A]="6.1, no IOMMU"
 	[B]="6.1, intel-iommu (translating)"
 	[C]="7.x, intel-iommu (translating), out-of-tree iommufd + vfio cdev"
+	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c2 on node 1 (throttled reads) and NVMe c3 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
 )
 
 # emulated device layout; the guest learns it from the kernel command line
@@ -55,6 +57,16 @@ readonly NAMESPACES=(
 	"c1n5 c1 5 4096 8 8M pi=1"
 )
 readonly VRAM_SIZE=64M PMR_SIZE=16M
+# configuration D only: c2 behind a PCIe expander bridge on NUMA node 1, its reads throttled so
+# that they stay in flight for seconds; c3 and an ivshmem function as functions 0 and 1 of one
+# multi-function device (no ACS: one IOMMU group)
+readonly BDF_C2=0000:81:00.0 BDF_C3=0000:00:07.0 BDF_VRM2=0000:00:07.1
+readonly SN_C2=cafe0002 SN_C3=cafe0003
+readonly NAMESPACES_D=(
+	"c2n1 c2 1 512 0 8M"
+	"c3n1 c3 1 512 0 8M"
+)
+readonly VRM2_SIZE=16M C2_READ_BPS=262144
 
 # ---------------------------------------------------------------------------
 # small helpers
@@ -911,10 +923,17 @@ all_cases() {
 
 img_var() { echo "TB_IMG_$(echo "$1" | tr '[:lower:]' '[:upper:]')"; }
 
-make_backing_files() { # RUNDIR NONCE : fresh pattern-filled files for one boot
-	local dir=$1 nonce=$2 ns name
+cfg_namespaces() { # CONFIG : the namespace lines of the configuration (into array CFG_NS)
+	CFG_NS=("${NAMESPACES[@]}")
+	[ "$1" = D ] && CFG_NS+=("${NAMESPACES_D[@]}")
+	return 0
+}
+
+make_backing_files() { # RUNDIR NONCE CONFIG : fresh pattern-filled files for one boot
+	local dir=$1 nonce=$2 c=$3 ns name
 	local lbs ms extra bytes nlbas
-	for ns in "${NAMESPACES[@]}"; do
+	cfg_namespaces "$c"
+	for ns in "${CFG_NS[@]}"; do
 		read -r name _ _ lbs ms size extra <<<"$ns"
 		"$WORK/build/bin/tbpat" fill "$dir/$name.img" "$size" "$name$nonce"
 		case ",$extra," in
@@ -931,6 +950,9 @@ make_backing_files() { # RUNDIR NONCE : fresh pattern-filled files for one boot
 	done
 	"$WORK/build/bin/tbpat" fill "$dir/vram.img" "$VRAM_SIZE" "vram$nonce"
 	"$WORK/build/bin/tbpat" fill "$dir/pmr.img" "$PMR_SIZE" "pmr_$nonce"
+	if [ "$c" = D ]; then
+		"$WORK/build/bin/tbpat" fill "$dir/vrm2.img" "$VRM2_SIZE" "vrm2$nonce"
+	fi
 }
 
 qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QARGS)
@@ -938,8 +960,17 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	load_state "${CFG_SLOT[$c]}"
 	kernel=${VMLINUX:-$BZIMAGE}
 	[ -n "$kernel" ] && [ -f "$kernel" ] || kernel=$BZIMAGE
-	QARGS=("$QEMU" -machine q35 -accel tcg -m 2G -smp 2 -nographic -nic none -vga none -no-reboot
+	local smp=2
+	# D: one socket per node, or the kernel warns that CPUs sharing a cache sit on two nodes
+	[ "$c" = D ] && smp=2,sockets=2,cores=1,threads=1
+	QARGS=("$QEMU" -machine q35 -accel tcg -m 2G -smp "$smp" -nographic -nic none -vga none -no-reboot
 		-kernel "$kernel" -initrd "$(initramfs_path "$c")")
+	if [ "$c" = D ]; then
+		# two NUMA nodes of 1 GiB and one vCPU each
+		# shellcheck disable=SC2054
+		QARGS+=(-object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G
+			-numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1)
+	fi
 	if [ "${CFG_IOMMU[$c]}" = 1 ]; then
 		# shellcheck disable=SC2054
 		QARGS+=(-device intel-iommu,intremap=on,caching-mode=on)
@@ -955,9 +986,32 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	done
 	QARGS+=(-object "memory-backend-file,id=vram,size=$VRAM_SIZE,mem-path=$dir/vram.img,share=on"
 		-device "ivshmem-plain,memdev=vram,addr=${BDF_VRAM:8:2}.${BDF_VRAM:11:1}")
+	if [ "$c" = D ]; then
+		local thr
+		# c2 behind a root port of an expander bridge on node 1 (bus 0x80; c2 on 0x81)
+		QARGS+=(-device pxb-pcie,id=pxb1,bus_nr=0x80,numa_node=1,bus=pcie.0,addr=0x9
+			-device pcie-root-port,id=rp1,bus=pxb1,chassis=1,addr=0x0
+			-device "nvme,id=c2,serial=$SN_C2,bus=rp1"
+			-device "nvme,id=c3,serial=$SN_C3,bus=pcie.0,addr=${BDF_C3:8:2}.${BDF_C3:11:1},multifunction=on")
+		for ns in "${NAMESPACES_D[@]}"; do
+			read -r name ctrl nsid lbs ms size <<<"$ns"
+			thr=
+			[ "$ctrl" = c2 ] && thr=",throttling.bps-read=$C2_READ_BPS"
+			QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw$thr"
+				-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs")
+			nsfacts+=("$name/$nsid/$lbs/$ms/$size")
+		done
+		QARGS+=(-object "memory-backend-file,id=vrm2,size=$VRM2_SIZE,mem-path=$dir/vrm2.img,share=on"
+			-device "ivshmem-plain,memdev=vrm2,bus=pcie.0,addr=${BDF_VRM2:8:2}.${BDF_VRM2:11:1},multifunction=on")
+	fi
 	local append="console=ttyS0 panic=-1 quiet"
 	[ "${CFG_IOMMU[$c]}" = 1 ] && append+=" intel_iommu=on"
+	[ "$c" = D ] && append+=" iommu=pt"
 	append+=" tb_config=$c tb_cases=$cases tb_nonce=$nonce tb_kernel=$KV tb_iommu=${CFG_IOMMU[$c]}"
+	if [ "$c" = D ]; then
+		append+=" tb_iommu_pt=1 tb_numa_nodes=2 tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_read_bps=$C2_READ_BPS"
+		append+=" tb_c3_bdf=$BDF_C3 tb_c3_sn=$SN_C3 tb_vrm2_bdf=$BDF_VRM2 tb_vrm2_size=$VRM2_SIZE"
+	fi
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT"
@@ -1055,7 +1109,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	nonce=$(od -An -N2 -tx2 /dev/urandom | tr -d ' \n')
-	make_backing_files "$dir" "$nonce"
+	make_backing_files "$dir" "$nonce" "$c"
 	printf 'case\tallowed dmesg ERE\n' >"$dir/dmesg-allow"
 	for k in ${cases//,/ }; do
 		tmo=$((tmo + $(case_timeout "$k")))
@@ -1083,7 +1137,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			retried=" retried: kernel died before /init"
 			cp "$dir/console.log" "$dir/console.first.log"
 			warn "[$c] $cases: the kernel died before /init (log $dir/console.first.log); booting once more"
-			make_backing_files "$dir" "$nonce"
+			make_backing_files "$dir" "$nonce" "$c"
 			continue
 		fi
 		break
@@ -1105,7 +1159,9 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			export TB_CONFIG=$c TB_CASE=$k TB_NONCE=$nonce TB_RUN_DIR=$dir TB_KERNEL=$KV
 			export TB_CONSOLE=$dir/console.log TB_GUEST_OUTPUT=$dir/$k.guest.out
 			export TB_PAT=$WORK/build/bin/tbpat TB_LIB=$TB_DIR/lib TB_IOMMU=${CFG_IOMMU[$c]} TB_OOT=${CFG_OOT[$c]}
-			for ns in "${NAMESPACES[@]}" "vram" "pmr"; do
+			cfg_namespaces "$c"
+			[ "$c" = D ] && CFG_NS+=(vrm2)
+			for ns in "${CFG_NS[@]}" "vram" "pmr"; do
 				nsname=${ns%% *}
 				v=$(img_var "$nsname")
 				export "$v=$dir/$nsname.img"
@@ -1143,14 +1199,14 @@ cmd_shell() { # [--config C] : an interactive guest on this terminal
 		*) die "shell: unknown argument '$1' (see --help)" ;;
 		esac
 	done
-	[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B or C)"
+	[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C or D)"
 	need_tools "$QEMU"
 	phase build cmd_build "$c"
 	dir=$WORK/runs/shell-$c
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	nonce=$(od -An -N2 -tx2 /dev/urandom | tr -d ' \n')
-	make_backing_files "$dir" "$nonce"
+	make_backing_files "$dir" "$nonce" "$c"
 	qemu_args "$c" "$dir" "$nonce" shell
 	lock_guests
 	log "config $c ($KV); backing files in $dir; leave with 'poweroff -f' (or Ctrl-a x)"
@@ -1173,7 +1229,7 @@ cmd_run() {
 		esac
 	done
 	for c in "${want_cfgs[@]}"; do
-		[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B or C)"
+		[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C or D)"
 	done
 	for k in "${want_cases[@]}"; do
 		[ -f "$(case_file "$k")" ] || die "no such case: $(case_file "$k")"
@@ -1256,7 +1312,7 @@ commands:
   build-oot    rebuild iommufd + the vfio stack for the ${K7_MIN_MAJOR}.x kernel (cached per version)
   build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
   kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
-  run [--config A|B|C]... [--case NAME]... [--show] [--keep] [--group]
+  run [--config A|B|C|D]... [--case NAME]... [--show] [--keep] [--group]
                boot guests and run cases (default: every case on every
                configuration it declares); ends with "N passed, N failed, N skipped"
                  --show   stream the guest consoles
@@ -1264,13 +1320,14 @@ commands:
                  --group  one boot per configuration for all its cases (faster,
                           less isolated: cases share the guest and the files)
   all [run options]   fetch + build-oot + build + run
-  shell [--config A|B|C]   boot a guest with an interactive shell on this terminal
+  shell [--config A|B|C|D]   boot a guest with an interactive shell on this terminal
   help         this text
 
 configurations:
   A  ${CFG_TEXT[A]}
   B  ${CFG_TEXT[B]}
   C  ${CFG_TEXT[C]}
+  D  ${CFG_TEXT[D]}
 
 environment:
   UPCIE_TESTBED_CACHE  downloads, kernels, out-of-tree modules ($CACHE)

@@ -4,9 +4,10 @@
  *
  * Always run: the sysfs pool helpers against a fake tree in a temporary directory (via
  * UPCIE_SYSFS_ROOT), plain memfd memory, argument errors, a hugepage size without a pool (the
- * error lists the sizes there are), NUMA placement on node 0, pagemap of a page that is not present,
- * and, when running as root, an unprivileged pagemap read in a child that dropped to uid 65534
- * (must be -EPERM, never PFN 0 as an address) and an mlock beyond RLIMIT_MEMLOCK in such a child.
+ * error lists the sizes there are), NUMA placement on node 0, pagemap of a page that is not
+ * present, and, when running as root, an unprivileged pagemap read in a child that dropped to
+ * uid 65534 (must be -EPERM, never PFN 0 as an address) and an mlock beyond RLIMIT_MEMLOCK in such
+ * a child.
  * Run when the system allows it: physical addresses (root), real hugepage memory and its LUT
  * dmamem (only when hugepages are already reserved and free: the test never changes the
  * system's reservation), a hugetlbfs mount. Otherwise those checks are skipped with the reason.

@@ -309,10 +309,11 @@ static int dma_files(void)
 	char cmd[256], out[32] = "";
 	FILE *fp;
 
-	snprintf(cmd, sizeof(cmd),
-		 "for d in $(awk '$3 == \"hugetlbfs\" { print $2 }' /proc/mounts); do "
-		 "ls \"$d\" | grep -c '^upcie-dma-%s-'; done | awk '{ n += $1 } END { print n + 0 }'",
-		 BDF);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "for d in $(awk '$3 == \"hugetlbfs\" { print $2 }' /proc/mounts); do "
+	    "ls \"$d\" | grep -c '^upcie-dma-%s-'; done | awk '{ n += $1 } END { print n + 0 }'",
+	    BDF);
 	fp = popen(cmd, "r");
 	if (!fp || !fgets(out, sizeof(out), fp))
 		out[0] = '\0';
@@ -384,9 +385,10 @@ static void test_keep(bool stuck)
 			 "(HugetlbPages %ld kB -> %ld kB)",
 			 what, kr.before, kr.after);
 	else
-		CHECK_EQ(kr.after - kr.before, 0,
-			 "%s: it disabled, so its hugepages went back (HugetlbPages %ld kB -> %ld kB)",
-			 what, kr.before, kr.after);
+		CHECK_EQ(
+		    kr.after - kr.before, 0,
+		    "%s: it disabled, so its hugepages went back (HugetlbPages %ld kB -> %ld kB)",
+		    what, kr.before, kr.after);
 	CHECK(!(cmd_get() & UPCIE_PCI_CMD_MASTER), "%s: bus mastering off at the end", what);
 	files = dma_files();
 	{

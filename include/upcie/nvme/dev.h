@@ -8,10 +8,10 @@
  *           BAR0 mapped through sysfs; bus mastering set in config space through sysfs; DMA
  *           memory is hugepages described by a LUT of physical addresses, in hugetlbfs files
  *           named after the function that outlive a process that dies (the controller it
- *           left may still write them; the next open stops it, then frees them). The device must see
- *           physical addresses: no IOMMU, or a passthrough (identity) domain; a function whose
- *           IOMMU group translates is refused (-EOPNOTSUPP) rather than left to time out on
- *           faulting DMA. Hugetlb pages can still move under a device that holds their physical
+ *           left may still write them; the next open stops it, then frees them). The device
+ *           must see physical addresses: no IOMMU, or a passthrough (identity) domain; a
+ *           function whose IOMMU group translates is refused (-EOPNOTSUPP) rather than left to
+ *           time out on faulting DMA. Hugetlb pages can still move under a device that holds their physical
  *           address (see mem/hugepage.h); the vfio paths pin them and do not have that risk.
  *   type1   the function bound to vfio-pci, reached through its IOMMU group in a type1
  *           container; BAR0 and config space through vfio regions; DMA memory is hugepages

@@ -11,6 +11,9 @@
  * constructors map there with UPCIE_VFIO_IOAS_MAP_FIXED_IOVA. Left to itself the kernel picks the
  * lowest free IOVA (from 4 KiB up) aligned to at most 2 MiB (iopt_alloc_iova(), Linux 7.3), which
  * puts buffers where a stray small address lands and keeps 1 GiB pages from 1 GiB IOPTEs.
+ * IOMMU_IOAS_IOVA_RANGES reports the holes of the reserved regions only, not what
+ * IOMMU_IOAS_ALLOW_IOVAS narrowed: a range kept out with ALLOW_IOVAS must also be kept out of the
+ * allocator (upcie_vfio_iova_space_exclude(&ioas->iovas, ...)).
  *
  * Needs: Linux >= 6.2 built with CONFIG_IOMMUFD (no Debian kernel is, up to 7.x), read/write
  * access to /dev/iommu; device cdevs need 6.6. IOMMU_IOAS_MAP_FILE needs 6.13 for a memfd and

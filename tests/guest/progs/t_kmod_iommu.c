@@ -614,7 +614,8 @@ out:
 
 /*
  * c0 through its vfio cdev attached to an iommufd IOAS: the window is taken out of what the IOAS
- * allows (IOMMU_IOAS_ALLOW_IOVAS), host memory goes in at kernel-chosen IOVAs, and the vram pages
+ * allows (IOMMU_IOAS_ALLOW_IOVAS) and from the IOAS's allocator, host memory goes in at IOVAs
+ * from that allocator, and the vram pages
  * into the IOAS's hardware page table through the module.
  */
 static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *vbar)
@@ -693,9 +694,13 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 			upcie_vfio_ioas_unmap(&ioas, iova, 4096);
 		munmap(pg, 4096);
 	}
-	err = upcie_dmamem_iommufd_memfd(&host, &ioas, 4 * MiB, NULL, false);
+	/* IOMMU_IOAS_IOVA_RANGES does not reflect ALLOW_IOVAS: the IOAS's allocator is told too */
+	err = upcie_kmod_iova_window_reserve(&win, &ioas.iovas);
+	if (!err)
+		err = upcie_dmamem_iommufd_memfd(&host, &ioas, 4 * MiB, NULL, false);
 	TAP(!err && (host.iova + host.size <= win.base || host.iova >= win.base + win.size),
-	    "iommufd: host memory at kernel-chosen IOVA 0x%" PRIx64 ", outside the window",
+	    "iommufd: host memory at IOVA 0x%" PRIx64 " from the IOAS's allocator, outside the "
+	    "window",
 	    err ? 0 : host.iova);
 	if (err)
 		goto out_win;

@@ -598,8 +598,7 @@ static void part_iommufd(const struct upcie_pci_bdf *nvme_bdf, const struct upci
 	err = upcie_dmamem_iommufd_memfd(&qmem, &ioas, 2 * MiB, NULL, true);
 	if (kernel_at_least(6, 13)) {
 		TAP(err == 0 && inside_ranges(&after, qmem.iova, qmem.size),
-		    "iommufd: memfd mapped with IOMMU_IOAS_MAP_FILE at kernel IOVA 0x%" PRIx64
-		    " (%d)",
+		    "iommufd: memfd mapped with IOMMU_IOAS_MAP_FILE at IOVA 0x%" PRIx64 " (%d)",
 		    qmem.iova, err);
 	} else {
 		TAP(err == -ENOTTY, "iommufd: map_file of a memfd on %s: -ENOTTY (%d)",
@@ -613,7 +612,7 @@ static void part_iommufd(const struct upcie_pci_bdf *nvme_bdf, const struct upci
 	err = upcie_dmamem_iommufd_memfd(&hmem, &ioas, 2 * MiB, &huge, false);
 	TAP(err == 0 && inside_ranges(&after, hmem.iova, hmem.size) &&
 		!(hmem.iova <= qmem.iova + qmem.size - 1 && qmem.iova <= hmem.iova + hmem.size - 1),
-	    "iommufd: hugepage buffer mapped with IOMMU_IOAS_MAP at kernel IOVA 0x%" PRIx64 " (%d)",
+	    "iommufd: hugepage buffer mapped with IOMMU_IOAS_MAP at IOVA 0x%" PRIx64 " (%d)",
 	    hmem.iova, err);
 
 	/* fixed IOVA: picked by upcie's allocator inside the IOAS ranges */
