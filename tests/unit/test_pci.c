@@ -295,6 +295,15 @@ static void test_func(void)
 	CHECK(upcie_pci_func_read(&shm, &fn) == 0 && fn.iommu_group == 2147483647,
 	      "'2147483647' is group 2147483647");
 	unlink_("bus/pci/devices/0000:00:05.0/iommu_group");
+	link_("../../../../kernel/iommu_groups/abc", "bus/pci/devices/0000:00:05.0/iommu_group");
+	{
+		enum upcie_pci_iommu mode;
+		int group = 7;
+
+		CHECK(upcie_pci_func_iommu(&shm, &mode, &group, NULL, 0) == -EINVAL && group == -1,
+		      "iommu: a link to 'abc' is no group either: -EINVAL, group -1 (%d)", group);
+	}
+	unlink_("bus/pci/devices/0000:00:05.0/iommu_group");
 	upcie_log_set_level(UPCIE_LOG_ERROR);
 }
 

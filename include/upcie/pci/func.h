@@ -270,8 +270,9 @@ fail:
 /*
  * How the IOMMU treats the DMA of `bdf`, from its IOMMU group's name and type
  * (<sysfs>/kernel/iommu_groups/<n>/{name,type}); *group gets the group id or -1, and `type`
- * (optional, len bytes) the kernel's word for the domain ("identity", "DMA-FQ", ...). 0, or
- * -ENODEV / -errno reading sysfs.
+ * (optional, len bytes) the kernel's word for the domain ("identity", "DMA-FQ", ...). 0,
+ * -EINVAL when the iommu_group link does not name a group number, -ENODEV, or -errno reading
+ * sysfs.
  */
 static inline int upcie_pci_func_iommu(const struct upcie_pci_bdf *bdf, enum upcie_pci_iommu *mode,
 				       int *group, char *type, size_t len)
@@ -291,8 +292,13 @@ static inline int upcie_pci_func_iommu(const struct upcie_pci_bdf *bdf, enum upc
 		return err;
 	if (!buf[0])
 		return 0;
+	if (upcie_pci_group_num_(buf) < 0) {
+		upcie_pci_bdf_format(bdf, name, sizeof(name));
+		return UPCIE_FAIL(
+		    -EINVAL, "pci: %s: iommu_group link names '%s', not a group number", name, buf);
+	}
 	if (group)
-		*group = atoi(buf);
+		*group = (int)upcie_pci_group_num_(buf);
 	if (!upcie_path_fmt(path, sizeof(path), "%s/kernel/iommu_groups/%s/name",
 			    upcie_sysfs_root(), buf))
 		upcie_file_read_str(path, name, sizeof(name));
