@@ -41,7 +41,7 @@ declare -A CFG_TEXT=(
 	[A]="6.1, no IOMMU"
 	[B]="6.1, intel-iommu (translating)"
 	[C]="7.x, intel-iommu (translating), out-of-tree iommufd + vfio cdev"
-	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c2 on node 1 (throttled reads) and NVMe c3 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
+	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c4 on node 1 (throttled reads) and NVMe c5 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
 )
 
 # emulated device layout; the guest learns it from the kernel command line
@@ -57,16 +57,16 @@ readonly NAMESPACES=(
 	"c1n5 c1 5 4096 8 8M pi=1"
 )
 readonly VRAM_SIZE=64M PMR_SIZE=16M
-# configuration D only: c2 behind a PCIe expander bridge on NUMA node 1, its reads throttled so
-# that they stay in flight for seconds; c3 and an ivshmem function as functions 0 and 1 of one
+# configuration D only: c4 behind a PCIe expander bridge on NUMA node 1, its reads throttled so
+# that they stay in flight for seconds; c5 and an ivshmem function as functions 0 and 1 of one
 # multi-function device (no ACS: one IOMMU group)
-readonly BDF_C2=0000:81:00.0 BDF_C3=0000:00:07.0 BDF_VRM2=0000:00:07.1
-readonly SN_C2=cafe0002 SN_C3=cafe0003
+readonly BDF_C4=0000:81:00.0 BDF_C5=0000:00:0a.0 BDF_VRM2=0000:00:0a.1
+readonly SN_C4=cafe0004 SN_C5=cafe0005
 readonly NAMESPACES_D=(
-	"c2n1 c2 1 512 0 8M"
-	"c3n1 c3 1 512 0 8M"
+	"c4n1 c4 1 512 0 8M"
+	"c5n1 c5 1 512 0 8M"
 )
-readonly VRM2_SIZE=16M C2_READ_BPS=262144
+readonly VRM2_SIZE=16M C4_READ_BPS=262144
 
 # ---------------------------------------------------------------------------
 # small helpers
@@ -988,15 +988,15 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		-device "ivshmem-plain,memdev=vram,addr=${BDF_VRAM:8:2}.${BDF_VRAM:11:1}")
 	if [ "$c" = D ]; then
 		local thr
-		# c2 behind a root port of an expander bridge on node 1 (bus 0x80; c2 on 0x81)
+		# c4 behind a root port of an expander bridge on node 1 (bus 0x80; c4 on 0x81)
 		QARGS+=(-device pxb-pcie,id=pxb1,bus_nr=0x80,numa_node=1,bus=pcie.0,addr=0x9
 			-device pcie-root-port,id=rp1,bus=pxb1,chassis=1,addr=0x0
-			-device "nvme,id=c2,serial=$SN_C2,bus=rp1"
-			-device "nvme,id=c3,serial=$SN_C3,bus=pcie.0,addr=${BDF_C3:8:2}.${BDF_C3:11:1},multifunction=on")
+			-device "nvme,id=c4,serial=$SN_C4,bus=rp1"
+			-device "nvme,id=c5,serial=$SN_C5,bus=pcie.0,addr=${BDF_C5:8:2}.${BDF_C5:11:1},multifunction=on")
 		for ns in "${NAMESPACES_D[@]}"; do
 			read -r name ctrl nsid lbs ms size <<<"$ns"
 			thr=
-			[ "$ctrl" = c2 ] && thr=",throttling.bps-read=$C2_READ_BPS"
+			[ "$ctrl" = c4 ] && thr=",throttling.bps-read=$C4_READ_BPS"
 			QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw$thr"
 				-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs")
 			nsfacts+=("$name/$nsid/$lbs/$ms/$size")
@@ -1009,8 +1009,8 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	[ "$c" = D ] && append+=" iommu=pt"
 	append+=" tb_config=$c tb_cases=$cases tb_nonce=$nonce tb_kernel=$KV tb_iommu=${CFG_IOMMU[$c]}"
 	if [ "$c" = D ]; then
-		append+=" tb_iommu_pt=1 tb_numa_nodes=2 tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_read_bps=$C2_READ_BPS"
-		append+=" tb_c3_bdf=$BDF_C3 tb_c3_sn=$SN_C3 tb_vrm2_bdf=$BDF_VRM2 tb_vrm2_size=$VRM2_SIZE"
+		append+=" tb_iommu_pt=1 tb_numa_nodes=2 tb_c4_bdf=$BDF_C4 tb_c4_sn=$SN_C4 tb_c4_read_bps=$C4_READ_BPS"
+		append+=" tb_c5_bdf=$BDF_C5 tb_c5_sn=$SN_C5 tb_vrm2_bdf=$BDF_VRM2 tb_vrm2_size=$VRM2_SIZE"
 	fi
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"

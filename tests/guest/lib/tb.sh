@@ -18,11 +18,11 @@
 # Test bed facts (guest; from the kernel command line, see README.md)
 #   TB_CONFIG (A|B|C|D) TB_KERNEL TB_IOMMU (0|1) TB_OOT (0|1) TB_NONCE
 #   TB_C0_BDF TB_C0_SN TB_C1_BDF TB_C1_SN TB_VRAM_BDF TB_VRAM_SIZE TB_PMR_SIZE
-#   D only: TB_IOMMU_PT (1) TB_NUMA_NODES (2) TB_C2_BDF TB_C2_SN TB_C2_READ_BPS TB_C3_BDF
-#           TB_C3_SN TB_VRM2_BDF TB_VRM2_SIZE
+#   D only: TB_IOMMU_PT (1) TB_NUMA_NODES (2) TB_C4_BDF TB_C4_SN TB_C4_READ_BPS TB_C5_BDF
+#           TB_C5_SN TB_VRM2_BDF TB_VRM2_SIZE
 #   TB_NS = name/nsid/lba-size/metadata-size/image-size,...
-#   tb_tag NAME          pattern tag of a backing file: c0n1, c1n1, ..., vram, pmr (D: c2n1,
-#                        c3n1, vrm2)
+#   tb_tag NAME          pattern tag of a backing file: c0n1, c1n1, ..., vram, pmr (D: c4n1,
+#                        c5n1, vrm2)
 #   tb_ns NAME FIELD     nsid | lbs | ms | size of namespace NAME
 #   tb_ctrl_bdf NAME     PCI address of the controller of namespace NAME (or c0, c1)
 #   tb_blockdev NAME     /dev/nvmeXnY of namespace NAME (kernel nvme driver bound)
@@ -34,7 +34,7 @@
 #   tb_wait SECS CMD...  retry CMD every 0.2 s until it succeeds or SECS pass
 #
 # Host scripts (TB_* variables set by testbed.sh, see README.md)
-#   tb_img NAME          backing file of c0n1, c1n1 ... c1n5, vram or pmr (D: also c2n1, c3n1,
+#   tb_img NAME          backing file of c0n1, c1n1 ... c1n5, vram or pmr (D: also c4n1, c5n1,
 #                        vrm2)
 #   tb_tag NAME          as in the guest
 #   tb_guest_info KEY    VALUE of the guest's "tap_info KEY VALUE" line
@@ -128,8 +128,8 @@ tb_ctrl_bdf() { # NAME (c0n1 or c0) -> PCI address
 	case $1 in
 	c0*) echo "$TB_C0_BDF" ;;
 	c1*) echo "$TB_C1_BDF" ;;
-	c2*) [ -n "${TB_C2_BDF:-}" ] && echo "$TB_C2_BDF" ;;
-	c3*) [ -n "${TB_C3_BDF:-}" ] && echo "$TB_C3_BDF" ;;
+	c4*) [ -n "${TB_C4_BDF:-}" ] && echo "$TB_C4_BDF" ;;
+	c5*) [ -n "${TB_C5_BDF:-}" ] && echo "$TB_C5_BDF" ;;
 	vram) echo "$TB_VRAM_BDF" ;;
 	vrm2) [ -n "${TB_VRM2_BDF:-}" ] && echo "$TB_VRM2_BDF" ;;
 	*) return 1 ;;
@@ -140,8 +140,8 @@ tb_ctrl_sn() {
 	case $1 in
 	c0*) echo "$TB_C0_SN" ;;
 	c1*) echo "$TB_C1_SN" ;;
-	c2*) [ -n "${TB_C2_SN:-}" ] && echo "$TB_C2_SN" ;;
-	c3*) [ -n "${TB_C3_SN:-}" ] && echo "$TB_C3_SN" ;;
+	c4*) [ -n "${TB_C4_SN:-}" ] && echo "$TB_C4_SN" ;;
+	c5*) [ -n "${TB_C5_SN:-}" ] && echo "$TB_C5_SN" ;;
 	*) return 1 ;;
 	esac
 }

@@ -2,12 +2,12 @@
 /*
  * Guest test for what the machine's topology asks of the memory layer (configuration D).
  *
- * Shared IOMMU group: NVMe c3 and the ivshmem function vrm2 are functions 0 and 1 of one device
+ * Shared IOMMU group: NVMe c5 and the ivshmem function vrm2 are functions 0 and 1 of one device
  * without ACS, so Linux puts them in one IOMMU group (checked). Two group handles of one
- * container share the one open group file; the NVMe layer opens c3 on the type1 path and vrm2's
- * BAR as its peer in the same container, and c3 reads c3n1 into the BAR (vrm2.img on the host).
+ * container share the one open group file; the NVMe layer opens c5 on the type1 path and vrm2's
+ * BAR as its peer in the same container, and c5 reads c5n1 into the BAR (vrm2.img on the host).
  *
- * NUMA: the process runs on CPU 0 (node 0); c2 sits behind an expander bridge on node 1. Its
+ * NUMA: the process runs on CPU 0 (node 0); c4 sits behind an expander bridge on node 1. Its
  * host memory and DMA memory come from node 1, on the uio path (the vIOMMU passes addresses
  * through) and on the type1 path; the same allocation without placement lands on node 0 (the
  * control).
@@ -16,8 +16,8 @@
  * (move_pages), and upcie_hugepage_lut_verify() sees it (-ESTALE); a page pinned by vfio
  * does not move.
  *
- * Usage: t_mem_topo   (TB_C2_BDF, TB_C3_BDF, TB_VRM2_BDF, TB_NONCE; root; 16 free 2 MiB hugepages
- * on each node; c2 on uio_pci_generic, c3 and vrm2 on vfio-pci)
+ * Usage: t_mem_topo   (TB_C4_BDF, TB_C5_BDF, TB_VRM2_BDF, TB_NONCE; root; 16 free 2 MiB hugepages
+ * on each node; c4 on uio_pci_generic, c5 and vrm2 on vfio-pci)
  */
 #include <upcie/mem/dmamem_type1.h>
 #include <upcie/mem/hugepage.h>
@@ -41,7 +41,7 @@
 #define HUGE	     (2 * MiB)
 #define VRM2_P2P_OFF (1 * MiB)
 
-static struct upcie_pci_bdf g_c2, g_c3, g_vrm2;
+static struct upcie_pci_bdf g_c4, g_c5, g_vrm2;
 
 static int done(void)
 {
@@ -109,12 +109,12 @@ static void test_group(void)
 	struct upcie_vfio_group g1, g2;
 	struct upcie_vfio_device d1, d2;
 	struct upcie_nvme_peer peer;
-	int gid = upcie_vfio_group_id(&g_c3), gid2 = upcie_vfio_group_id(&g_vrm2), err;
+	int gid = upcie_vfio_group_id(&g_c5), gid2 = upcie_vfio_group_id(&g_vrm2), err;
 	char tag[9];
 	int64_t diff = 0;
 
 	TAP(gid >= 0 && gid == gid2,
-	    "group: c3 and vrm2 (functions of one device, no ACS) share IOMMU group %d (%d)", gid,
+	    "group: c5 and vrm2 (functions of one device, no ACS) share IOMMU group %d (%d)", gid,
 	    gid2);
 	if (gid < 0 || gid != gid2)
 		return;
@@ -129,7 +129,7 @@ static void test_group(void)
 	TAP(!err && g2.fd == g1.fd && cont.ngroups == 1,
 	    "group: a second handle on it shares the open group file (%d, %d groups)", err,
 	    cont.ngroups);
-	err = err ? err : upcie_vfio_device_open(&d1, &g1, &g_c3);
+	err = err ? err : upcie_vfio_device_open(&d1, &g1, &g_c5);
 	if (!err)
 		err = upcie_vfio_device_open(&d2, &g2, &g_vrm2);
 	TAP(!err, "group: each function's device fd from its handle (%d)", err);
@@ -148,19 +148,19 @@ static void test_group(void)
 	memset(&o, 0, sizeof(o));
 	o.dev.path = UPCIE_NVME_PATH_TYPE1;
 	o.host_mem = 4 * MiB;
-	err = upcie_nvme_ctrl_open(&c, &g_c3, &o);
-	TAP(!err, "group: c3 up on the type1 path (%d)", err);
+	err = upcie_nvme_ctrl_open(&c, &g_c5, &o);
+	TAP(!err, "group: c5 up on the type1 path (%d)", err);
 	if (err)
 		return;
 	err = upcie_nvme_peer_open(&peer, &c.dev, &g_vrm2, 2, VRM2_P2P_OFF, MiB);
-	TAP(!err, "group: vrm2 BAR2 [1 MiB, +1 MiB) opened as c3's peer in the same group (%d)",
+	TAP(!err, "group: vrm2 BAR2 [1 MiB, +1 MiB) opened as c5's peer in the same group (%d)",
 	    err);
 	if (!err) {
 		err = read_into(&c, &peer.mem, 0, 64 * KiB);
-		tn_tag(tag, "c3n1");
+		tn_tag(tag, "c5n1");
 		diff = tn_pat_diff(peer.mem.vaddr, 64 * KiB, tag, 0);
 		TAP(!err && diff < 0,
-		    "group: c3 read c3n1 [0, 64 KiB) into vrm2's BAR (%d, first difference %" PRId64
+		    "group: c5 read c5n1 [0, 64 KiB) into vrm2's BAR (%d, first difference %" PRId64
 		    ")",
 		    err, diff);
 		INFO("p2p_read_vrm2", "%" PRIu64 "+%" PRIu64 "+0", (uint64_t)VRM2_P2P_OFF,
@@ -170,7 +170,7 @@ static void test_group(void)
 	upcie_nvme_ctrl_close(&c);
 }
 
-/* c2's memory on its node; `path` uio or type1. */
+/* c4's memory on its node; `path` uio or type1. */
 static void numa_path(enum upcie_nvme_path path)
 {
 	static struct upcie_nvme_ctrl c;
@@ -183,8 +183,8 @@ static void numa_path(enum upcie_nvme_path path)
 	o.dev.path = path;
 	o.dev.bind = true;
 	o.host_mem = 4 * MiB;
-	err = upcie_nvme_ctrl_open(&c, &g_c2, &o);
-	TAP(!err, "numa: c2 up on the %s path (%d)", name, err);
+	err = upcie_nvme_ctrl_open(&c, &g_c4, &o);
+	TAP(!err, "numa: c4 up on the %s path (%d)", name, err);
 	if (err)
 		return;
 	host_node = node_of(c.host_own.vaddr, c.host_own.size);
@@ -207,7 +207,7 @@ static void numa_path(enum upcie_nvme_path path)
 		upcie_dmamem_destroy(&mem);
 	}
 	TAP(host_node == 1 && mem_node == 1,
-	    "numa: %s: its host memory and DMA memory are on c2's node 1 (nodes %d and %d)", name,
+	    "numa: %s: its host memory and DMA memory are on c4's node 1 (nodes %d and %d)", name,
 	    host_node, mem_node);
 	upcie_nvme_ctrl_close(&c);
 }
@@ -223,8 +223,8 @@ static void test_numa(void)
 	CPU_ZERO(&set);
 	CPU_SET(0, &set);
 	err = sched_setaffinity(0, sizeof(set), &set);
-	TAP(!err && upcie_pci_func_read(&g_c2, &fn) == 0 && fn.numa_node == 1,
-	    "numa: this process on CPU 0 (node 0), c2 on node %d", fn.numa_node);
+	TAP(!err && upcie_pci_func_read(&g_c4, &fn) == 0 && fn.numa_node == 1,
+	    "numa: this process on CPU 0 (node 0), c4 on node %d", fn.numa_node);
 	err = upcie_hugepage_alloc(&hp, 4 * MiB, &o);
 	TAP(!err && node_of(hp.vaddr, hp.size) == 0,
 	    "numa: control: hugepages without placement come from node 0, the CPU's (%d)",
@@ -263,9 +263,9 @@ static void test_moves(void)
 
 int main(void)
 {
-	if (tn_bdf_env("TB_C2_BDF", &g_c2) || tn_bdf_env("TB_C3_BDF", &g_c3) ||
+	if (tn_bdf_env("TB_C4_BDF", &g_c4) || tn_bdf_env("TB_C5_BDF", &g_c5) ||
 	    tn_bdf_env("TB_VRM2_BDF", &g_vrm2)) {
-		fprintf(stderr, "t_mem_topo: TB_C2_BDF, TB_C3_BDF, TB_VRM2_BDF must be set\n");
+		fprintf(stderr, "t_mem_topo: TB_C4_BDF, TB_C5_BDF, TB_VRM2_BDF must be set\n");
 		return 2;
 	}
 	upcie_log_set_handler(tn_log, NULL);

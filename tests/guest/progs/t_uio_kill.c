@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Guest test: a uio driver killed with reads in flight (configuration D: NVMe c2 behind the
+ * Guest test: a uio driver killed with reads in flight (configuration D: NVMe c4 behind the
  * vIOMMU in passthrough, its namespace's reads throttled so that they take seconds).
  *
- * A child brings c2 up on the uio path, submits reads into its hugepages, reports the pages'
+ * A child brings c4 up on the uio path, submits reads into its hugepages, reports the pages'
  * physical addresses and how many reads completed so far, and is killed with SIGKILL. This
  * process, standing in for whoever gets the memory next, then takes every free hugepage of the
  * child's NUMA node (both run on a CPU of that node), fills them with a pattern and watches them
@@ -13,7 +13,7 @@
  *   raw    maps BAR0 through sysfs, turns bus mastering on and brings the controller up with
  *          upcie_nvme_ctrl_init() over memfd hugepages, never opening /dev/uioN: the uio path as
  *          it was. The negative control: the dead driver's pages must come back to this process
- *          and the late reads land in them (as read data with c2n1's pattern), or the test could
+ *          and the late reads land in them (as read data with c4n1's pattern), or the test could
  *          not see anything.
  *   upcie  upcie_nvme_ctrl_open() on the uio path, which holds /dev/uioN (the kernel turns bus
  *          mastering off as the process dies) and keeps its DMA memory in hugetlbfs files named
@@ -23,8 +23,8 @@
  *          off: the data lands where the dead driver pointed, which must still be its memory.)
  * Both also report the command register after the death (raw: bus mastering still on).
  *
- * Usage: t_uio_kill raw|upcie...   (in that order; TB_C2_BDF, TB_C2_READ_BPS, TB_NONCE; root;
- * free hugepages on the node of c2)
+ * Usage: t_uio_kill raw|upcie...   (in that order; TB_C4_BDF, TB_C4_READ_BPS, TB_NONCE; root;
+ * free hugepages on the node of c4)
  */
 #include <upcie/mem/hugepage.h>
 #include <upcie/nvme/ctrl.h>
@@ -69,7 +69,7 @@ static void add_pages(struct report *r, const struct upcie_dmamem *m)
 		r->pages[r->npages++] = m->lut[i];
 }
 
-/* The child: bring c2 up, submit the reads, report, wait for the kill. */
+/* The child: bring c4 up, submit the reads, report, wait for the kill. */
 static void child(int wfd)
 {
 	static struct upcie_nvme_ctrl c;
@@ -195,7 +195,7 @@ static int child_files(pid_t pid)
 
 	if (!d)
 		return -1;
-	snprintf(prefix, sizeof(prefix), "upcie-dma-%s-%d-", getenv("TB_C2_BDF"), (int)pid);
+	snprintf(prefix, sizeof(prefix), "upcie-dma-%s-%d-", getenv("TB_C4_BDF"), (int)pid);
 	while ((de = readdir(d)))
 		n += !strncmp(de->d_name, prefix, strlen(prefix));
 	closedir(d);
@@ -297,7 +297,7 @@ static void run_one(const char *bdf, uint64_t bps)
 	printf("# watching %" PRIu64 " MiB for %" PRIu64 " s\n", mine.size / MiB, secs);
 	fflush(stdout);
 	sleep((unsigned)secs);
-	tn_tag(tag, "c2n1");
+	tn_tag(tag, "c4n1");
 	for (uint64_t off = 0; off < mine.size; off += 512) {
 		const uint8_t *p = (const uint8_t *)mine.vaddr + off;
 		int diff = 0;
@@ -310,12 +310,12 @@ static void run_one(const char *bdf, uint64_t bps)
 	if (g_raw)
 		TAP(changed > 0 && dev_data > 0,
 		    "control: the late reads landed in memory this process owns now (%" PRIu64
-		    " 512-byte units changed, %" PRIu64 " of them c2n1 data)",
+		    " 512-byte units changed, %" PRIu64 " of them c4n1 data)",
 		    changed, dev_data);
 	else
 		TAP(changed == 0,
 		    "nothing was written into the freed hugepages after the kill (%" PRIu64
-		    " 512-byte units changed, %" PRIu64 " of them c2n1 data)",
+		    " 512-byte units changed, %" PRIu64 " of them c4n1 data)",
 		    changed, dev_data);
 	upcie_hugepage_free(&mine);
 	if (!g_raw)
@@ -324,11 +324,11 @@ static void run_one(const char *bdf, uint64_t bps)
 
 int main(int argc, char **argv)
 {
-	const char *bdf = getenv("TB_C2_BDF"), *bps = getenv("TB_C2_READ_BPS");
+	const char *bdf = getenv("TB_C4_BDF"), *bps = getenv("TB_C4_READ_BPS");
 
 	if (argc < 2 || !bdf || !bps || upcie_pci_bdf_parse(bdf, &g_bdf) ||
 	    !strtoull(bps, NULL, 0)) {
-		fprintf(stderr, "usage: t_uio_kill raw|upcie... (TB_C2_BDF, TB_C2_READ_BPS set)\n");
+		fprintf(stderr, "usage: t_uio_kill raw|upcie... (TB_C4_BDF, TB_C4_READ_BPS set)\n");
 		return 2;
 	}
 	upcie_log_set_handler(tn_log, NULL);
