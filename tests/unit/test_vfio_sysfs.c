@@ -3,8 +3,9 @@
  * Unit tests for the sysfs side of vfio/ and mem/dmamem_bar.h against a fake sysfs tree in a
  * temporary directory (UPCIE_SYSFS_ROOT): finding /dev/vfio/devices/vfioN through
  * <bdf>/vfio-dev (entries that are not vfioN, missing directory, small buffers, missing
- * function), the IOMMU group id, and a peer BAR as uio DMA memory (address = sysfs resource
- * start + offset, CPU view through resourceN, slice checks).
+ * function), the IOMMU group id, a peer BAR as uio DMA memory (address = sysfs resource
+ * start + offset, CPU view through resourceN, slice checks), and a vfio no-IOMMU group told
+ * apart from a function not bound to vfio-pci.
  */
 #include <upcie/mem/dmamem_bar.h>
 #include <upcie/vfio/cdev.h>
@@ -205,6 +206,49 @@ static void test_bar_uio(void)
 		 "function without a resource file -> -ENOENT");
 }
 
+static char last_msg[1024];
+
+static void capture(enum upcie_log_level level, const char *msg, void *ctx)
+{
+	(void)level;
+	(void)ctx;
+	snprintf(last_msg, sizeof(last_msg), "%s", msg);
+}
+
+/*
+ * No-IOMMU vfio has no /dev/vfio/N (its node is noiommu-N, the group's sysfs name vfio-noiommu):
+ * the open fails with ENOENT as for an unbound function, and the hint must not say to bind
+ * vfio-pci. Groups 4241/4242 exist only in the fake tree, so the opens of /dev/vfio/424x fail.
+ */
+static void test_noiommu(void)
+{
+	struct upcie_vfio_container c;
+	struct upcie_vfio_group g;
+
+	mkdirs("kernel/iommu_groups/4241/x");
+	puts_("kernel/iommu_groups/4241/name", "vfio-noiommu\n");
+	mkdirs("kernel/iommu_groups/4242/x");
+	upcie_log_set_handler(capture, NULL);
+	upcie_log_set_level(UPCIE_LOG_ERROR);
+	memset(&c, 0, sizeof(c));
+	c.fd = open("/dev/null", O_RDWR | O_CLOEXEC); /* a container fd the opens never reach */
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_vfio_group_open(&g, &c, 4241), -EOPNOTSUPP,
+		 "no-IOMMU group: refused with -EOPNOTSUPP");
+	CHECK(strstr(last_msg, "no-IOMMU") && strstr(last_msg, "uio") &&
+		  !strstr(last_msg, "bound to vfio-pci"),
+	      "no-IOMMU group: the message says so and points to uio (%s)", last_msg);
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_vfio_group_open(&g, &c, 4242), -ENOENT, "group without a node: -ENOENT");
+	CHECK(strstr(last_msg, "bound to vfio-pci") != NULL,
+	      "group without a node: the message asks whether vfio-pci is bound (%s)", last_msg);
+	CHECK(c.ngroups == 0 && g.fd == -1, "no group joined the container");
+	upcie_log_set_handler(NULL, NULL);
+	upcie_log_set_level(UPCIE_LOG_NONE);
+	close(c.fd);
+	free(c.groups);
+}
+
 int main(void)
 {
 	char cmd[128];
@@ -220,6 +264,7 @@ int main(void)
 	build_tree();
 	test_cdev_find();
 	test_bar_uio();
+	test_noiommu();
 	rc = check_done();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)

@@ -2,7 +2,8 @@
 /*
  * dmamem through an iommufd IOAS: memory mapped into the IOAS at a fixed IOVA from the IOAS's
  * allocator (vfio/iommufd.h: inside the allowed ranges, at or above 4 GiB where possible, never in
- * the first MiB, naturally aligned up to 1 GiB); translation is arithmetic (iova + offset).
+ * the first MiB, naturally aligned up to 1 GiB; memory this header allocates is aligned to its
+ * page size, so 1 GiB pages can get 1 GiB IOPTEs); translation is arithmetic (iova + offset).
  *
  * Three ways in: a CPU range of this process (IOMMU_IOAS_MAP; Linux 6.2+), a file by descriptor
  * (IOMMU_IOAS_MAP_FILE: a memfd from Linux 6.13, a vfio-pci BAR dma-buf from 6.19; see
