@@ -4,8 +4,8 @@
  *
  *   upcie-setup list [--nvme]                list PCI functions: driver, class, IOMMU group and
  *                                            domain type, NUMA node
- *   upcie-setup bind BDF DRIVER              bind to nvme, uio_pci_generic, vfio-pci, ...
- *   upcie-setup unbind BDF                   release from its driver
+ *   upcie-setup bind BDF DRIVER [--force]    bind to nvme, uio_pci_generic, vfio-pci, ...
+ *   upcie-setup unbind BDF [--force]         release from its driver
  *   upcie-setup hugepages [show]             reserved/free hugepages per size and node
  *   upcie-setup hugepages reserve N [--size 2M|1G] [--node N]
  *
@@ -14,6 +14,7 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include <upcie/mem/hugepage.h>
 #include <upcie/pci/driver.h>
 #include <upcie/pci/func.h>
+#include <upcie/pci/inuse.h>
 
 static void usage(FILE *f)
 {
@@ -32,15 +34,18 @@ static void usage(FILE *f)
 	       "\n"
 	       "  list [--nvme]                     PCI functions with driver, class, IOMMU group\n"
 	       "                                    and domain (uio needs none or identity), node\n"
-	       "  bind BDF DRIVER                   bind a function (nvme, uio_pci_generic, "
+	       "  bind BDF DRIVER [--force]         bind a function (nvme, uio_pci_generic, "
 	       "vfio-pci, ...);\n"
 	       "                                    loads the driver's module when needed\n"
-	       "  unbind BDF                        release a function from its driver\n"
+	       "  unbind BDF [--force]              release a function from its driver\n"
 	       "  hugepages [show]                  reserved and free hugepages\n"
 	       "  hugepages reserve N [--size 2M|1G] [--node NODE]\n"
 	       "                                    reserve N hugepages (default 2M, all nodes)\n"
 	       "\n"
 	       "BDF is DDDD:BB:DD.F or BB:DD.F. Binding and reserving need root.\n"
+	       "bind and unbind refuse a function the system uses (mounted filesystems, swap,\n"
+	       "md/LVM/dm members, network interfaces with addresses or the default route, the\n"
+	       "same in its IOMMU group); --force or UPCIE_ALLOW_IN_USE=1 overrides.\n"
 	       "Set UPCIE_LOG=debug for more detail.\n");
 }
 
@@ -139,13 +144,46 @@ static int run_modprobe(const char *module)
 	return 0;
 }
 
+/* Strip --force from argv (anywhere); returns argc left. */
+static int take_force(int argc, char **argv, bool *force)
+{
+	int n = 0;
+
+	*force = false;
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--force"))
+			*force = true;
+		else
+			argv[n++] = argv[i];
+	}
+	return n;
+}
+
+/* Taking a function from its driver: refuse while the system uses it (pci/inuse.h). */
+static int guard_in_use(const struct upcie_pci_bdf *bdf, const char *target, bool force)
+{
+	char cur[64], action[96];
+
+	if (upcie_pci_driver_get(bdf, cur, sizeof(cur)))
+		return 1;
+	if (!cur[0] || (target && !strcmp(cur, target)))
+		return 0; /* nothing to take it from */
+	if (target)
+		snprintf(action, sizeof(action), "take it from %s and bind it to %s", cur, target);
+	else
+		snprintf(action, sizeof(action), "unbind it from %s", cur);
+	return upcie_pci_inuse_refuse(bdf, force, action) ? 1 : 0;
+}
+
 static int cmd_bind(int argc, char **argv)
 {
 	struct upcie_pci_bdf bdf;
 	char module[64];
+	bool force;
 	size_t i;
 	int err, level;
 
+	argc = take_force(argc, argv, &force);
 	if (argc != 2) {
 		fprintf(stderr, "upcie-setup: bind needs BDF and DRIVER\n");
 		return 2;
@@ -154,6 +192,8 @@ static int cmd_bind(int argc, char **argv)
 		return 2;
 	err = upcie_pci_func_exists(&bdf);
 	if (err)
+		return 1;
+	if (guard_in_use(&bdf, argv[1], force))
 		return 1;
 	level = upcie_log_level();
 	upcie_log_set_level(UPCIE_LOG_NONE);
@@ -181,13 +221,17 @@ static int cmd_bind(int argc, char **argv)
 static int cmd_unbind(int argc, char **argv)
 {
 	struct upcie_pci_bdf bdf;
+	bool force;
 
+	argc = take_force(argc, argv, &force);
 	if (argc != 1) {
 		fprintf(stderr, "upcie-setup: unbind needs BDF\n");
 		return 2;
 	}
 	if (upcie_pci_bdf_parse(argv[0], &bdf))
 		return 2;
+	if (upcie_pci_func_exists(&bdf) || guard_in_use(&bdf, NULL, force))
+		return 1;
 	if (upcie_pci_driver_unbind(&bdf))
 		return 1;
 	printf("%s unbound\n", argv[0]);

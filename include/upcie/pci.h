@@ -10,6 +10,7 @@
 #include <upcie/pci/config.h>
 #include <upcie/pci/driver.h>
 #include <upcie/pci/bar.h>
+#include <upcie/pci/inuse.h>
 #include <upcie/pci/uio.h>
 
 #endif /* UPCIE_PCI_H */

@@ -34,6 +34,8 @@
  * applies to a peer device's BAR (struct upcie_nvme_peer): a slice of, say, GPU memory or an
  * ivshmem BAR becomes a dmamem this controller can DMA to, on any path.
  *
+ * With `bind`, a function the system uses (a mounted namespace, swap, an md/LVM/dm member, a
+ * group sibling in use: pci/inuse.h) is refused with -EBUSY unless bind_in_use is set.
  * Needs root (binding, sysfs resources, pagemap, /dev/vfio). The struct holds pointers into
  * itself once open: keep it in place. Memory and peers made through a dev must be destroyed
  * before the dev is closed. UPCIE_NVME_PATH_AUTO prefers the vfio cdev with iommufd (the
@@ -70,6 +72,7 @@
 #include <upcie/pci/config.h>
 #include <upcie/pci/driver.h>
 #include <upcie/pci/func.h>
+#include <upcie/pci/inuse.h>
 #include <upcie/pci/uio.h>
 #include <upcie/vfio/cdev.h>
 #include <upcie/vfio/device.h>
@@ -87,7 +90,9 @@ enum upcie_nvme_path {
 
 struct upcie_nvme_dev_opts {
 	enum upcie_nvme_path path;
-	bool bind; /* bind the function to the path's driver first (uio_pci_generic, vfio-pci) */
+	bool bind; /* bind the function to the path's driver first (uio_pci_generic, vfio-pci);
+		      refused while the system uses it (pci/inuse.h) */
+	bool bind_in_use; /* bind even a function the system uses (or UPCIE_ALLOW_IN_USE=1) */
 	/* type1: join this container (so peers in other groups share its IOVA space); NULL: own */
 	struct upcie_vfio_container *container;
 	/* iommufd: use this context and IOAS (shared with peers); NULL: own ones */
@@ -395,6 +400,15 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	}
 	driver = dev->path == UPCIE_NVME_PATH_UIO ? "uio_pci_generic" : "vfio-pci";
 	if (opts->bind) {
+		/* never pull a mounted namespace, swap or a volume member from under the system */
+		if (strcmp(fn.driver, driver)) {
+			char action[64];
+
+			snprintf(action, sizeof(action), "bind it to %s", driver);
+			err = upcie_pci_inuse_refuse(bdf, opts->bind_in_use, action);
+			if (err)
+				goto fail;
+		}
 		err = upcie_pci_driver_bind(bdf, driver);
 		if (err)
 			goto fail;
