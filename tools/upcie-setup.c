@@ -8,6 +8,7 @@
  *   upcie-setup unbind BDF [--force]         release from its driver
  *   upcie-setup hugepages [show]             reserved/free hugepages per size and node
  *   upcie-setup hugepages reserve N [--size 2M|1G] [--node N]
+ *   upcie-setup doctor [--json]              can this machine do what upcie does? (verdicts)
  *
  * Exit status 0 on success, 1 on failure (the message says why), 2 on a usage error.
  */
@@ -27,26 +28,32 @@
 #include <upcie/pci/func.h>
 #include <upcie/pci/inuse.h>
 
+#include "upcie-doctor.h"
+
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "usage: upcie-setup COMMAND [ARGS]\n"
-	       "\n"
-	       "  list [--nvme]                     PCI functions with driver, class, IOMMU group\n"
-	       "                                    and domain (uio needs none or identity), node\n"
-	       "  bind BDF DRIVER [--force]         bind a function (nvme, uio_pci_generic, "
-	       "vfio-pci, ...);\n"
-	       "                                    loads the driver's module when needed\n"
-	       "  unbind BDF [--force]              release a function from its driver\n"
-	       "  hugepages [show]                  reserved and free hugepages\n"
-	       "  hugepages reserve N [--size 2M|1G] [--node NODE]\n"
-	       "                                    reserve N hugepages (default 2M, all nodes)\n"
-	       "\n"
-	       "BDF is DDDD:BB:DD.F or BB:DD.F. Binding and reserving need root.\n"
-	       "bind and unbind refuse a function the system uses (mounted filesystems, swap,\n"
-	       "md/LVM/dm members, network interfaces with addresses or the default route, the\n"
-	       "same in its IOMMU group); --force or UPCIE_ALLOW_IN_USE=1 overrides.\n"
-	       "Set UPCIE_LOG=debug for more detail.\n");
+	    f,
+	    "usage: upcie-setup COMMAND [ARGS]\n"
+	    "\n"
+	    "  list [--nvme]                     PCI functions with driver, class, IOMMU group\n"
+	    "                                    and domain (uio needs none or identity), node\n"
+	    "  bind BDF DRIVER [--force]         bind a function (nvme, uio_pci_generic, "
+	    "vfio-pci, ...);\n"
+	    "                                    loads the driver's module when needed\n"
+	    "  unbind BDF [--force]              release a function from its driver\n"
+	    "  hugepages [show]                  reserved and free hugepages\n"
+	    "  hugepages reserve N [--size 2M|1G] [--node NODE]\n"
+	    "                                    reserve N hugepages (default 2M, all nodes)\n"
+	    "  doctor [--json]                   check IOMMU, vfio, hugepages, memlock, drivers,\n"
+	    "                                    GPU BAR1 and P2P paths, upcie's modules and\n"
+	    "                                    kernel features; one verdict per line\n"
+	    "\n"
+	    "BDF is DDDD:BB:DD.F or BB:DD.F. Binding and reserving need root.\n"
+	    "bind and unbind refuse a function the system uses (mounted filesystems, swap,\n"
+	    "md/LVM/dm members, network interfaces with addresses or the default route, the\n"
+	    "same in its IOMMU group); --force or UPCIE_ALLOW_IN_USE=1 overrides.\n"
+	    "Set UPCIE_LOG=debug for more detail.\n");
 }
 
 static const char *class_name(uint32_t cls)
@@ -327,6 +334,29 @@ static int cmd_hugepages(int argc, char **argv)
 	return show_hugepages();
 }
 
+static int cmd_doctor(int argc, char **argv)
+{
+	struct upcie_doctor d;
+	bool json = false;
+
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			json = true;
+		} else {
+			fprintf(stderr, "upcie-setup: doctor: unknown option '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	memset(&d, 0, sizeof(d));
+	upcie_doctor_run(&d);
+	upcie_doctor_print(&d, stdout, json);
+	/* a fail verdict is a machine that cannot do the job as it is */
+	int rc = d.count[UPCIE_DOCTOR_FAIL] ? 1 : 0;
+
+	upcie_doctor_free(&d);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -345,6 +375,8 @@ int main(int argc, char **argv)
 		return cmd_unbind(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "hugepages"))
 		return cmd_hugepages(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "doctor"))
+		return cmd_doctor(argc - 2, argv + 2);
 	fprintf(stderr, "upcie-setup: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

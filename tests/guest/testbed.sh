@@ -30,7 +30,7 @@ readonly CONFIGS=(A B C D)
 # dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE")
 readonly DMESG_BAD='WARNING:|BUG:|Oops|DMAR: \[DMA|general protection fault|Kernel panic'
 # kernel modules put into every initramfs (with their dependencies), where they exist
-readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udmabuf"
+readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udmabuf ext4"
 
 # machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules; D also has
 # the vIOMMU in passthrough (identity default domains), two NUMA nodes and the D-only devices
@@ -754,6 +754,37 @@ build_progs() { # -> $WORK/build/bin
 	done
 	[ "${#broken[@]}" = 0 ] || die "cannot build: ${broken[*]}"
 	log "built $(find "$bin" -type f | wc -l) static programs into $bin"
+	build_fio_engine
+}
+
+# fio (built from Debian's source by build-fio) and upcie's ioengine against the same tree; both
+# are dynamic (fio loads engines with dlopen), so the initramfs gets their libraries too
+build_fio_engine() { # -> $WORK/build/fio/{fio,upcie_fio.so} when fio is built
+	local out=$WORK/build/fio tree
+	rm -rf "$out"
+	tree=$("$REPO/tools/fio/build-fio.sh" --dir "$CACHE/fio" --print 2>/dev/null) || {
+		log "no fio built (testbed.sh build-fio): the fio cases will skip"
+		return 0
+	}
+	tree=${tree#FIO_SRC=}
+	mkdir -p "$out"
+	gcc -std=gnu11 -O2 -Wall -Wextra -Werror -Wshadow -Wundef -D_GNU_SOURCE -D_LARGEFILE_SOURCE \
+		-D_FILE_OFFSET_BITS=64 -I"$REPO/include" -isystem "$tree" -include "$tree/config-host.h" \
+		-fPIC -shared -o "$out/upcie_fio.so" "$REPO/tools/fio/upcie_fio.c" ||
+		die "cannot build tools/fio/upcie_fio.c against $tree"
+	cp "$tree/fio" "$out/fio"
+	log "fio $("$out/fio" --version) and its upcie engine in $out"
+}
+
+add_dynamic() { # ROOT FILE DEST : FILE at DEST in ROOT, with the shared libraries it needs
+	local root=$1 f=$2 dest=$3 lib
+	mkdir -p "$root/$(dirname "$dest")"
+	cp "$f" "$root/$dest"
+	for lib in $(ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+		[ -e "$root/$lib" ] && continue
+		mkdir -p "$root/$(dirname "$lib")"
+		cp -L "$lib" "$root/$lib"
+	done
 }
 
 copy_module() { # SRC DST : plain .ko (busybox modprobe has no xz/zstd)
@@ -834,6 +865,10 @@ build_initramfs() { # SLOT OOTDIR(or '') OUT
 	fi
 	depmod -b "$root" "$KV" || die "depmod failed for the $KV initramfs"
 	cp "$WORK"/build/bin/* "$root/bin/"
+	if [ -f "$WORK/build/fio/fio" ]; then
+		add_dynamic "$root" "$WORK/build/fio/fio" /usr/bin/fio
+		add_dynamic "$root" "$WORK/build/fio/upcie_fio.so" /usr/lib/upcie/upcie_fio.so
+	fi
 	cp "$TB_DIR"/lib/*.sh "$root/tests/lib/"
 	for f in "$TB_DIR"/cases/*.sh; do
 		case $f in *.host.sh) continue ;; esac
@@ -884,6 +919,11 @@ cmd_build() { # [CONFIG...] : programs + the initramfs images the configurations
 		build_initramfs "${CFG_SLOT[$c]}" "$oot" "$img"
 		done_imgs+="$img "
 	done
+}
+
+cmd_build_fio() { # fio from Debian's source package, cached in $CACHE/fio (tools/fio/build-fio.sh)
+	lock "$CACHE"
+	"$REPO/tools/fio/build-fio.sh" --dir "$CACHE/fio" >/dev/null || die "building fio failed"
 }
 
 # ---------------------------------------------------------------------------
@@ -1310,6 +1350,7 @@ commands:
   fetch        resolve and download the guest kernels (Debian $K61_SUITES: 6.1;
                $K7_SUITES: newest ${K7_MIN_MAJOR}.x), unpack them into the cache
   build-oot    rebuild iommufd + the vfio stack for the ${K7_MIN_MAJOR}.x kernel (cached per version)
+  build-fio    build fio from Debian's source package (cached; the fio cases need it)
   build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
   kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
   run [--config A|B|C|D]... [--case NAME]... [--show] [--keep] [--group]
@@ -1319,7 +1360,7 @@ commands:
                  --keep   keep the backing files of passing boots too
                  --group  one boot per configuration for all its cases (faster,
                           less isolated: cases share the guest and the files)
-  all [run options]   fetch + build-oot + build + run
+  all [run options]   fetch + build-oot + build-fio + build + run
   shell [--config A|B|C|D]   boot a guest with an interactive shell on this terminal
   help         this text
 
@@ -1351,9 +1392,11 @@ main() {
 	build) phase build cmd_build "$@"; print_phases ;;
 	run) cmd_run "$@" ;;
 	shell) cmd_shell "$@" ;;
+	build-fio) phase build-fio cmd_build_fio; print_phases ;;
 	all)
 		phase fetch cmd_fetch
 		phase build-oot cmd_build_oot
+		phase build-fio cmd_build_fio
 		phase build cmd_build
 		NO_BUILD=1 cmd_run "$@"
 		;;

@@ -97,42 +97,54 @@ static void fm_link(const char *target, const char *rel)
 
 #define FM_DEV "sys/devices/pci0000:00/"
 
-/* A PCI function under the root complex with its bus/pci/devices link, ids and group. */
-static void fm_func(const char *bdf, const char *vendor, const char *device, const char *cls,
-		    const char *driver, int group)
+/*
+ * A PCI function at sys/devices/<parent>/<bdf> ("pci0000:00", or a path through bridges), with
+ * its bus/pci/devices link, ids, NUMA node, driver and IOMMU group (-1: none). Links are
+ * absolute: what reads them resolves them the same way.
+ */
+static void fm_func_at(const char *parent, const char *bdf, const char *vendor, const char *device,
+		       const char *cls, const char *driver, int group, int node)
 {
-	char rel[512], tgt[512];
+	char dir[512], rel[640], tgt[768];
 
-	snprintf(rel, sizeof(rel), FM_DEV "%s/vendor", bdf);
+	snprintf(dir, sizeof(dir), "sys/devices/%s/%s", parent, bdf);
+	snprintf(rel, sizeof(rel), "%s/vendor", dir);
 	fm_put(rel, vendor);
-	snprintf(rel, sizeof(rel), FM_DEV "%s/device", bdf);
+	snprintf(rel, sizeof(rel), "%s/device", dir);
 	fm_put(rel, device);
-	snprintf(rel, sizeof(rel), FM_DEV "%s/class", bdf);
+	snprintf(rel, sizeof(rel), "%s/class", dir);
 	fm_put(rel, cls);
-	snprintf(rel, sizeof(rel), FM_DEV "%s/numa_node", bdf);
-	fm_put(rel, "0\n");
-	snprintf(rel, sizeof(rel), FM_DEV "%s/resource", bdf);
+	snprintf(rel, sizeof(rel), "%s/numa_node", dir);
+	snprintf(tgt, sizeof(tgt), "%d\n", node);
+	fm_put(rel, tgt);
+	snprintf(rel, sizeof(rel), "%s/resource", dir);
 	fm_put(rel, "0x00000000febf0000 0x00000000febf3fff 0x0000000000140204\n");
 	snprintf(rel, sizeof(rel), "sys/bus/pci/devices/%s", bdf);
-	snprintf(tgt, sizeof(tgt), "../../../devices/pci0000:00/%s", bdf);
+	snprintf(tgt, sizeof(tgt), "%s/%s", fm_root, dir);
 	fm_link(tgt, rel);
 	if (driver) {
 		snprintf(rel, sizeof(rel), "sys/bus/pci/drivers/%s/unbind", driver);
 		fm_put(rel, "");
-		snprintf(rel, sizeof(rel), FM_DEV "%s/driver", bdf);
-		snprintf(tgt, sizeof(tgt), "../../../bus/pci/drivers/%s", driver);
+		snprintf(rel, sizeof(rel), "%s/driver", dir);
+		snprintf(tgt, sizeof(tgt), "%s/sys/bus/pci/drivers/%s", fm_root, driver);
 		fm_link(tgt, rel);
 	}
 	if (group >= 0) {
 		snprintf(rel, sizeof(rel), "sys/kernel/iommu_groups/%d/type", group);
 		fm_put(rel, "DMA\n");
-		snprintf(rel, sizeof(rel), FM_DEV "%s/iommu_group", bdf);
-		snprintf(tgt, sizeof(tgt), "../../../kernel/iommu_groups/%d", group);
+		snprintf(rel, sizeof(rel), "%s/iommu_group", dir);
+		snprintf(tgt, sizeof(tgt), "%s/sys/kernel/iommu_groups/%d", fm_root, group);
 		fm_link(tgt, rel);
 		snprintf(rel, sizeof(rel), "sys/kernel/iommu_groups/%d/devices/%s", group, bdf);
-		snprintf(tgt, sizeof(tgt), "../../../../devices/pci0000:00/%s", bdf);
+		snprintf(tgt, sizeof(tgt), "%s/%s", fm_root, dir);
 		fm_link(tgt, rel);
 	}
+}
+
+static void fm_func(const char *bdf, const char *vendor, const char *device, const char *cls,
+		    const char *driver, int group)
+{
+	fm_func_at("pci0000:00", bdf, vendor, device, cls, driver, group, 0);
 }
 
 /* Block device `name` whose sysfs directory is `dir` (under sys/), with its class link. */

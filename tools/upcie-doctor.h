@@ -1,0 +1,945 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * upcie-setup doctor: can this machine do what upcie does, and what to change. Every check
+ * adds verdict lines (ok, info, warn, fail, unknown) with a detail and, where something should
+ * change, the fix. Used by tools/upcie-setup.c and by the unit test, which runs every check
+ * against a fake machine (tests/unit/fake_machine.h).
+ *
+ * Facts come from sysfs and procfs (UPCIE_SYSFS_ROOT, UPCIE_PROCFS_ROOT move them), from /dev,
+ * /lib/modules and /boot (UPCIE_DOCTOR_ROOT prefixes those), from getrlimit(), and for GPU
+ * memory sizes from the CUDA driver when libcuda.so.1 can be loaded (never linked: the tool
+ * runs on machines without it). A fact that cannot be read gives "unknown", never a guess.
+ * Reading config space past 64 bytes (ACS) needs root; without it ACS is unknown.
+ */
+#ifndef UPCIE_TOOLS_DOCTOR_H
+#define UPCIE_TOOLS_DOCTOR_H
+
+#include <upcie/base/feature.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <upcie/base/compiler.h>
+#include <upcie/base/log.h>
+#include <upcie/base/sysfs.h>
+#include <upcie/pci/bdf.h>
+#include <upcie/pci/config.h>
+#include <upcie/pci/func.h>
+#include <upcie/pci/inuse.h>
+
+enum upcie_doctor_verdict {
+	UPCIE_DOCTOR_OK = 0,
+	UPCIE_DOCTOR_INFO = 1,
+	UPCIE_DOCTOR_WARN = 2,
+	UPCIE_DOCTOR_FAIL = 3,
+	UPCIE_DOCTOR_UNKNOWN = 4,
+};
+
+struct upcie_doctor_line {
+	char check[24];
+	char subject[48];
+	enum upcie_doctor_verdict verdict;
+	char detail[320];
+	char fix[200];
+};
+
+struct upcie_doctor {
+	struct upcie_doctor_line *l;
+	unsigned n, cap;
+	unsigned count[5];
+};
+
+static inline const char *upcie_doctor_verdict_name(enum upcie_doctor_verdict v)
+{
+	static const char *const names[] = { "ok", "info", "warn", "fail", "unknown" };
+
+	return (unsigned)v < 5 ? names[v] : "?";
+}
+
+UPCIE_PRINTF(6, 7)
+static inline void upcie_doctor_add(struct upcie_doctor *d, const char *check, const char *subject,
+				    enum upcie_doctor_verdict v, const char *fix, const char *fmt,
+				    ...)
+{
+	struct upcie_doctor_line *x;
+	va_list ap;
+
+	if (d->n == d->cap) {
+		unsigned ncap = d->cap ? d->cap * 2 : 32;
+		void *p = realloc(d->l, ncap * sizeof(*d->l));
+
+		if (!p)
+			return;
+		d->l = (struct upcie_doctor_line *)p;
+		d->cap = ncap;
+	}
+	x = &d->l[d->n++];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->check, sizeof(x->check), "%s", check);
+	snprintf(x->subject, sizeof(x->subject), "%s", subject ? subject : "");
+	snprintf(x->fix, sizeof(x->fix), "%s", fix ? fix : "");
+	x->verdict = v;
+	va_start(ap, fmt);
+	vsnprintf(x->detail, sizeof(x->detail), fmt, ap);
+	va_end(ap);
+	d->count[v]++;
+}
+
+static inline void upcie_doctor_free(struct upcie_doctor *d)
+{
+	free(d->l);
+	memset(d, 0, sizeof(*d));
+}
+
+/* Path of a system file (/dev, /lib/modules, /boot) under $UPCIE_DOCTOR_ROOT. */
+static inline const char *upcie_doctor_path_(char *buf, size_t len, const char *path)
+{
+	const char *root = getenv("UPCIE_DOCTOR_ROOT");
+
+	snprintf(buf, len, "%s%s", root ? root : "", path);
+	return buf;
+}
+
+static inline bool upcie_doctor_exists_(const char *fmt, const char *a)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	(void)upcie_path_fmt(p, sizeof(p), fmt, a);
+	return stat(p, &st) == 0;
+}
+
+static inline bool upcie_doctor_sys_exists_(const char *rel)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	(void)upcie_path_fmt(p, sizeof(p), "%s/%s", upcie_sysfs_root(), rel);
+	return stat(p, &st) == 0;
+}
+
+static inline bool upcie_doctor_dev_exists_(const char *dev)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	return stat(upcie_doctor_path_(p, sizeof(p), dev), &st) == 0;
+}
+
+/* Entries of a directory (not . and ..); -errno when it cannot be listed. */
+static inline int upcie_doctor_count_(const char *dir, char *first, size_t len)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *dd = opendir(dir);
+
+	if (!dd)
+		return -errno;
+	while ((de = readdir(dd))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (!n && first)
+			(void)upcie_path_fmt(first, len, "%s", de->d_name);
+		n++;
+	}
+	closedir(dd);
+	return n;
+}
+
+/* Kernel release (procfs sys/kernel/osrelease) as major, minor. */
+static inline int upcie_doctor_kver_(char *rel, size_t len, int *major, int *minor)
+{
+	char p[PATH_MAX];
+
+	(void)upcie_path_fmt(p, sizeof(p), "%s/sys/kernel/osrelease", upcie_procfs_root());
+	if (upcie_file_read_str(p, rel, len) <= 0)
+		return -ENOENT;
+	if (sscanf(rel, "%d.%d", major, minor) != 2)
+		return -EINVAL;
+	return 0;
+}
+
+/* The kernel command line's value of `key` ("" when present without value); NULL: absent. */
+static inline const char *upcie_doctor_cmdline_(const char *cmdline, const char *key, char *val,
+						size_t len)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = cmdline; p && *p;) {
+		while (*p == ' ')
+			p++;
+		if (!strncmp(p, key, k) && (p[k] == '=' || p[k] == ' ' || !p[k])) {
+			size_t n = 0;
+
+			if (p[k] == '=')
+				for (p += k + 1; p[n] && p[n] != ' ' && n + 1 < len; n++)
+					val[n] = p[n];
+			val[n] = '\0';
+			return val;
+		}
+		p = strchr(p, ' ');
+	}
+	return NULL;
+}
+
+/* ---- IOMMU ---------------------------------------------------------------------------- */
+
+static inline void upcie_doctor_iommu(struct upcie_doctor *d)
+{
+	char p[PATH_MAX], first[64] = "", cmd[4096] = "", v[64], args[192] = "";
+	int units, groups;
+	static const char *const keys[] = { "intel_iommu", "amd_iommu", "iommu",
+					    "iommu.passthrough" };
+
+	(void)upcie_path_fmt(p, sizeof(p), "%s/class/iommu", upcie_sysfs_root());
+	units = upcie_doctor_count_(p, first, sizeof(first));
+	(void)upcie_path_fmt(p, sizeof(p), "%s/kernel/iommu_groups", upcie_sysfs_root());
+	groups = upcie_doctor_count_(p, NULL, 0);
+	(void)upcie_path_fmt(p, sizeof(p), "%s/cmdline", upcie_procfs_root());
+	if (upcie_file_read_str(p, cmd, sizeof(cmd)) >= 0) {
+		for (unsigned i = 0; i < UPCIE_ARRAY_SIZE(keys); i++) {
+			size_t o = strlen(args);
+
+			if (upcie_doctor_cmdline_(cmd, keys[i], v, sizeof(v)))
+				snprintf(args + o, sizeof(args) - o, "%s%s%s%s", o ? " " : "",
+					 keys[i], v[0] ? "=" : "", v);
+		}
+	} else {
+		snprintf(args, sizeof(args), "(command line unreadable)");
+	}
+	if (units < 0 && groups < 0) {
+		upcie_doctor_add(d, "iommu", "", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot read %s/class/iommu or kernel/iommu_groups",
+				 upcie_sysfs_root());
+		return;
+	}
+	if (units > 0 || groups > 0)
+		upcie_doctor_add(d, "iommu", "", UPCIE_DOCTOR_OK, NULL,
+				 "present (%s%s), %d IOMMU groups; kernel command line: %s",
+				 units > 0 ? first : "no unit in class/iommu",
+				 units > 1 ? " and more" : "", groups > 0 ? groups : 0,
+				 args[0] ? args : "no IOMMU parameters");
+	else
+		upcie_doctor_add(d, "iommu", "", UPCIE_DOCTOR_INFO,
+				 "for vfio: enable the IOMMU in firmware and boot with "
+				 "intel_iommu=on or amd_iommu=on",
+				 "none: devices see physical addresses, only the uio path works "
+				 "(kernel command line: %s)",
+				 args[0] ? args : "no IOMMU parameters");
+}
+
+/* Default domain of function `fn`'s group: translating, identity, blocked, ... */
+static inline void upcie_doctor_group(struct upcie_doctor *d, const struct upcie_pci_func *fn)
+{
+	char p[PATH_MAX], type[32], what[64];
+	int sib;
+
+	if (fn->iommu_group < 0) {
+		upcie_doctor_add(d, "iommu-group", fn->name, UPCIE_DOCTOR_INFO, NULL,
+				 "none: uio path only (physical addresses)");
+		return;
+	}
+	(void)upcie_path_fmt(p, sizeof(p), "%s/kernel/iommu_groups/%d/devices", upcie_sysfs_root(),
+			     fn->iommu_group);
+	sib = upcie_doctor_count_(p, NULL, 0);
+	(void)upcie_path_fmt(p, sizeof(p), "%s/kernel/iommu_groups/%d/type", upcie_sysfs_root(),
+			     fn->iommu_group);
+	if (upcie_file_read_str(p, type, sizeof(type)) <= 0) {
+		upcie_doctor_add(d, "iommu-group", fn->name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "group %d, default domain type unreadable (kernel before 5.11?)",
+				 fn->iommu_group);
+		return;
+	}
+	if (!strcmp(type, "DMA") || !strcmp(type, "DMA-FQ"))
+		snprintf(what, sizeof(what), "translating (%s)", type);
+	else if (!strcmp(type, "identity"))
+		snprintf(what, sizeof(what), "identity (passthrough)");
+	else
+		snprintf(what, sizeof(what), "%s", type);
+	upcie_doctor_add(d, "iommu-group", fn->name, UPCIE_DOCTOR_OK, NULL,
+			 "group %d, %s, %d function%s in the group; paths: %s", fn->iommu_group,
+			 what, sib, sib == 1 ? "" : "s",
+			 !strcmp(type, "identity") ? "uio, vfio" : "vfio (uio would fault)");
+}
+
+/* ---- vfio, modules, kernel features --------------------------------------------------- */
+
+/* Is module `m` available for the running kernel: built in, or a file in modules.dep? */
+static inline int upcie_doctor_module_available_(const char *rel, const char *m)
+{
+	char p[PATH_MAX], q[PATH_MAX], line[1024], want[96];
+	int found = 0, readable = 0;
+	FILE *f;
+
+	(void)upcie_path_fmt(want, sizeof(want), "/%s.ko", m);
+	for (int i = 0; i < 2; i++) {
+		(void)upcie_path_fmt(q, sizeof(q), "/lib/modules/%s/%s", rel,
+				     i ? "modules.builtin" : "modules.dep");
+		f = fopen(upcie_doctor_path_(p, sizeof(p), q), "re");
+		if (!f)
+			continue;
+		readable = 1;
+		while (!found && fgets(line, sizeof(line), f)) {
+			char *c = i ? line : strchr(line, ':');
+
+			if (!c)
+				continue;
+			if (!i)
+				*c = '\0';
+			for (char *s = line; *s; s++)
+				if (*s == '-')
+					*s = '_';
+			{
+				char w[96];
+
+				snprintf(w, sizeof(w), "%s", want);
+				for (char *s = w; *s; s++)
+					if (*s == '-')
+						*s = '_';
+				found = strstr(line, w) != NULL;
+			}
+		}
+		fclose(f);
+	}
+	return readable ? found : -ENOENT;
+}
+
+static inline bool upcie_doctor_module_loaded_(const char *m)
+{
+	char rel[128];
+
+	(void)upcie_path_fmt(rel, sizeof(rel), "module/%s", m);
+	return upcie_doctor_sys_exists_(rel);
+}
+
+static inline void upcie_doctor_vfio(struct upcie_doctor *d, const char *rel)
+{
+	int avail;
+
+	/* type1: the container node and the type1 backend */
+	if (upcie_doctor_dev_exists_("/dev/vfio/vfio") &&
+	    upcie_doctor_module_loaded_("vfio_iommu_type1"))
+		upcie_doctor_add(d, "vfio", "type1", UPCIE_DOCTOR_OK, NULL,
+				 "/dev/vfio/vfio and vfio_iommu_type1 loaded");
+	else if ((avail = upcie_doctor_module_available_(rel, "vfio_iommu_type1")) > 0 ||
+		 upcie_doctor_module_available_(rel, "vfio-pci") > 0)
+		upcie_doctor_add(d, "vfio", "type1", UPCIE_DOCTOR_INFO,
+				 "modprobe vfio-pci (upcie-setup bind BDF vfio-pci loads it)",
+				 "available, not loaded");
+	else if (avail == -ENOENT)
+		upcie_doctor_add(d, "vfio", "type1", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "not loaded; modules of %s unreadable", rel);
+	else
+		upcie_doctor_add(d, "vfio", "type1", UPCIE_DOCTOR_WARN,
+				 "a kernel with CONFIG_VFIO_PCI", "no vfio-pci module for %s", rel);
+	/* cdev + iommufd */
+	if (upcie_doctor_dev_exists_("/dev/iommu"))
+		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_OK, NULL, "/dev/iommu present");
+	else if (upcie_doctor_module_available_(rel, "iommufd") > 0)
+		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_INFO, "modprobe iommufd",
+				 "available, not loaded");
+	else
+		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_INFO,
+				 "a kernel >= 6.6 with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV",
+				 "no /dev/iommu: the iommufd path is not available (type1 is)");
+	if (upcie_doctor_sys_exists_("class/vfio-dev") ||
+	    upcie_doctor_dev_exists_("/dev/vfio/devices"))
+		upcie_doctor_add(d, "vfio", "cdev", UPCIE_DOCTOR_OK, NULL,
+				 "vfio device cdevs (/dev/vfio/devices) present");
+	else
+		upcie_doctor_add(
+		    d, "vfio", "cdev", UPCIE_DOCTOR_INFO, NULL,
+		    "no vfio device cdevs (CONFIG_VFIO_DEVICE_CDEV, with vfio-pci bound)");
+}
+
+/*
+ * Our modules: loaded, and speaking the ABI this build expects. The identity is the module
+ * parameter abi, "upcie-<module> <ABI>"; a module of that name without it is not ours (or an
+ * old build) and the wrappers will refuse it.
+ */
+static inline void upcie_doctor_kmod_one_(struct upcie_doctor *d, const char *m, const char *pkg,
+					  long want)
+{
+	char p[PATH_MAX], abi[64], ident[64], fix[160];
+	long got;
+
+	snprintf(fix, sizeof(fix),
+		 "apt install ./%s_*.deb (scripts/build-dkms.sh), then modprobe %s", pkg, m);
+	if (!upcie_doctor_module_loaded_(m)) {
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_INFO, fix, "not loaded");
+		return;
+	}
+	(void)upcie_path_fmt(p, sizeof(p), "%s/module/%s/parameters/abi", upcie_sysfs_root(), m);
+	if (upcie_file_read_str(p, abi, sizeof(abi)) <= 0) {
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_FAIL, fix,
+				 "a module named %s is loaded without upcie's identity (no "
+				 "parameters/abi): another project's, or an old build",
+				 m);
+		return;
+	}
+	snprintf(ident, sizeof(ident), "upcie-%s ", m);
+	if (strncmp(abi, ident, strlen(ident)) || sscanf(abi + strlen(ident), "%ld", &got) != 1) {
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_FAIL, fix,
+				 "a module named %s is loaded with identity '%s', not upcie's", m,
+				 abi);
+		return;
+	}
+	if (want >= 0 && got != want) {
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_FAIL, fix,
+				 "loaded with ABI %ld; this build of upcie speaks ABI %ld", got,
+				 want);
+		return;
+	}
+	if (want < 0)
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_OK, NULL, "loaded, ABI %ld", got);
+	else
+		upcie_doctor_add(d, "module", m, UPCIE_DOCTOR_OK, NULL,
+				 "loaded, ABI %ld (as this build expects)", got);
+}
+
+#ifndef UPCIE_DOCTOR_DMABUF_IMPORT_ABI
+#if defined(UPCIE_DMABUF_IMPORT_ABI)
+#define UPCIE_DOCTOR_DMABUF_IMPORT_ABI ((long)UPCIE_DMABUF_IMPORT_ABI)
+#else
+#define UPCIE_DOCTOR_DMABUF_IMPORT_ABI (-1L)
+#endif
+#endif
+#ifndef UPCIE_DOCTOR_IOMMU_MAP_PA_ABI
+#if defined(UPCIE_IOMMU_MAP_PA_ABI)
+#define UPCIE_DOCTOR_IOMMU_MAP_PA_ABI ((long)UPCIE_IOMMU_MAP_PA_ABI)
+#else
+#define UPCIE_DOCTOR_IOMMU_MAP_PA_ABI (-1L)
+#endif
+#endif
+
+static inline void upcie_doctor_kmods(struct upcie_doctor *d)
+{
+	upcie_doctor_kmod_one_(d, "dmabuf_import", "upcie-dmabuf-import-dkms",
+			       UPCIE_DOCTOR_DMABUF_IMPORT_ABI);
+	upcie_doctor_kmod_one_(d, "iommu_map_pa", "upcie-iommu-map-pa-dkms",
+			       UPCIE_DOCTOR_IOMMU_MAP_PA_ABI);
+}
+
+/* CONFIG_<name> of the running kernel from /boot/config-<rel>: 'y', 'm', 'n', or 0 unknown. */
+static inline char upcie_doctor_kconfig_(const char *rel, const char *name)
+{
+	char p[PATH_MAX], q[PATH_MAX], line[256], want[96];
+	char r = 0;
+	FILE *f;
+
+	(void)upcie_path_fmt(q, sizeof(q), "/boot/config-%s", rel);
+	f = fopen(upcie_doctor_path_(p, sizeof(p), q), "re");
+	if (!f)
+		return 0;
+	r = 'n';
+	(void)upcie_path_fmt(want, sizeof(want), "CONFIG_%s=", name);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, want, strlen(want)))
+			r = line[strlen(want)];
+	fclose(f);
+	return r;
+}
+
+static inline void upcie_doctor_kernel(struct upcie_doctor *d, const char *rel, int maj, int min)
+{
+	int v = maj * 1000 + min;
+	char c;
+
+	if (maj < 0) {
+		upcie_doctor_add(d, "kernel", "", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "release unreadable (/proc/sys/kernel/osrelease)");
+		return;
+	}
+	upcie_doctor_add(d, "kernel", "", UPCIE_DOCTOR_INFO, NULL, "Linux %s", rel);
+	/* iommufd IOAS_MAP_FILE (6.13): memfd mapped by file, no pinning through the mm */
+	if (v < 6013)
+		upcie_doctor_add(d, "kernel", "iommufd-map-file", UPCIE_DOCTOR_INFO,
+				 "a kernel >= 6.13 with CONFIG_IOMMUFD", "no: %d.%d < 6.13", maj,
+				 min);
+	else if (upcie_doctor_dev_exists_("/dev/iommu"))
+		upcie_doctor_add(d, "kernel", "iommufd-map-file", UPCIE_DOCTOR_OK, NULL,
+				 "yes: %d.%d >= 6.13 and /dev/iommu present", maj, min);
+	else
+		upcie_doctor_add(d, "kernel", "iommufd-map-file", UPCIE_DOCTOR_INFO,
+				 "CONFIG_IOMMUFD (modprobe iommufd)",
+				 "no: %d.%d >= 6.13 but no /dev/iommu", maj, min);
+	/* vfio-pci BAR export as dma-buf (6.19, CONFIG_VFIO_PCI_DMABUF) */
+	c = upcie_doctor_kconfig_(rel, "VFIO_PCI_DMABUF");
+	if (v < 6019)
+		upcie_doctor_add(d, "kernel", "vfio-bar-dmabuf", UPCIE_DOCTOR_INFO,
+				 "a kernel >= 6.19 with CONFIG_VFIO_PCI_DMABUF", "no: %d.%d < 6.19",
+				 maj, min);
+	else if (c == 'y')
+		upcie_doctor_add(d, "kernel", "vfio-bar-dmabuf", UPCIE_DOCTOR_OK, NULL,
+				 "yes: CONFIG_VFIO_PCI_DMABUF=y");
+	else if (c == 0)
+		upcie_doctor_add(d, "kernel", "vfio-bar-dmabuf", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "%d.%d >= 6.19, but /boot/config-%s is unreadable", maj, min, rel);
+	else
+		upcie_doctor_add(d, "kernel", "vfio-bar-dmabuf", UPCIE_DOCTOR_INFO,
+				 "CONFIG_VFIO_PCI_DMABUF=y", "no: not configured");
+	/* udmabuf: host memory as dma-buf */
+	if (upcie_doctor_dev_exists_("/dev/udmabuf"))
+		upcie_doctor_add(d, "kernel", "udmabuf", UPCIE_DOCTOR_OK, NULL,
+				 "/dev/udmabuf present");
+	else if (upcie_doctor_module_available_(rel, "udmabuf") > 0)
+		upcie_doctor_add(d, "kernel", "udmabuf", UPCIE_DOCTOR_INFO, "modprobe udmabuf",
+				 "available, not loaded");
+	else
+		upcie_doctor_add(d, "kernel", "udmabuf", UPCIE_DOCTOR_INFO, "CONFIG_UDMABUF",
+				 "no /dev/udmabuf");
+}
+
+/* ---- hugepages, memlock ---------------------------------------------------------------- */
+
+static inline void upcie_doctor_hugepages(struct upcie_doctor *d)
+{
+	char dir[PATH_MAX], p[PATH_MAX], subj[48];
+	uint64_t total = 0, nr, fr;
+	struct dirent *de, *ne;
+	int sizes = 0;
+	DIR *dd, *nd;
+
+	snprintf(dir, sizeof(dir), "%s/kernel/mm/hugepages", upcie_sysfs_root());
+	dd = opendir(dir);
+	if (!dd) {
+		upcie_doctor_add(d, "hugepages", "", UPCIE_DOCTOR_UNKNOWN, NULL, "cannot list %s",
+				 dir);
+		return;
+	}
+	while ((de = readdir(dd))) {
+		unsigned long kb;
+
+		if (sscanf(de->d_name, "hugepages-%lukB", &kb) != 1)
+			continue;
+		sizes++;
+		(void)upcie_path_fmt(subj, sizeof(subj), "%lu kB", kb);
+		(void)upcie_path_fmt(p, sizeof(p), "%s/%s/nr_hugepages", dir, de->d_name);
+		if (upcie_file_read_u64(p, &nr)) {
+			upcie_doctor_add(d, "hugepages", subj, UPCIE_DOCTOR_UNKNOWN, NULL,
+					 "nr_hugepages unreadable");
+			continue;
+		}
+		(void)upcie_path_fmt(p, sizeof(p), "%s/%s/free_hugepages", dir, de->d_name);
+		if (upcie_file_read_u64(p, &fr))
+			fr = 0;
+		total += nr;
+		upcie_doctor_add(d, "hugepages", subj, UPCIE_DOCTOR_INFO, NULL,
+				 "%" PRIu64 " reserved, %" PRIu64 " free", nr, fr);
+		/* per NUMA node */
+		(void)upcie_path_fmt(p, sizeof(p), "%s/devices/system/node", upcie_sysfs_root());
+		nd = opendir(p);
+		while (nd && (ne = readdir(nd))) {
+			char q[PATH_MAX], ns[64];
+			uint64_t nn, nf;
+			int node;
+
+			if (sscanf(ne->d_name, "node%d", &node) != 1)
+				continue;
+			(void)upcie_path_fmt(q, sizeof(q), "%s/%s/hugepages/%s/nr_hugepages", p,
+					     ne->d_name, de->d_name);
+			if (upcie_file_read_u64(q, &nn))
+				continue;
+			(void)upcie_path_fmt(q, sizeof(q), "%s/%s/hugepages/%s/free_hugepages", p,
+					     ne->d_name, de->d_name);
+			if (upcie_file_read_u64(q, &nf))
+				nf = 0;
+			(void)upcie_path_fmt(ns, sizeof(ns), "%lu kB node %d", kb, node);
+			upcie_doctor_add(d, "hugepages", ns, UPCIE_DOCTOR_INFO, NULL,
+					 "%" PRIu64 " reserved, %" PRIu64 " free", nn, nf);
+		}
+		if (nd)
+			closedir(nd);
+	}
+	closedir(dd);
+	if (!sizes)
+		upcie_doctor_add(d, "hugepages", "", UPCIE_DOCTOR_WARN,
+				 "a kernel with CONFIG_HUGETLBFS", "no hugepage sizes in %s", dir);
+	else if (!total)
+		upcie_doctor_add(d, "hugepages", "", UPCIE_DOCTOR_WARN,
+				 "upcie-setup hugepages reserve 512",
+				 "none reserved: queues and buffers come from hugepages");
+	else
+		upcie_doctor_add(d, "hugepages", "", UPCIE_DOCTOR_OK, NULL,
+				 "%" PRIu64 " reserved in all", total);
+}
+
+static inline void upcie_doctor_memlock(struct upcie_doctor *d)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl)) {
+		upcie_doctor_add(d, "memlock", "", UPCIE_DOCTOR_UNKNOWN, NULL, "getrlimit failed");
+		return;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY)
+		upcie_doctor_add(d, "memlock", "", UPCIE_DOCTOR_OK, NULL, "unlimited");
+	else if (geteuid() == 0)
+		upcie_doctor_add(d, "memlock", "", UPCIE_DOCTOR_OK, NULL,
+				 "%llu KiB, but root (CAP_IPC_LOCK) is not held to it",
+				 (unsigned long long)rl.rlim_cur >> 10);
+	else if (rl.rlim_cur < (256ull << 20))
+		upcie_doctor_add(d, "memlock", "", UPCIE_DOCTOR_WARN,
+				 "ulimit -l unlimited (limits.conf memlock), or run as root",
+				 "%llu KiB: vfio pins DMA memory against this limit",
+				 (unsigned long long)rl.rlim_cur >> 10);
+	else
+		upcie_doctor_add(d, "memlock", "", UPCIE_DOCTOR_OK, NULL, "%llu KiB",
+				 (unsigned long long)rl.rlim_cur >> 10);
+}
+
+/* ---- functions: drivers, GPUs, topology ------------------------------------------------ */
+
+#define UPCIE_DOCTOR_MAX_FN 64
+
+struct upcie_doctor_fns {
+	struct upcie_pci_func nvme[UPCIE_DOCTOR_MAX_FN], gpu[UPCIE_DOCTOR_MAX_FN];
+	unsigned nnvme, ngpu;
+};
+
+static inline int upcie_doctor_collect_(const struct upcie_pci_func *fn, void *ctx)
+{
+	struct upcie_doctor_fns *f = (struct upcie_doctor_fns *)ctx;
+	uint32_t base = fn->class_code >> 16, sub = (fn->class_code >> 8) & 0xff;
+
+	if (fn->class_code == UPCIE_PCI_CLASS_NVME && f->nnvme < UPCIE_DOCTOR_MAX_FN)
+		f->nvme[f->nnvme++] = *fn;
+	else if (base == 0x03 && (sub == 0x00 || sub == 0x02) &&
+		 (fn->vendor == 0x10de || fn->vendor == 0x1002) && f->ngpu < UPCIE_DOCTOR_MAX_FN)
+		f->gpu[f->ngpu++] = *fn;
+	return 0;
+}
+
+static inline void upcie_doctor_driver(struct upcie_doctor *d, const struct upcie_pci_func *fn)
+{
+	struct upcie_pci_inuse u;
+	char desc[512] = "", fix[160];
+
+	if (upcie_pci_inuse_scan(&fn->bdf, true, &u) == 0 && (u.n || u.unknown))
+		upcie_pci_inuse_describe(&u, fn->name, desc, sizeof(desc));
+	if (!strcmp(fn->driver, "vfio-pci")) {
+		upcie_doctor_add(d, "driver", fn->name, UPCIE_DOCTOR_OK, NULL,
+				 "vfio-pci: ready for the type1 and iommufd paths");
+	} else if (!strcmp(fn->driver, "uio_pci_generic")) {
+		upcie_doctor_add(d, "driver", fn->name, UPCIE_DOCTOR_OK, NULL,
+				 "uio_pci_generic: ready for the uio path");
+	} else if (desc[0]) {
+		upcie_doctor_add(d, "driver", fn->name, UPCIE_DOCTOR_INFO, NULL,
+				 "%s%s, in use: %s; upcie-setup bind and the bind option refuse it",
+				 fn->driver[0] ? "bound to " : "no driver", fn->driver, desc);
+	} else {
+		snprintf(fix, sizeof(fix), "upcie-setup bind %s %s", fn->name,
+			 fn->iommu_group >= 0 ? "vfio-pci" : "uio_pci_generic");
+		upcie_doctor_add(d, "driver", fn->name, UPCIE_DOCTOR_INFO, fix, "%s%s, not in use",
+				 fn->driver[0] ? "bound to " : "no driver", fn->driver);
+	}
+}
+
+/* The largest memory BAR (a GPU's BAR1 is its largest prefetchable one). */
+static inline uint64_t upcie_doctor_big_bar_(const struct upcie_pci_func *fn, int *idx)
+{
+	uint64_t best = 0;
+
+	*idx = -1;
+	for (int i = 0; i < UPCIE_PCI_NUM_BARS; i++) {
+		if ((fn->res[i].flags & UPCIE_PCI_RES_MEM) && fn->res[i].size > best) {
+			best = fn->res[i].size;
+			*idx = i;
+		}
+	}
+	return best;
+}
+
+/* VRAM of the CUDA device at `bdf`, through libcuda when it loads; -ENOENT otherwise. */
+static inline int upcie_doctor_cuda_mem_(const char *bdf, uint64_t *bytes)
+{
+	typedef int (*init_fn)(unsigned);
+	typedef int (*count_fn)(int *);
+	typedef int (*get_fn)(int *, int);
+	typedef int (*busid_fn)(char *, int, int);
+	typedef int (*mem_fn)(size_t *, int);
+	void *h;
+	int n = 0, err = -ENOENT;
+
+	if (getenv("UPCIE_DOCTOR_NO_CUDA"))
+		return -ENOENT;
+	h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return -ENOENT;
+	{
+		init_fn cinit = (init_fn)dlsym(h, "cuInit");
+		count_fn ccount = (count_fn)dlsym(h, "cuDeviceGetCount");
+		get_fn cget = (get_fn)dlsym(h, "cuDeviceGet");
+		busid_fn cbus = (busid_fn)dlsym(h, "cuDeviceGetPCIBusId");
+		mem_fn cmem = (mem_fn)dlsym(h, "cuDeviceTotalMem_v2");
+
+		if (cinit && ccount && cget && cbus && cmem && !cinit(0) && !ccount(&n)) {
+			for (int i = 0; i < n; i++) {
+				char id[32];
+				int dev;
+				size_t b;
+
+				if (cget(&dev, i) || cbus(id, sizeof(id), dev))
+					continue;
+				for (char *s = id; *s; s++)
+					*s = (char)(*s >= 'A' && *s <= 'F' ? *s - 'A' + 'a' : *s);
+				/* CUDA gives an 8-digit domain */
+				if (strlen(id) >= 12 && !strcmp(id + strlen(id) - 12, bdf) &&
+				    !cmem(&b, dev)) {
+					*bytes = b;
+					err = 0;
+					break;
+				}
+			}
+		}
+	}
+	dlclose(h);
+	return err;
+}
+
+/* BAR1 against memory: all VRAM reachable by peers at once, or only a window of it. */
+static inline void upcie_doctor_bar1_verdict(struct upcie_doctor *d, const char *name, uint64_t bar,
+					     int idx, int memerr, uint64_t mem)
+{
+	if (memerr)
+		upcie_doctor_add(d, "gpu-bar1", name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "BAR%d %" PRIu64 " MiB; memory size unknown (no CUDA driver "
+				 "library could be loaded)",
+				 idx, bar >> 20);
+	else if (bar >= mem)
+		upcie_doctor_add(d, "gpu-bar1", name, UPCIE_DOCTOR_OK, NULL,
+				 "BAR%d %" PRIu64 " MiB covers %" PRIu64 " MiB of memory", idx,
+				 bar >> 20, mem >> 20);
+	else
+		upcie_doctor_add(d, "gpu-bar1", name, UPCIE_DOCTOR_WARN,
+				 "enable resizable BAR / large BAR1 in firmware",
+				 "BAR%d %" PRIu64 " MiB < %" PRIu64 " MiB of memory: only a "
+				 "window of GPU memory is reachable by the NVMe at once",
+				 idx, bar >> 20, mem >> 20);
+}
+
+static inline void upcie_doctor_gpu(struct upcie_doctor *d, const struct upcie_pci_func *fn)
+{
+	uint64_t mem = 0;
+	int idx, err = -ENOENT;
+	uint64_t bar = upcie_doctor_big_bar_(fn, &idx);
+
+	if (fn->vendor == 0x10de)
+		err = upcie_doctor_cuda_mem_(fn->name, &mem);
+	upcie_doctor_bar1_verdict(d, fn->name, bar, idx, err, mem);
+}
+
+/* sysfs device path components of a function: "pci0000:00", "0000:00:01.0", ... */
+static inline int upcie_doctor_devpath_(const struct upcie_pci_func *fn, char comp[][16], int max)
+{
+	char p[PATH_MAX], real[PATH_MAX], *s, *save = NULL;
+	int n = 0, seen = 0;
+
+	if (upcie_pci_func_path(&fn->bdf, "", p, sizeof(p)) || !realpath(p, real))
+		return -ENOENT;
+	for (s = strtok_r(real, "/", &save); s; s = strtok_r(NULL, "/", &save)) {
+		if (!strncmp(s, "pci", 3) && strchr(s, ':'))
+			seen = 1;
+		if (seen && n < max)
+			snprintf(comp[n++], 16, "%s", s);
+	}
+	return seen ? n : -ENOENT;
+}
+
+/* ACS P2P redirect (request or completion redirect) on bridge `name`: 1, 0, or -errno. */
+static inline int upcie_doctor_acs_redirect_(const char *name)
+{
+	struct upcie_pci_bdf b;
+	uint16_t ctl;
+	int pos;
+
+	if (upcie_pci_bdf_parse_quiet_(name, &b))
+		return -EINVAL;
+	pos = upcie_pci_ecap_find(&b, 0x000d);
+	if (pos == -ENOENT)
+		return 0;
+	if (pos < 0)
+		return pos;
+	if (upcie_pci_config_read16(&b, (uint32_t)pos + 6, &ctl))
+		return -EACCES;
+	return (ctl & 0x000c) ? 1 : 0; /* RR (bit 2), CR (bit 3) */
+}
+
+static inline void upcie_doctor_path(struct upcie_doctor *d, const struct upcie_pci_func *gpu,
+				     const struct upcie_pci_func *nvme)
+{
+	char a[16][16], b[16][16], subj[48], acs[160] = "";
+	int na, nb, common = 0, unknown = 0;
+	const char *cls;
+	enum upcie_doctor_verdict v;
+
+	(void)upcie_path_fmt(subj, sizeof(subj), "%s<->%s", gpu->name, nvme->name);
+	na = upcie_doctor_devpath_(gpu, a, 16);
+	nb = upcie_doctor_devpath_(nvme, b, 16);
+	if (na < 0 || nb < 0) {
+		upcie_doctor_add(d, "p2p-path", subj, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "device paths unreadable");
+		return;
+	}
+	while (common < na - 1 && common < nb - 1 && !strcmp(a[common], b[common]))
+		common++;
+	/* bridges below the host bridge on either side, down to the devices: ACS there sends
+	 * peer requests up to the root complex */
+	for (int side = 0; side < 2; side++) {
+		char(*c)[16] = side ? b : a;
+		int n = side ? nb : na;
+
+		for (int i = 1; i < n - 1; i++) {
+			int r = upcie_doctor_acs_redirect_(c[i]);
+			size_t o = strlen(acs);
+
+			if (r > 0)
+				snprintf(acs + o, sizeof(acs) - o, "%s%s", o ? ", " : "", c[i]);
+			else if (r < 0)
+				unknown = 1;
+		}
+	}
+	if (strcmp(a[0], b[0])) {
+		if (gpu->numa_node >= 0 && nvme->numa_node >= 0 &&
+		    gpu->numa_node != nvme->numa_node) {
+			cls = "across sockets (SYS): peer traffic crosses the CPU interconnect";
+			v = UPCIE_DOCTOR_FAIL;
+		} else if (gpu->numa_node < 0 || nvme->numa_node < 0) {
+			cls = "across host bridges, NUMA nodes unknown";
+			v = UPCIE_DOCTOR_WARN;
+		} else {
+			cls = "across host bridges of one node (NODE): P2P through the CPU";
+			v = UPCIE_DOCTOR_WARN;
+		}
+	} else if (common <= 1) {
+		cls = "through the host bridge (PHB): P2P depends on the root complex";
+		v = UPCIE_DOCTOR_WARN;
+	} else if (common == 2) {
+		cls = "below one root port";
+		v = UPCIE_DOCTOR_OK;
+	} else {
+		cls = "below one PCIe switch (PIX/PXB): the best P2P path";
+		v = UPCIE_DOCTOR_OK;
+	}
+	if (acs[0]) {
+		upcie_doctor_add(d, "p2p-path", subj, UPCIE_DOCTOR_WARN,
+				 "disable ACS redirect on those ports (setpci), or accept "
+				 "translation at the root complex",
+				 "%s; ACS redirects peer requests up to the root complex at %s",
+				 cls, acs);
+	} else if (unknown) {
+		upcie_doctor_add(d, "p2p-path", subj,
+				 v == UPCIE_DOCTOR_OK ? UPCIE_DOCTOR_UNKNOWN : v, NULL,
+				 "%s; ACS unknown (extended config space needs root)", cls);
+	} else {
+		upcie_doctor_add(d, "p2p-path", subj, v, NULL, "%s; no ACS redirect on the path",
+				 cls);
+	}
+}
+
+/* Run every check. */
+static inline void upcie_doctor_run(struct upcie_doctor *d)
+{
+	struct upcie_doctor_fns *f = (struct upcie_doctor_fns *)calloc(1, sizeof(*f));
+	char rel[128] = "";
+	int maj = -1, min = -1, level, err;
+
+	if (!f)
+		return;
+	level = upcie_log_level();
+	upcie_log_set_level(UPCIE_LOG_NONE); /* the verdicts say what failed */
+	upcie_doctor_kver_(rel, sizeof(rel), &maj, &min);
+	upcie_doctor_iommu(d);
+	upcie_doctor_vfio(d, rel);
+	upcie_doctor_kernel(d, rel, maj, min);
+	upcie_doctor_hugepages(d);
+	upcie_doctor_memlock(d);
+	upcie_doctor_kmods(d);
+	err = upcie_pci_scan(upcie_doctor_collect_, f);
+	if (err) {
+		upcie_doctor_add(d, "pci", "", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot list PCI functions (%s)", strerror(-err));
+	} else {
+		if (!f->nnvme)
+			upcie_doctor_add(d, "nvme", "", UPCIE_DOCTOR_INFO, NULL,
+					 "no NVMe controller (class 010802) found");
+		for (unsigned i = 0; i < f->nnvme; i++) {
+			upcie_doctor_driver(d, &f->nvme[i]);
+			upcie_doctor_group(d, &f->nvme[i]);
+		}
+		if (!f->ngpu)
+			upcie_doctor_add(d, "gpu", "", UPCIE_DOCTOR_INFO, NULL,
+					 "no NVIDIA or AMD GPU found");
+		for (unsigned i = 0; i < f->ngpu; i++) {
+			upcie_doctor_gpu(d, &f->gpu[i]);
+			upcie_doctor_group(d, &f->gpu[i]);
+			for (unsigned j = 0; j < f->nnvme; j++)
+				upcie_doctor_path(d, &f->gpu[i], &f->nvme[j]);
+		}
+	}
+	upcie_log_set_level((enum upcie_log_level)level);
+	free(f);
+}
+
+static inline void upcie_doctor_json_str_(FILE *o, const char *s)
+{
+	fputc('"', o);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(o, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(o, "\\u%04x", (unsigned char)*s);
+		else
+			fputc(*s, o);
+	}
+	fputc('"', o);
+}
+
+static inline void upcie_doctor_print(const struct upcie_doctor *d, FILE *o, bool json)
+{
+	if (!json) {
+		for (unsigned i = 0; i < d->n; i++) {
+			const struct upcie_doctor_line *x = &d->l[i];
+
+			fprintf(o, "%-8s %-12s %s%s%s%s%s\n", upcie_doctor_verdict_name(x->verdict),
+				x->check, x->subject, x->subject[0] ? ": " : "", x->detail,
+				x->fix[0] ? " -> " : "", x->fix);
+		}
+		fprintf(o, "%u ok, %u info, %u warn, %u fail, %u unknown\n", d->count[0],
+			d->count[1], d->count[2], d->count[3], d->count[4]);
+		return;
+	}
+	fprintf(o, "{\"checks\": [");
+	for (unsigned i = 0; i < d->n; i++) {
+		const struct upcie_doctor_line *x = &d->l[i];
+
+		fprintf(o, "%s\n  {\"check\": ", i ? "," : "");
+		upcie_doctor_json_str_(o, x->check);
+		fprintf(o, ", \"subject\": ");
+		upcie_doctor_json_str_(o, x->subject);
+		fprintf(o, ", \"verdict\": \"%s\", \"detail\": ",
+			upcie_doctor_verdict_name(x->verdict));
+		upcie_doctor_json_str_(o, x->detail);
+		fprintf(o, ", \"fix\": ");
+		upcie_doctor_json_str_(o, x->fix);
+		fprintf(o, "}");
+	}
+	fprintf(o,
+		"\n], \"summary\": {\"ok\": %u, \"info\": %u, \"warn\": %u, \"fail\": %u, "
+		"\"unknown\": %u}}\n",
+		d->count[0], d->count[1], d->count[2], d->count[3], d->count[4]);
+}
+
+#endif /* UPCIE_TOOLS_DOCTOR_H */
