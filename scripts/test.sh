@@ -106,6 +106,14 @@ tap "HIP sources, headers, bridge host tests" tests/hip/check-hip.sh
 tap "HIP device code disassembly (RDNA fences)" tests/hip/check-disasm.sh
 tap "aarch64 queue-pair barriers (disassembly)" scripts/check-arm64.sh
 
+note "fio (built from Debian's source, cached with the test bed)"
+# The fio ioengine compiles against a configured fio tree; the unit builds below build it.
+fio_dir=${UPCIE_TESTBED_CACHE:-/var/cache/upcie-testbed}/fio
+tap "fio from Debian's source package" sh -c "tools/fio/build-fio.sh --dir '$fio_dir' >/dev/null && echo 'ok 1 - fio built'"
+fio_src=$(tools/fio/build-fio.sh --dir "$fio_dir" --print 2>/dev/null | sed 's/^FIO_SRC=//')
+fio_opt=()
+[ -n "$fio_src" ] && fio_opt=(-Dfio_src="$fio_src")
+
 note "unit tests"
 # As root, give the unit tests real hugepages (and a hugetlbfs mount) so the pagemap and hugepage
 # checks run instead of skipping; the previous pool size is restored afterwards.
@@ -132,7 +140,7 @@ build_unit() { # dir, compiler, extra meson args...
 	local cxx=g++
 	[ "$c" = clang ] && cxx=clang++
 	rm -rf "$dir"
-	CC=$c CXX=$cxx meson setup "$dir" "$@" >"$logdir/setup-$(basename "$dir").log" 2>&1 &&
+	CC=$c CXX=$cxx meson setup "$dir" "${fio_opt[@]}" "$@" >"$logdir/setup-$(basename "$dir").log" 2>&1 &&
 		ninja -C "$dir" >"$logdir/build-$(basename "$dir").log" 2>&1
 }
 run_units() { # dir label

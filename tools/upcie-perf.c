@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,7 +60,12 @@ struct perf_opts {
 	bool gpu_sq_host;
 };
 
-static atomic_int perf_stop;
+/* Set once per run to end it; read by every worker (and the GPU mode's host loop). */
+static int perf_stop;
+
+#define PERF_LOAD(p)	 __atomic_load_n(p, __ATOMIC_RELAXED)
+#define PERF_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+#define PERF_ADD(p, v)	 __atomic_fetch_add(p, v, __ATOMIC_RELAXED)
 
 struct perf_slot {
 	struct upcie_nvme_req req;
@@ -81,7 +85,7 @@ struct perf_q {
 	uint64_t bs, region, seq_next, rng;
 	struct perf_slot *slots, *ready;
 	struct perf_hist lat;
-	atomic_uint_fast64_t ios, bytes;
+	uint64_t ios, bytes; /* updated by the worker, read by the progress loop */
 	uint64_t errors;
 	int err;
 	unsigned inflight;
@@ -105,8 +109,8 @@ static void perf_done(struct upcie_nvme_req *r)
 	perf_hist_add(&q->lat, upcie_time_ns() - s->t0);
 	if (r->err)
 		q->errors++;
-	atomic_fetch_add_explicit(&q->ios, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&q->bytes, q->bs, memory_order_relaxed);
+	PERF_ADD(&q->ios, 1);
+	PERF_ADD(&q->bytes, q->bs);
 	q->inflight--;
 	s->busy = false;
 	s->next_ready = q->ready;
@@ -170,7 +174,7 @@ static void *perf_worker(void *arg)
 		q->slots[i].next_ready = q->ready;
 		q->ready = &q->slots[i];
 	}
-	while (!atomic_load_explicit(&perf_stop, memory_order_relaxed)) {
+	while (!PERF_LOAD(&perf_stop)) {
 		while (q->ready) {
 			struct perf_slot *s = q->ready;
 			uint64_t boff = (uint64_t)(s - q->slots) * q->bs;
@@ -185,7 +189,7 @@ static void *perf_worker(void *arg)
 				break;
 			if (err) {
 				q->err = err;
-				atomic_store(&perf_stop, 1);
+				PERF_STORE(&perf_stop, 1);
 				break;
 			}
 			q->ready = s->next_ready;
@@ -195,7 +199,7 @@ static void *perf_worker(void *arg)
 		err = upcie_nvme_ioq_poll(&ioq, 0xffffffffu);
 		if (err < 0) {
 			q->err = err;
-			atomic_store(&perf_stop, 1);
+			PERF_STORE(&perf_stop, 1);
 		}
 	}
 	/* drain: every request ends once; one the controller does not finish is aborted and
@@ -237,7 +241,7 @@ static int perf_run_cpu(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns *n
 		free(qs);
 		return -EINVAL;
 	}
-	atomic_store(&perf_stop, 0);
+	PERF_STORE(&perf_stop, 0);
 	t0 = upcie_time_ns();
 	for (unsigned i = 0; i < queues; i++) {
 		struct perf_q *q = &qs[i];
@@ -250,12 +254,12 @@ static int perf_run_cpu(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns *n
 		q->slots = (struct perf_slot *)calloc(qd, sizeof(*q->slots));
 		if (!q->slots || pthread_create(&q->th, NULL, perf_worker, q)) {
 			err = -ENOMEM;
-			atomic_store(&perf_stop, 1);
+			PERF_STORE(&perf_stop, 1);
 			queues = i;
 			break;
 		}
 	}
-	for (unsigned sec = 1; !err && !atomic_load(&perf_stop); sec++) {
+	for (unsigned sec = 1; !err && !PERF_LOAD(&perf_stop); sec++) {
 		uint64_t ios = 0, b = 0, target = t0 + (uint64_t)sec * UPCIE_NSEC_PER_SEC,
 			 end = t0 + (uint64_t)(o->secs * 1e9);
 		uint64_t now = upcie_time_ns();
@@ -266,14 +270,14 @@ static int perf_run_cpu(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns *n
 		if (target > now)
 			usleep((useconds_t)((target - now) / 1000));
 		for (unsigned i = 0; i < queues; i++) {
-			ios += atomic_load_explicit(&qs[i].ios, memory_order_relaxed);
-			b += atomic_load_explicit(&qs[i].bytes, memory_order_relaxed);
+			ios += PERF_LOAD(&qs[i].ios);
+			b += PERF_LOAD(&qs[i].bytes);
 		}
 		fprintf(stderr, "[%3us] %10.0f IOPS %9.1f MB/s\n", sec, (double)(ios - last_ios),
 			(double)(b - last_b) / 1e6);
 		last_ios = ios, last_b = b;
 		if (last)
-			atomic_store(&perf_stop, 1);
+			PERF_STORE(&perf_stop, 1);
 	}
 	for (unsigned i = 0; i < queues; i++) {
 		pthread_join(qs[i].th, NULL);
@@ -282,8 +286,8 @@ static int perf_run_cpu(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns *n
 	}
 	res->secs = (double)(upcie_time_ns() - t0) / 1e9;
 	for (unsigned i = 0; i < queues; i++) {
-		res->ios += atomic_load(&qs[i].ios);
-		res->bytes += atomic_load(&qs[i].bytes);
+		res->ios += qs[i].ios;
+		res->bytes += qs[i].bytes;
 		res->errors += qs[i].errors;
 		perf_hist_merge(&res->lat, &qs[i].lat);
 		free(qs[i].slots);

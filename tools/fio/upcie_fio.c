@@ -18,8 +18,11 @@
  * Engine options: upcie_path=auto|uio|type1|iommufd (the DMA path, nvme/dev.h), upcie_bind=1
  * (take the function from its driver first, as `upcie-setup bind` would: refused for a device
  * the system is using), upcie_max_xfer=BYTES (bytes per command, 0: the largest block size of
- * the job, bounded by MDTS), upcie_sgl=1 (SGLs instead of PRPs), upcie_gpu=1 (in a build with
- * CUDA: stage every request through a GPU heap buffer, see below).
+ * the job, bounded by MDTS), upcie_sgl=1 (SGLs instead of PRPs), upcie_gpu=1 (upcie_fio_cuda.so,
+ * the build with CUDA, on the uio path: the controller moves the data to and from a twin of
+ * fio's buffers in the CUDA device heap, gpu/heap_cuda.h, and the engine copies between the
+ * twins, so fio's verification still judges what the controller moved; needs the dmabuf_import
+ * module).
  *
  * Needs what the path needs (root, the function bound to uio_pci_generic or vfio-pci, or
  * upcie_bind=1, and hugepages for the buffers: upcie-setup hugepages reserve N). Built against a
@@ -45,6 +48,9 @@
 #include <upcie/nvme/dev.h>
 #include <upcie/nvme/ns.h>
 #include <upcie/pci/bdf.h>
+#if defined(UPCIE_FIO_CUDA)
+#include <upcie/gpu/heap_cuda.h>
+#endif
 
 /* fio's headers come last: they define short macros (min, max, ...) our headers must not see. */
 #include "fio.h"
@@ -96,6 +102,11 @@ struct ufio_td {
 	unsigned depth;			     /* iodepth */
 	struct ufio_file files[UFIO_MAX_NS]; /* what FILE_ENG_DATA points at */
 	unsigned nfiles;
+#if defined(UPCIE_FIO_CUDA)
+	struct upcie_gpu_cuda gpu; /* upcie_gpu=1: the data moves to and from GPU memory */
+	struct upcie_heap_buf gbuf;
+	bool gbuf_live;
+#endif
 };
 
 /* Per io_u. */
@@ -340,6 +351,25 @@ static int ufio_setup(struct thread_data *td)
 	return ufio_files_setup(td);
 }
 
+#if defined(UPCIE_FIO_CUDA)
+/* Copy between fio's buffer and its GPU twin (synchronous, in the job's thread). */
+static int ufio_gpu_copy(struct ufio_td *t, struct io_u *io_u, bool to_gpu)
+{
+	struct upcie_gpu_cuda_ctx_save save;
+	uint64_t off = (uint64_t)((char *)io_u->xfer_buf - (char *)t->buf.vaddr);
+	CUdeviceptr d = (CUdeviceptr)(uintptr_t)t->gbuf.vaddr + off;
+	CUresult r;
+	int err = upcie_gpu_cuda_dev_enter(upcie_gpu_cuda_device(&t->gpu), &save);
+
+	if (err)
+		return err;
+	r = to_gpu ? cuMemcpyHtoD(d, io_u->xfer_buf, io_u->xfer_buflen)
+		   : cuMemcpyDtoH(io_u->xfer_buf, d, io_u->xfer_buflen);
+	upcie_gpu_cuda_dev_leave(upcie_gpu_cuda_device(&t->gpu), &save);
+	return r == CUDA_SUCCESS ? 0 : -EIO;
+}
+#endif
+
 static void ufio_req_done(struct upcie_nvme_req *r)
 {
 	struct ufio_iou *iu = (struct ufio_iou *)r->ctx;
@@ -357,6 +387,10 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 	} else {
 		io_u->error = 0;
 		io_u->resid = 0;
+#if defined(UPCIE_FIO_CUDA)
+		if (t->gbuf_live && io_u->ddir == DDIR_READ && ufio_gpu_copy(t, io_u, false))
+			io_u->error = EIO;
+#endif
 	}
 	iu->busy = false;
 	t->inflight--;
@@ -413,8 +447,27 @@ static int ufio_init(struct thread_data *td)
 	}
 	t->q_live = true;
 	if (o->gpu) {
-		log_err("upcie: upcie_gpu=1: this engine was built without CUDA\n");
+#if defined(UPCIE_FIO_CUDA)
+		struct upcie_gpu_cuda_opts go;
+
+		/* the device heap is described by bus addresses (dmabuf_import): the controller
+		 * must see those, i.e. the uio path */
+		if (t->c->path != UPCIE_NVME_PATH_UIO) {
+			log_err("upcie: upcie_gpu=1 needs upcie_path=uio (GPU memory by bus "
+				"address)\n");
+			return 1;
+		}
+		memset(&go, 0, sizeof(go));
+		err = upcie_gpu_cuda_open(&t->gpu, &go);
+		if (err) {
+			td_verror(td, -err, "upcie GPU provider");
+			return 1;
+		}
+#else
+		log_err("upcie: upcie_gpu=1: this engine was built without CUDA "
+			"(upcie_fio_cuda.so has it)\n");
 		return 1;
+#endif
 	}
 	return 0;
 }
@@ -438,6 +491,18 @@ static int ufio_iomem_alloc(struct thread_data *td, size_t total)
 	}
 	t->buf_live = true;
 	td->orig_buffer = (char *)t->buf.vaddr;
+#if defined(UPCIE_FIO_CUDA)
+	if (t->gpu.p) {
+		/* a GPU twin of fio's buffers: data is staged through it, so fio's own buffers
+		 * (and its verification) see what the controller moved */
+		err = upcie_gpu_cuda_alloc(&t->gpu, total, UPCIE_GPU_CUDA_GRANULE, &t->gbuf);
+		if (err) {
+			log_err("upcie: GPU heap: no room for %zu bytes\n", total);
+			return 1;
+		}
+		t->gbuf_live = true;
+	}
+#endif
 	return 0;
 }
 
@@ -488,6 +553,11 @@ static void ufio_iomem_free(struct thread_data *td)
 		}
 		t->q_live = false;
 	}
+#if defined(UPCIE_FIO_CUDA)
+	if (t->gbuf_live)
+		upcie_gpu_cuda_free(&t->gpu, &t->gbuf);
+	t->gbuf_live = false;
+#endif
 	if (t->buf_live)
 		upcie_dmamem_destroy(&t->buf);
 	t->buf_live = false;
@@ -545,6 +615,16 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		seg.mem = &t->buf;
 		seg.off = off;
 		seg.len = io_u->xfer_buflen;
+#if defined(UPCIE_FIO_CUDA)
+		if (t->gbuf_live) {
+			seg.mem = upcie_gpu_cuda_heap(&t->gpu)->mem;
+			seg.off = t->gbuf.off + off;
+			if (io_u->ddir == DDIR_WRITE && ufio_gpu_copy(t, io_u, true)) {
+				err = -EIO;
+				break;
+			}
+		}
+#endif
 		memset(&io, 0, sizeof(io));
 		io.opc = io_u->ddir == DDIR_READ ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE;
 		io.slba = io_u->offset / ns->lba_bytes;
@@ -681,6 +761,9 @@ static void ufio_cleanup(struct thread_data *td)
 	ufio_quiesce(td, t);
 	if (t->q_live)
 		upcie_nvme_ioq_delete(&t->q);
+#if defined(UPCIE_FIO_CUDA)
+	upcie_gpu_cuda_close(&t->gpu);
+#endif
 	if (t->c)
 		ufio_ctrl_put(t->c);
 	free(t->events);

@@ -1,0 +1,75 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# fio_cmp: the same fio jobs, in the same boot, on the same emulated controller (c0, namespace
+# c0n1): first through the kernel nvme driver (loaded with poll_queues=2) with fio's io_uring
+# engine (interrupts), io_uring with hipri (IOPOLL on the poll queues) and libaio, then through
+# upcie's fio engine after it takes the controller (uio in A, vfio type1 in B, iommufd in C).
+# 4 KiB random reads over the whole namespace: QD1 for latency (completion latency p50/p99 from
+# fio), QD32 for IOPS, each job time-based. Figures, not a timed test: the checks are that every
+# job ran without an error and reported its numbers; "# tb: fio_<engine>_<figure>=" lines carry
+# them (docs/results/fio-guest.md).
+#
+# configs: A B C
+# timeout: 300
+# shellcheck source=../lib/tb.sh
+. /tests/lib/tb.sh
+
+ENGINE=/usr/lib/upcie/upcie_fio.so
+RT=${TB_FIO_RUNTIME:-4}
+if ! command -v fio >/dev/null 2>&1 || [ ! -f "$ENGINE" ]; then
+	tap_skip "fio comparison" "fio not built (tests/guest/testbed.sh build-fio)"
+	tap_done
+	exit 0
+fi
+case $TB_CONFIG in
+A) path=uio drv=uio_pci_generic ;;
+B) path=type1 drv=vfio-pci ;;
+*) path=iommufd drv=vfio-pci ;;
+esac
+echo 64 >/proc/sys/vm/nr_hugepages
+modprobe nvme poll_queues=2 || tap_fail "modprobe nvme poll_queues=2"
+tb_modprobe uio_pci_generic
+[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_bind "$TB_C1_BDF" "$drv" # c1 out of the way: one controller, one kernel block device
+if ! dev=$(tb_blockdev c0n1); then
+	tap_fail "the kernel driver brought c0n1 up"
+	tap_done
+	exit 1
+fi
+tap_diag "fio $(fio --version); $dev; poll queues: $(cat /sys/module/nvme/parameters/poll_queues 2>/dev/null)"
+
+COMMON="--name=j --rw=randread --bs=4k --time_based=1 --runtime=$RT --ramp_time=1 --minimal --norandommap=1 --randrepeat=0"
+# job LABEL QD ARGS... : one fio job; terse v3: 5 error, 8 read IOPS, 18+6 clat p50, 18+12 p99
+job() {
+	_l=$1 _qd=$2
+	shift 2
+	# shellcheck disable=SC2086
+	_out=$(fio $COMMON --iodepth="$_qd" "$@" 2>&1)
+	_rc=$?
+	_line=$(printf '%s\n' "$_out" | grep '^3;' | tail -n 1)
+	_err=$(printf '%s' "$_line" | cut -d';' -f5)
+	_iops=$(printf '%s' "$_line" | cut -d';' -f8)
+	_p50=$(printf '%s' "$_line" | cut -d';' -f24 | sed 's/.*=//')
+	_p99=$(printf '%s' "$_line" | cut -d';' -f30 | sed 's/.*=//')
+	if [ "$_rc" = 0 ] && [ "$_err" = 0 ] && [ "${_iops:-0}" -gt 0 ]; then
+		tap_ok "$_l QD$_qd: $_iops IOPS, clat p50 $_p50 us, p99 $_p99 us"
+		tap_info "fio_${_l}_qd${_qd}_iops" "$_iops"
+		tap_info "fio_${_l}_qd${_qd}_p50_us" "$_p50"
+		tap_info "fio_${_l}_qd${_qd}_p99_us" "$_p99"
+	else
+		tap_fail "$_l QD$_qd" "exit $_rc, error '$_err'" "$(printf '%s\n' "$_out" | tail -n 8)"
+	fi
+}
+
+for qd in 1 32; do
+	job uring "$qd" --ioengine=io_uring --direct=1 --filename="$dev"
+	job uring_poll "$qd" --ioengine=io_uring --hipri=1 --direct=1 --filename="$dev"
+	job libaio "$qd" --ioengine=libaio --direct=1 --filename="$dev"
+done
+C0=$(echo "$TB_C0_BDF" | tr ':' '.')
+for qd in 1 32; do
+	job upcie "$qd" --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --upcie_bind=1 \
+		--filename="$C0/1"
+done
+tap_done

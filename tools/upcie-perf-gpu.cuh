@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * upcie-perf's GPU-initiated mode (the CUDA build, upcie-perf-cuda): every queue pair is driven
+ * by one warp of a kernel (nvme/gqp_cuda.h), its SQ in VRAM or, with --sq-host, in host memory
+ * mapped into the GPU, its CQ in VRAM. Each lane keeps requests in flight up to QD per queue;
+ * a request's latency is taken on the GPU (%globaltimer) from its enqueue to the reap that finds
+ * its completion, into a histogram in device memory. The host prints progress each second from
+ * counters the warps publish, stops the kernel after --time and drains.
+ *
+ *   --gpu null   against the GPU null controller of the tests (tests/gpu/nullctl.cuh, one
+ *                warp per queue on the same GPU, data moved to and from a namespace buffer in
+ *                VRAM): the queue machinery's own cost, no NVMe needed.
+ *   --gpu BDF    against a real controller opened as the CPU mode does (--path, --bind): queues
+ *                created by admin commands on the top queue identifiers, doorbells in BAR0
+ *                mapped for the GPU, data in the device heap exported through the dmabuf_import
+ *                module (bus addresses: the uio path, IOMMU off or identity).
+ *
+ * Data buffers: one of BS bytes per lane and queue, shared by that lane's requests (the load is
+ * measured, not the data). Needs CUDA (-lcuda -lcudart) and, for a controller, root.
+ */
+#ifndef UPCIE_TOOLS_PERF_GPU_CUH
+#define UPCIE_TOOLS_PERF_GPU_CUH
+
+#include <upcie/gpu/heap_cuda.h>
+#include <upcie/nvme/gqp_cuda.h>
+#include <upcie/nvme/gqp_host_cuda.h>
+
+#include "../tests/gpu/rig.cuh"
+
+struct pg_stat {
+	unsigned long long b[PERF_HBUCKETS];
+	unsigned long long n, sum, min, max, errors;
+};
+
+struct pg_args {
+	struct upcie_nvme_gqp **qs;
+	struct upcie_gpu_xlate x;
+	uint8_t *buf;
+	uint64_t bs, nblocks; /* request bytes; requests that fit in the region */
+	uint32_t qd, mix, seq, lba_shift, nsid, ncids;
+	volatile uint32_t *stop;	   /* host-mapped: end the run */
+	volatile unsigned long long *prog; /* host-mapped: completions per queue */
+	struct pg_stat *st;		   /* per queue */
+	unsigned long long *t0;		   /* per queue: submit time per CID */
+	unsigned long long seed;
+};
+
+__device__ static inline unsigned long long pg_now(void)
+{
+	unsigned long long t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ static inline unsigned long long pg_rand(unsigned long long *s)
+{
+	unsigned long long x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+struct pg_cpl {
+	unsigned long long *t0;
+	struct pg_stat *st;
+	__device__ void operator()(const struct upcie_nvme_cqe &e) const
+	{
+		unsigned long long lat = pg_now() - t0[upcie_nvme_cqe_cid(&e)];
+
+		atomicAdd(&st->b[perf_bucket(lat)], 1ull);
+		atomicAdd(&st->n, 1ull);
+		atomicAdd(&st->sum, lat);
+		atomicMin(&st->min, lat);
+		atomicMax(&st->max, lat);
+		if (!upcie_nvme_cqe_ok(&e))
+			atomicAdd(&st->errors, 1ull);
+	}
+};
+
+__global__ void pg_kernel(struct pg_args a)
+{
+	uint32_t lane = threadIdx.x & 31, q = blockIdx.x, inflight = 0;
+	unsigned long long rng = a.seed ^ (0x9e3779b97f4a7c15ull * (q * 32 + lane + 1)), done = 0;
+	unsigned long long seq_next = (a.nblocks / gridDim.x) * q + lane, stop_t = 0;
+	unsigned long long *t0 = a.t0 + (size_t)q * a.ncids;
+	struct pg_cpl f = { t0, &a.st[q] };
+	uint8_t *data = a.buf + ((size_t)q * 32 + lane) * a.bs;
+	uint32_t nlb = (uint32_t)(a.bs >> a.lba_shift);
+	struct upcie_nvme_gqp_warp w;
+
+	upcie_nvme_gqp_begin(&w, a.qs[q], false);
+	for (;;) {
+		uint32_t stop = __shfl_sync(0xffffffffu, lane == 0 ? *a.stop : 0u, 0);
+
+		if (!stop) {
+			while (inflight < a.qd) {
+				uint32_t k = a.qd - inflight < 32 ? a.qd - inflight : 32, g;
+				struct upcie_nvme_sqe sqe;
+				uint64_t blk;
+				uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+				bool rd;
+				int r;
+
+				if (a.seq) {
+					blk = seq_next % a.nblocks;
+					seq_next += 32;
+				} else {
+					blk = pg_rand(&rng) % a.nblocks;
+				}
+				rd = a.mix >= 100 || (uint32_t)(pg_rand(&rng) % 100) < a.mix;
+				upcie_nvme_cmd_rw_(&sqe,
+						   rd ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE,
+						   a.nsid, blk * nlb, nlb, 0);
+				r = upcie_nvme_gqp_enqueue_data(&w, lane < k ? &sqe : NULL, &a.x,
+								data, (uint32_t)a.bs, &cid);
+				if (lane < k && r == 0)
+					t0[cid] = pg_now();
+				g = __popc(__ballot_sync(0xffffffffu, lane < k && r == 0));
+				inflight += g;
+				if (g < k)
+					break;
+			}
+			upcie_nvme_gqp_ring(&w);
+		} else if (!stop_t) {
+			stop_t = pg_now();
+		}
+		{
+			uint32_t c = upcie_nvme_gqp_reap_each(&w, f);
+
+			inflight -= c;
+			done += c;
+		}
+		if (lane == 0)
+			a.prog[q] = done;
+		if (stop && (!inflight || pg_now() - stop_t > 2 * UPCIE_NSEC_PER_SEC))
+			break;
+	}
+	if (lane == 0 && inflight)
+		atomicAdd(&a.st[q].errors, (unsigned long long)inflight); /* never completed */
+	upcie_nvme_gqp_end(&w);
+}
+
+/*
+ * Memory of the runs, allocated once before any controller kernel starts and freed after the
+ * last one stopped: cudaFree() and cudaFreeHost() wait for the whole device, which a resident
+ * controller kernel never leaves.
+ */
+struct pg_scratch {
+	struct pg_stat *st_d, *st_h;
+	unsigned long long *t0;
+	volatile uint32_t *stop_h, *stop_d;
+	volatile unsigned long long *prog_h, *prog_d;
+	unsigned maxq;
+	uint32_t maxcids;
+};
+
+static void pg_scratch_init(struct pg_scratch *x, unsigned maxq, uint32_t maxcids)
+{
+	memset(x, 0, sizeof(*x));
+	x->maxq = maxq;
+	x->maxcids = maxcids;
+	x->stop_h = (volatile uint32_t *)rig_pinned(4096);
+	x->prog_h = (volatile unsigned long long *)rig_pinned(maxq * sizeof(unsigned long long));
+	x->st_h = (struct pg_stat *)calloc(maxq, sizeof(*x->st_h));
+	if (!x->st_h)
+		exit(2);
+	RIG_CK(cudaMalloc(&x->st_d, maxq * sizeof(*x->st_d)));
+	RIG_CK(cudaMalloc(&x->t0, (size_t)maxq * maxcids * sizeof(unsigned long long)));
+	RIG_CK(cudaHostGetDevicePointer((void **)&x->stop_d, (void *)x->stop_h, 0));
+	RIG_CK(cudaHostGetDevicePointer((void **)&x->prog_d, (void *)x->prog_h, 0));
+}
+
+static void pg_scratch_fini(struct pg_scratch *x)
+{
+	cudaFree(x->t0);
+	cudaFree(x->st_d);
+	free(x->st_h);
+	cudaFreeHost((void *)x->stop_h);
+	cudaFreeHost((void *)x->prog_h);
+	memset(x, 0, sizeof(*x));
+}
+
+/*
+ * One run on queues already created (their device states in qs). With `r` (the null
+ * controller), its kernel runs from after the setup copies to before the result copy.
+ */
+static int pg_run(const struct perf_opts *o, struct upcie_gpu_cuda *gpu, struct rig *r,
+		  struct pg_scratch *x, struct upcie_nvme_gqp **qs, unsigned nq, uint32_t ncids,
+		  unsigned qd, uint64_t bs, unsigned seq, unsigned mix, uint32_t lba_shift,
+		  uint32_t nsid, uint64_t region, cudaStream_t s, struct perf_result *res)
+{
+	struct upcie_heap_buf buf;
+	struct pg_args a;
+	uint64_t t0, last = 0;
+	int err;
+
+	if (nq > x->maxq || ncids > x->maxcids)
+		return -EINVAL;
+	memset(&a, 0, sizeof(a));
+	/* device heap: host bookkeeping only, no CUDA call that waits for the device */
+	err = upcie_gpu_cuda_alloc(gpu, (uint64_t)nq * 32 * bs, 4096, &buf);
+	if (err)
+		return err;
+	err = upcie_gpu_cuda_xlate_create(gpu, buf.vaddr, &a.x);
+	if (err) {
+		upcie_gpu_cuda_free(gpu, &buf);
+		return err;
+	}
+	*x->stop_h = 0;
+	for (unsigned i = 0; i < nq; i++) {
+		memset(&x->st_h[i], 0, sizeof(x->st_h[i]));
+		x->st_h[i].min = ~0ull;
+		x->prog_h[i] = 0;
+	}
+	RIG_CK(cudaMemcpy(x->st_d, x->st_h, nq * sizeof(*x->st_d), cudaMemcpyHostToDevice));
+	a.qs = qs;
+	a.buf = (uint8_t *)buf.vaddr;
+	a.bs = bs;
+	a.nblocks = region / bs;
+	a.qd = qd, a.mix = mix, a.seq = seq, a.lba_shift = lba_shift, a.nsid = nsid;
+	a.ncids = ncids;
+	a.st = x->st_d;
+	a.t0 = x->t0;
+	a.stop = x->stop_d;
+	a.prog = x->prog_d;
+	a.seed = upcie_time_ns();
+
+	if (r)
+		rig_ctl_start(r, 0, 0);
+	t0 = upcie_time_ns();
+	pg_kernel<<<nq, 32, 0, s>>>(a);
+	RIG_CK(cudaGetLastError());
+	for (unsigned sec = 1;; sec++) {
+		uint64_t end = t0 + (uint64_t)(o->secs * 1e9),
+			 target = t0 + (uint64_t)sec * UPCIE_NSEC_PER_SEC, now = upcie_time_ns(),
+			 n = 0;
+		bool lastsec = target >= end;
+
+		if (lastsec)
+			target = end;
+		if (target > now)
+			usleep((useconds_t)((target - now) / 1000));
+		for (unsigned i = 0; i < nq; i++)
+			n += x->prog_h[i];
+		fprintf(stderr, "[%3us] %10.0f IOPS %9.1f MB/s\n", sec, (double)(n - last),
+			(double)(n - last) * (double)bs / 1e6);
+		last = n;
+		if (lastsec || cudaStreamQuery(s) != cudaErrorNotReady)
+			break;
+	}
+	*x->stop_h = 1;
+	__sync_synchronize();
+	rig_sync(s, "perf kernel");
+	res->secs = (double)(upcie_time_ns() - t0) / 1e9;
+	if (r)
+		rig_ctl_stop(r);
+	RIG_CK(cudaMemcpy(x->st_h, x->st_d, nq * sizeof(*x->st_d), cudaMemcpyDeviceToHost));
+	for (unsigned i = 0; i < nq; i++) {
+		const struct pg_stat *q = &x->st_h[i];
+
+		res->lat.n += q->n;
+		res->lat.sum += q->sum;
+		res->errors += q->errors;
+		if (q->n && q->min < res->lat.min)
+			res->lat.min = q->min;
+		if (q->max > res->lat.max)
+			res->lat.max = q->max;
+		for (unsigned b = 0; b < PERF_HBUCKETS; b++)
+			res->lat.b[b] += q->b[b];
+	}
+	res->ios = res->lat.n;
+	res->bytes = res->ios * bs;
+	upcie_gpu_cuda_xlate_destroy(gpu, &a.x);
+	upcie_gpu_cuda_free(gpu, &buf);
+	return 0;
+}
+
+static void pg_result_init(struct perf_result *r, const char *mode, const char *path,
+			   const char *target, unsigned nq, unsigned qd, uint64_t bs, unsigned seq,
+			   unsigned mix)
+{
+	memset(r, 0, sizeof(*r));
+	perf_hist_init(&r->lat);
+	snprintf(r->mode, sizeof(r->mode), "%s", mode);
+	snprintf(r->path, sizeof(r->path), "%s", path);
+	snprintf(r->target, sizeof(r->target), "%s", target);
+	snprintf(r->pattern, sizeof(r->pattern), "%s", seq ? "seq" : "rand");
+	r->queues = nq, r->qd = qd, r->bs = bs, r->mix = mix;
+}
+
+/* The queue flags a run needs: PRP lists beyond two pages, the SQ where asked. */
+static unsigned pg_flags(const struct perf_opts *o, uint64_t bs)
+{
+	return (o->gpu_sq_host ? UPCIE_NVME_GQP_SQ_HOSTMEM : 0u) |
+	       (bs > UPCIE_NVME_GQP_MAX_XFER_NOLIST ? UPCIE_NVME_GQP_PRP_LISTS : 0u);
+}
+
+static int pg_check_bs(uint64_t bs, uint32_t lba)
+{
+	if (!bs || bs % lba || bs > (uint64_t)(UPCIE_NVME_GQP_LIST_ENTRIES + 1) * 4096) {
+		fprintf(stderr,
+			"upcie-perf: GPU mode: bs must be whole %u-byte blocks, at most "
+			"%u KiB\n",
+			lba, (UPCIE_NVME_GQP_LIST_ENTRIES + 1) * 4);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Against the null controller. */
+static int pg_main_null(const struct perf_opts *o)
+{
+	uint64_t region = o->size ? o->size : (uint64_t)64 << 20, maxbs = 0;
+	unsigned maxq = 0;
+	struct rig r;
+	bool first = true, failed = false;
+	int err;
+
+	for (unsigned i = 0; i < o->bs.n; i++)
+		if (o->bs.v[i] > maxbs)
+			maxbs = o->bs.v[i];
+	for (unsigned i = 0; i < o->queues.n; i++)
+		if (o->queues.v[i] > maxq)
+			maxq = (unsigned)o->queues.v[i];
+	struct pg_scratch x;
+
+	err = rig_open(&r, (uint64_t)maxq * 32 * maxbs + ((uint64_t)256 << 20), (uint64_t)256 << 20,
+		       region);
+	if (err) {
+		fprintf(stderr, "upcie-perf: GPU provider: %s\n", strerror(-err));
+		return 1;
+	}
+	pg_scratch_init(&x, maxq, 4096);
+	if (o->json)
+		printf("{\"runs\": [\n");
+	for (unsigned a = 0; a < o->queues.n; a++)
+		for (unsigned b = 0; b < o->qd.n; b++)
+			for (unsigned s = 0; s < o->bs.n; s++)
+				for (unsigned p = 0; p < o->pattern.n; p++)
+					for (unsigned m = 0; m < o->mix.n; m++) {
+						unsigned nq = (unsigned)o->queues.v[a];
+						unsigned qd = (unsigned)o->qd.v[b];
+						uint64_t bs = o->bs.v[s];
+						uint32_t depth = qd + 1 < 64 ? 64 : qd + 1;
+						struct perf_result res;
+
+						if (nq > NULLCTL_MAX_Q || pg_check_bs(bs, 512) ||
+						    bs > region) {
+							failed = true;
+							continue;
+						}
+						pg_result_init(
+						    &res, "gpu-null",
+						    o->gpu_sq_host ? "sq-host" : "sq-vram", "null",
+						    nq, qd, bs, (unsigned)o->pattern.v[p],
+						    (unsigned)o->mix.v[m]);
+						err = rig_queues_create(&r, (int)nq, depth,
+									pg_flags(o, bs));
+						if (err) {
+							fprintf(stderr,
+								"upcie-perf: GPU queues: %s\n",
+								strerror(-err));
+							failed = true;
+							continue;
+						}
+						err =
+						    pg_run(o, &r.gpu, &r, &x, r.dqs, nq, depth - 1,
+							   qd, bs, (unsigned)o->pattern.v[p],
+							   (unsigned)o->mix.v[m], 9, 1, region,
+							   r.s_run, &res);
+						rig_queues_destroy(&r);
+						if (err || res.errors)
+							failed = true;
+						if (err)
+							continue;
+						if (o->json)
+							perf_print_json(stdout, &res, first);
+						else
+							perf_print_text(stdout, &res);
+						first = false;
+						fflush(stdout);
+					}
+	if (o->json)
+		printf("\n]}\n");
+	pg_scratch_fini(&x);
+	rig_close(&r);
+	return failed ? 1 : 0;
+}
+
+/* Against a real controller: GPU-resident queues created on it by admin commands. */
+static int pg_main_ctrl(const struct perf_opts *o)
+{
+	struct upcie_nvme_ctrl_opts co;
+	struct upcie_gpu_cuda_opts go;
+	struct upcie_gpu_cuda gpu;
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ns ns;
+	struct upcie_pci_bdf bdf;
+	enum upcie_nvme_path path = UPCIE_NVME_PATH_AUTO;
+	struct upcie_nvme_gqp_host gq[PERF_MAX_Q];
+	struct upcie_nvme_gqp **dqs;
+	cudaStream_t s;
+	bool first = true, failed = false;
+	int err;
+
+	if (upcie_pci_bdf_parse(o->gpu_target, &bdf) ||
+	    (o->path && upcie_nvme_path_parse(o->path, &path)))
+		return 2;
+	memset(&co, 0, sizeof(co));
+	co.dev.path = path;
+	co.dev.bind = o->bind;
+	err = upcie_nvme_ctrl_open(&c, &bdf, &co);
+	if (err)
+		return 1;
+	err = upcie_nvme_ns_open(&ns, &c, o->nsid);
+	if (err) {
+		upcie_nvme_ctrl_close(&c);
+		return 1;
+	}
+	memset(&go, 0, sizeof(go));
+	err = upcie_gpu_cuda_open(&gpu, &go);
+	if (err) {
+		fprintf(stderr, "upcie-perf: GPU provider (needs the dmabuf_import module): %s\n",
+			strerror(-err));
+		upcie_nvme_ctrl_close(&c);
+		return 1;
+	}
+	struct pg_scratch x;
+
+	RIG_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	RIG_CK(cudaMalloc(&dqs, PERF_MAX_Q * sizeof(void *)));
+	pg_scratch_init(&x, PERF_MAX_Q, 4096);
+	if (o->json)
+		printf("{\"runs\": [\n");
+	for (unsigned a = 0; a < o->queues.n; a++)
+		for (unsigned b = 0; b < o->qd.n; b++)
+			for (unsigned si = 0; si < o->bs.n; si++)
+				for (unsigned p = 0; p < o->pattern.n; p++)
+					for (unsigned m = 0; m < o->mix.n; m++) {
+						unsigned nq = (unsigned)o->queues.v[a], made = 0;
+						unsigned qd = (unsigned)o->qd.v[b];
+						uint64_t bs = o->bs.v[si];
+						uint64_t region =
+						    o->size ? o->size : ns.nsze * ns.lba_bytes;
+						uint32_t depth = qd + 1 < 64 ? 64 : qd + 1;
+						struct upcie_nvme_gqp *dq[PERF_MAX_Q];
+						struct perf_result res;
+
+						if (depth > c.mqes)
+							depth = c.mqes;
+						if (nq > c.nqueues ||
+						    pg_check_bs(bs, ns.lba_bytes) || bs > region ||
+						    qd >= depth) {
+							failed = true;
+							continue;
+						}
+						err = 0;
+						for (unsigned i = 0; i < nq && !err; i++) {
+							struct upcie_nvme_gqp_cfg cfg;
+							struct upcie_nvme_sqe sqe;
+							uint16_t qid = (uint16_t)(c.nqueues - i);
+
+							memset(&cfg, 0, sizeof(cfg));
+							cfg.qid = qid;
+							cfg.depth = depth;
+							cfg.flags = pg_flags(o, bs) |
+								    UPCIE_NVME_GQP_DB_IOMEM;
+							cfg.sqdb =
+							    (volatile uint32_t
+								 *)(c.regs + upcie_nvme_sq_tdbl_off(
+										 qid, c.dstrd));
+							cfg.cqdb =
+							    (volatile uint32_t
+								 *)(c.regs + upcie_nvme_cq_hdbl_off(
+										 qid, c.dstrd));
+							err = upcie_nvme_gqp_create(&gq[i], &gpu,
+										    &cfg);
+							if (err)
+								break;
+							upcie_nvme_cmd_create_io_cq(
+							    &sqe, qid, depth, gq[i].cq_iova, false,
+							    0);
+							err = upcie_nvme_ctrl_admin(&c, &sqe, NULL,
+										    0, 0, NULL);
+							if (!err) {
+								upcie_nvme_cmd_create_io_sq(
+								    &sqe, qid, depth, gq[i].sq_iova,
+								    qid, 0);
+								err = upcie_nvme_ctrl_admin(
+								    &c, &sqe, NULL, 0, 0, NULL);
+								if (err) {
+									upcie_nvme_cmd_delete_io_cq(
+									    &sqe, qid);
+									upcie_nvme_ctrl_admin(
+									    &c, &sqe, NULL, 0, 0,
+									    NULL);
+								}
+							}
+							if (err) {
+								upcie_nvme_gqp_destroy(&gq[i]);
+								break;
+							}
+							dq[i] = gq[i].dq;
+							made++;
+						}
+						if (!err) {
+							RIG_CK(cudaMemcpy(dqs, dq,
+									  nq * sizeof(void *),
+									  cudaMemcpyHostToDevice));
+							pg_result_init(&res, "gpu-ctrl",
+								       o->gpu_sq_host ? "sq-host"
+										      : "sq-vram",
+								       c.name, nq, qd, bs,
+								       (unsigned)o->pattern.v[p],
+								       (unsigned)o->mix.v[m]);
+							err = pg_run(
+							    o, &gpu, NULL, &x, dqs, nq, depth - 1,
+							    qd, bs, (unsigned)o->pattern.v[p],
+							    (unsigned)o->mix.v[m],
+							    (uint32_t)__builtin_ctz(ns.lba_bytes),
+							    ns.nsid, region, s, &res);
+						}
+						/* SQ, then CQ, deleted before the memory goes */
+						for (unsigned i = 0; i < made; i++) {
+							struct upcie_nvme_sqe sqe;
+							uint16_t qid = (uint16_t)(c.nqueues - i);
+
+							upcie_nvme_cmd_delete_io_sq(&sqe, qid);
+							upcie_nvme_ctrl_admin(&c, &sqe, NULL, 0, 0,
+									      NULL);
+							upcie_nvme_cmd_delete_io_cq(&sqe, qid);
+							upcie_nvme_ctrl_admin(&c, &sqe, NULL, 0, 0,
+									      NULL);
+							upcie_nvme_gqp_destroy(&gq[i]);
+						}
+						if (err || made < nq || res.errors)
+							failed = true;
+						if (err || made < nq)
+							continue;
+						if (o->json)
+							perf_print_json(stdout, &res, first);
+						else
+							perf_print_text(stdout, &res);
+						first = false;
+						fflush(stdout);
+					}
+	if (o->json)
+		printf("\n]}\n");
+	pg_scratch_fini(&x);
+	cudaFree(dqs);
+	cudaStreamDestroy(s);
+	upcie_gpu_cuda_close(&gpu);
+	upcie_nvme_ns_close(&ns);
+	upcie_nvme_ctrl_close(&c);
+	return failed ? 1 : 0;
+}
+
+static int perf_gpu_main(const struct perf_opts *o)
+{
+	rig_eager();
+	rig_watchdog((unsigned)(o->secs + 30) * o->queues.n * o->qd.n * o->bs.n * o->pattern.n *
+			 o->mix.n +
+		     60);
+	if (!strcmp(o->gpu_target, "null"))
+		return pg_main_null(o);
+	return pg_main_ctrl(o);
+}
+
+#endif /* UPCIE_TOOLS_PERF_GPU_CUH */
