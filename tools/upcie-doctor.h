@@ -7,8 +7,8 @@
  *
  * Facts come from sysfs and procfs (UPCIE_SYSFS_ROOT, UPCIE_PROCFS_ROOT move them), from /dev,
  * /lib/modules and /boot (UPCIE_DOCTOR_ROOT prefixes those), from getrlimit(), and for GPU
- * memory sizes from the CUDA driver when libcuda.so.1 can be loaded (never linked: the tool
- * runs on machines without it). A fact that cannot be read gives "unknown", never a guess.
+ * memory sizes from the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64) when one
+ * can be loaded (never linked: the tool runs on machines without them). A fact that cannot be read gives "unknown", never a guess.
  * Reading config space past 64 bytes (ACS) needs root; without it ACS is unknown.
  */
 #ifndef UPCIE_TOOLS_DOCTOR_H
@@ -709,14 +709,57 @@ static inline int upcie_doctor_cuda_mem_(const char *bdf, uint64_t *bytes)
 	return err;
 }
 
+/* Memory of the HIP device at `bdf`, through libamdhip64 when it loads; -ENOENT otherwise. */
+static inline int upcie_doctor_hip_mem_(const char *bdf, uint64_t *bytes)
+{
+	typedef int (*count_fn)(int *);
+	typedef int (*busid_fn)(char *, int, int);
+	typedef int (*mem_fn)(size_t *, int);
+	void *h;
+	int n = 0, err = -ENOENT;
+
+	if (getenv("UPCIE_DOCTOR_NO_HIP"))
+		return -ENOENT;
+	h = dlopen("libamdhip64.so", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		h = dlopen("libamdhip64.so.5", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return -ENOENT;
+	{
+		count_fn hcount = (count_fn)dlsym(h, "hipGetDeviceCount");
+		busid_fn hbus = (busid_fn)dlsym(h, "hipDeviceGetPCIBusId");
+		mem_fn hmem = (mem_fn)dlsym(h, "hipDeviceTotalMem");
+
+		if (hcount && hbus && hmem && !hcount(&n)) {
+			for (int i = 0; i < n; i++) {
+				char id[32];
+				size_t b;
+
+				if (hbus(id, sizeof(id), i))
+					continue;
+				for (char *s = id; *s; s++)
+					*s = (char)(*s >= 'A' && *s <= 'F' ? *s - 'A' + 'a' : *s);
+				if (strlen(id) >= 12 && !strcmp(id + strlen(id) - 12, bdf) &&
+				    !hmem(&b, i)) {
+					*bytes = b;
+					err = 0;
+					break;
+				}
+			}
+		}
+	}
+	dlclose(h);
+	return err;
+}
+
 /* BAR1 against memory: all VRAM reachable by peers at once, or only a window of it. */
 static inline void upcie_doctor_bar1_verdict(struct upcie_doctor *d, const char *name, uint64_t bar,
 					     int idx, int memerr, uint64_t mem)
 {
 	if (memerr)
 		upcie_doctor_add(d, "gpu-bar1", name, UPCIE_DOCTOR_UNKNOWN, NULL,
-				 "BAR%d %" PRIu64 " MiB; memory size unknown (no CUDA driver "
-				 "library could be loaded)",
+				 "BAR%d %" PRIu64 " MiB; memory size unknown (no CUDA or HIP "
+				 "runtime answered for this GPU)",
 				 idx, bar >> 20);
 	else if (bar >= mem)
 		upcie_doctor_add(d, "gpu-bar1", name, UPCIE_DOCTOR_OK, NULL,
@@ -738,6 +781,8 @@ static inline void upcie_doctor_gpu(struct upcie_doctor *d, const struct upcie_p
 
 	if (fn->vendor == 0x10de)
 		err = upcie_doctor_cuda_mem_(fn->name, &mem);
+	else if (fn->vendor == 0x1002)
+		err = upcie_doctor_hip_mem_(fn->name, &mem);
 	upcie_doctor_bar1_verdict(d, fn->name, bar, idx, err, mem);
 }
 

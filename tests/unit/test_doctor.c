@@ -83,6 +83,7 @@ int main(void)
 	snprintf(droot, sizeof(droot), "%s/root", fm_root);
 	setenv("UPCIE_DOCTOR_ROOT", droot, 1);
 	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
+	setenv("UPCIE_DOCTOR_NO_HIP", "1", 1);
 	fm_put("proc/sys/kernel/osrelease", "6.1.0-50-amd64\n");
 	fm_put("proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p1 intel_iommu=on quiet\n");
 	fm_put("root/dev/vfio/vfio", "");
@@ -147,7 +148,7 @@ int main(void)
 	CHECK(line_has("iommu-group", "0000:00:04.0", UPCIE_DOCTOR_OK, "translating (DMA)"),
 	      "group type DMA: translating");
 	CHECK(line_has("gpu-bar1", "0000:00:09.0", UPCIE_DOCTOR_UNKNOWN, "BAR1 262144 MiB"),
-	      "BAR1 size from sysfs; memory unknown without CUDA");
+	      "BAR1 size from sysfs; memory unknown without a GPU runtime");
 	CHECK(line_has("p2p-path", "0000:03:00.0<->0000:04:00.0", UPCIE_DOCTOR_OK,
 		       "below one PCIe switch"),
 	      "GPU and NVMe below one switch, no ACS redirect: ok");
