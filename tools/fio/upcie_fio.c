@@ -93,9 +93,11 @@ struct ufio_td {
 	struct ufio_ctrl *c; /* one reference */
 	struct upcie_nvme_ioq q;
 	bool q_live;
-	struct upcie_dmamem buf; /* fio's buffers; the DSM ranges after them */
+	struct upcie_dmamem buf; /* fio's buffers (none in a trim-only job) */
 	bool buf_live;
-	uint64_t dsm_off;
+	struct upcie_dmamem dsm; /* one DSM range per io_u, for trims */
+	bool dsm_live;
+	bool stuck; /* commands may still be with the controller: keep the memory */
 	struct io_u **events;
 	unsigned nevents;
 	unsigned inflight;
@@ -446,6 +448,16 @@ static int ufio_init(struct thread_data *td)
 		return 1;
 	}
 	t->q_live = true;
+	/* trims carry their range in DMA memory of their own: fio allocates no buffers for a
+	 * job that only trims */
+	if (td_trim(td)) {
+		err = upcie_nvme_dev_dmamem(&c->dev, (size_t)t->depth * UFIO_DSM_RANGE_B, &t->dsm);
+		if (err) {
+			td_verror(td, -err, "upcie DSM memory");
+			return 1;
+		}
+		t->dsm_live = true;
+	}
 	if (o->gpu) {
 #if defined(UPCIE_FIO_CUDA)
 		struct upcie_gpu_cuda_opts go;
@@ -475,14 +487,11 @@ static int ufio_init(struct thread_data *td)
 static int ufio_iomem_alloc(struct thread_data *td, size_t total)
 {
 	struct ufio_td *t = (struct ufio_td *)td->io_ops_data;
-	uint64_t dsm = (uint64_t)td->o.iodepth * UFIO_DSM_RANGE_B;
 	int err;
 
 	if (!t || !t->c)
 		return 1;
-	/* the DSM ranges of trims sit after the buffers, 4 KiB aligned */
-	t->dsm_off = (total + 4095) & ~(uint64_t)4095;
-	err = upcie_nvme_dev_dmamem(&t->c->ctrl.dev, t->dsm_off + dsm, &t->buf);
+	err = upcie_nvme_dev_dmamem(&t->c->ctrl.dev, total, &t->buf);
 	if (err) {
 		log_err("upcie: no DMA memory for %zu bytes of buffers (%s): reserve hugepages, "
 			"e.g. upcie-setup hugepages reserve 512\n",
@@ -543,15 +552,17 @@ static void ufio_iomem_free(struct thread_data *td)
 	/* the buffers go back only when the controller has let go of them */
 	ufio_quiesce(td, t);
 	if (t->inflight && t->q_live) {
-		if (upcie_nvme_ioq_delete(&t->q)) {
-			log_err("upcie: %s: queue %u did not let go of its commands; the buffers "
-				"are kept\n",
-				t->c->name, t->q.qid);
-			t->buf_live = false;
-			td->orig_buffer = NULL;
-			return;
-		}
+		if (upcie_nvme_ioq_delete(&t->q))
+			t->stuck = true;
 		t->q_live = false;
+	}
+	if (t->stuck) {
+		log_err("upcie: %s: commands did not end and their queue could not be deleted; "
+			"the buffers are kept\n",
+			t->c->name);
+		t->buf_live = false;
+		td->orig_buffer = NULL;
+		return;
 	}
 #if defined(UPCIE_FIO_CUDA)
 	if (t->gbuf_live)
@@ -645,12 +656,12 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 			err = -EINVAL;
 			break;
 		}
-		off = t->dsm_off + (uint64_t)io_u->index * UFIO_DSM_RANGE_B;
-		rg = (struct upcie_nvme_dsm_range *)((char *)t->buf.vaddr + off);
+		off = (uint64_t)io_u->index * UFIO_DSM_RANGE_B;
+		rg = (struct upcie_nvme_dsm_range *)((char *)t->dsm.vaddr + off);
 		memset(rg, 0, sizeof(*rg));
 		rg->nlb = (uint32_t)nlb;
 		rg->slba = io_u->offset / ns->lba_bytes;
-		err = upcie_nvme_ioq_dsm(&t->q, ns, &t->buf, off, 1, UPCIE_NVME_DSM_AD, &iu->req);
+		err = upcie_nvme_ioq_dsm(&t->q, ns, &t->dsm, off, 1, UPCIE_NVME_DSM_AD, &iu->req);
 		break;
 	}
 	default:
@@ -759,8 +770,16 @@ static void ufio_cleanup(struct thread_data *td)
 	if (t->buf_live)
 		ufio_iomem_free(td);
 	ufio_quiesce(td, t);
-	if (t->q_live)
-		upcie_nvme_ioq_delete(&t->q);
+	if (t->q_live) {
+		/* the queue is released whatever the deletion says; the memory it pointed at
+		 * only when the controller confirmed it or nothing was outstanding */
+		if (upcie_nvme_ioq_delete(&t->q) && t->inflight)
+			t->stuck = true;
+		t->q_live = false;
+	}
+	if (t->dsm_live && !t->stuck)
+		upcie_dmamem_destroy(&t->dsm);
+	t->dsm_live = false;
 #if defined(UPCIE_FIO_CUDA)
 	upcie_gpu_cuda_close(&t->gpu);
 #endif
