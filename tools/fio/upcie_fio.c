@@ -116,6 +116,7 @@ struct ufio_iou {
 	struct upcie_nvme_req req;
 	struct io_u *io_u;
 	struct ufio_td *t;
+	unsigned slot; /* fio's io_u index: which DSM range is this request's */
 	bool busy;
 };
 
@@ -581,6 +582,8 @@ static int ufio_io_u_init(struct thread_data *td, struct io_u *io_u)
 
 	if (!iu)
 		return 1;
+	/* fio's index shares a union with engine_data: read it before the pointer covers it */
+	iu->slot = io_u->index;
 	iu->io_u = io_u;
 	iu->t = (struct ufio_td *)td->io_ops_data;
 	iu->req.cb = ufio_req_done;
@@ -652,11 +655,11 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		uint64_t nlb = io_u->xfer_buflen / ns->lba_bytes;
 
 		if (io_u->offset % ns->lba_bytes || io_u->xfer_buflen % ns->lba_bytes || !nlb ||
-		    nlb > UINT32_MAX) {
+		    nlb > UINT32_MAX || !t->dsm_live || iu->slot >= t->depth) {
 			err = -EINVAL;
 			break;
 		}
-		off = (uint64_t)io_u->index * UFIO_DSM_RANGE_B;
+		off = (uint64_t)iu->slot * UFIO_DSM_RANGE_B;
 		rg = (struct upcie_nvme_dsm_range *)((char *)t->dsm.vaddr + off);
 		memset(rg, 0, sizeof(*rg));
 		rg->nlb = (uint32_t)nlb;
