@@ -868,6 +868,8 @@ build_initramfs() { # SLOT OOTDIR(or '') OUT
 	if [ -f "$WORK/build/fio/fio" ]; then
 		add_dynamic "$root" "$WORK/build/fio/fio" /usr/bin/fio
 		add_dynamic "$root" "$WORK/build/fio/upcie_fio.so" /usr/lib/upcie/upcie_fio.so
+		mkdir -p "$root/usr/share/upcie/fio"
+		cp "$REPO"/tools/fio/jobs/*.fio "$root/usr/share/upcie/fio/"
 	fi
 	cp "$TB_DIR"/lib/*.sh "$root/tests/lib/"
 	for f in "$TB_DIR"/cases/*.sh; do
