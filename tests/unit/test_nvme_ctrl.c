@@ -16,6 +16,7 @@
 #include <upcie/nvme/ns.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -634,6 +635,7 @@ static void t_reset(void)
 	struct upcie_nvme_ioq_opts o;
 	uint8_t *d;
 	struct rig r;
+	uint64_t fetched, t0;
 	uint32_t creates;
 	int err;
 
@@ -651,8 +653,15 @@ static void t_reset(void)
 	memset(&req, 0, sizeof(req));
 	req.cb = count_cb;
 	n_cb = 0;
+	fetched = __atomic_load_n(&r.cm.io_fetched, __ATOMIC_ACQUIRE);
 	upcie_nvme_ioq_read(&q1, &ns, 0, &r.data, 0, 4096, &req);
 	upcie_nvme_ioq_poll(&q1, 16);
+	/* The model thread decides to hold a command when it fetches it: let it, or a loaded
+	 * machine has it fetched after hold_opc is cleared, and the read simply completes. */
+	t0 = upcie_time_ns();
+	while (__atomic_load_n(&r.cm.io_fetched, __ATOMIC_ACQUIRE) == fetched &&
+	       upcie_time_ns() - t0 < 5 * UPCIE_NSEC_PER_SEC)
+		sched_yield();
 	creates = r.cm.n_create_sq;
 	r.cm.hold_opc = 0;
 	err = upcie_nvme_ctrl_reset(&r.c);
