@@ -7,20 +7,36 @@
  * user space no way to do the same and learn the addresses. upcie needs them to build a LUT for
  * a controller that sees physical addresses (uio_pci_generic) and to map GPU memory into a
  * vfio-owned IOMMU domain (iommu_map_pa). The UAPI and its semantics are in
- * uapi/dmabuf_import.h; this file only adds how.
+ * uapi/dmabuf_import.h; this file adds how, and what protects the kernel.
+ *
+ * Revocation. A device user space drives cannot be asked to stop, so the module only keeps
+ * addresses an exporter cannot take back behind its back: the exporter pins the buffer
+ * (dma_buf_pin() with a pin op), or never moves it (the static_exporters list), or the
+ * attachment is made for a named PCI function, which the module itself stops when the
+ * exporter revokes: bus mastering off, read back (a completion cannot pass the function's
+ * posted writes), then the mapping is unmapped before the callback returns, which is the
+ * bounded-time contract of dma_buf_invalidate_mappings() since 7.1 (vfio-pci waits for that
+ * unmap before it disables or resets the BAR). Every later GET of the handle answers ESTALE.
  *
  * Lifetime. Every attachment belongs to the open file that made it (struct dbi_file), never to
  * a process or an fd number; the file's release detaches everything it holds. An open file
  * holds a module reference (misc device fops owner), so the module cannot be unloaded while an
- * attachment exists: rmmod fails with EBUSY until the files are closed. A PCI function named
- * as importer is referenced (pci_dev_get) while attached; when it is removed from the system
- * the bus notifier tears its attachments down before the IOMMU core releases it, and the
- * handles report ENODEV.
+ * attachment exists. A PCI function named as importer (struct dbi_func) is referenced while it
+ * has attachments; it must stay fit for it: no driver but uio_pci_generic on it or on any
+ * function of its IOMMU group, and the group in a kernel DMA domain. A bus notifier tears its
+ * attachments down when any function of the group binds another driver and when the function
+ * is removed (before the IOMMU core releases it); the handles then answer ENODEV. Its DMA mask
+ * is raised to 64 bits while it has attachments and restored after the last one (or before
+ * another driver probes it).
  *
- * Locking. dbi_lock (global) protects the list of files and the list of functions being
- * removed; a file's mutex protects its attachments. Order: dbi_lock, then a file's mutex, then
- * a dma-buf's reservation lock. device_lock of a named function is taken alone, never while
- * holding another of these.
+ * Locking. dbi_lock (global, held briefly: never across a wait, a mapping or a user copy)
+ * protects the lists of files and functions, each function's attachment list and in-flight
+ * count, and the dying state. A file's mutex protects its handle list. An attachment's mutex
+ * serializes its teardown; the dma-buf's reservation lock its mapping state (sgt, pinned,
+ * revoked), which the exporter's revocation callback changes. Order: device_lock of a named
+ * function, dbi_lock, a file's mutex; an attachment's mutex, then the reservation lock.
+ * device_lock is never taken while holding one of this module's locks. Nothing is copied to
+ * or from user space under the reservation lock (it nests inside mmap_lock).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -30,16 +46,21 @@
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/fs.h>
+#include <linux/iommu.h>
+#include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/miscdevice.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
+#include <linux/security.h>
 #include <linux/slab.h>
 #include <linux/swiotlb.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
+#include <linux/wait.h>
 
 #include "uapi/dmabuf_import.h"
 
@@ -79,172 +100,519 @@ MODULE_PARM_DESC(abi,
 static unsigned int max_attachments = 4096;
 module_param(max_attachments, uint, 0644);
 MODULE_PARM_DESC(max_attachments, "attachments one open file may hold (default 4096)");
+static unsigned int max_total_attachments = 16384;
+module_param(max_total_attachments, uint, 0644);
+MODULE_PARM_DESC(max_total_attachments, "attachments all files together may hold (default 16384)");
+static unsigned long max_total_mib = 1UL << 20;
+module_param(max_total_mib, ulong, 0644);
+MODULE_PARM_DESC(max_total_mib, "MiB of dma-bufs all attachments together may pin (default 1 TiB)");
+static char static_exporters[256] = "udmabuf,drm,nv_dmabuf";
+module_param_string(static_exporters, static_exporters, sizeof(static_exporters), 0444);
+MODULE_PARM_DESC(static_exporters,
+		 "exporters (dma-buf exp_name) without a pin op whose buffers never move or get "
+		 "revoked, comma separated (default udmabuf,drm,nv_dmabuf)");
+#ifdef UPCIE_KMOD_TEST
+/* The negative control of the revocation test: the rule removed, the test must see it. */
+static bool test_ignore_revocation;
+module_param(test_ignore_revocation, bool, 0644);
+MODULE_PARM_DESC(test_ignore_revocation, "test builds only: do not stop or unmap on revocation");
+#define dbi_ignore_revocation() READ_ONCE(test_ignore_revocation)
+#else
+#define dbi_ignore_revocation() false
+#endif
 
 struct dbi_file {
 	struct mutex lock;
-	struct list_head atts; /* struct dbi_att, by handle */
+	struct list_head atts; /* struct dbi_att, published ones, by handle */
 	struct list_head node; /* in dbi_files */
 	u64 next_handle;
-	unsigned int natt;
+	unsigned int natt; /* published and being made */
+};
+
+/* A PCI function named as importer. */
+struct dbi_func {
+	struct kref ref;
+	struct list_head node; /* in dbi_funcs (dbi_lock) */
+	struct list_head atts; /* its attachments (dbi_lock) */
+	struct pci_dev *pdev;
+	struct iommu_group *group; /* NULL: no IOMMU */
+	unsigned int busy;	   /* attachments being set up (dbi_lock) */
+	bool dying;		   /* between DEL_DEVICE and REMOVED_DEVICE (dbi_lock) */
+	/* device_lock of pdev: */
+	unsigned int mask_users;
+	u64 old_mask, old_coherent;
 };
 
 struct dbi_att {
-	struct list_head node;
+	struct kref ref;
+	struct list_head node;	/* in its file's list (file lock) */
+	struct list_head fnode; /* in its function's list (dbi_lock) */
 	u64 handle;
 	struct dma_buf *dmabuf;
+	struct dbi_func *func; /* NULL: the module's own device */
+	struct mutex lock;     /* teardown */
 	struct dma_buf_attachment *attach;
+	bool torn; /* attach unmapped and detached (lock) */
+	/* the reservation lock: */
 	struct sg_table *sgt;
-	struct pci_dev *pdev; /* NULL: the module's own device */
+	bool pinned;
+	bool revoked;
+	/* set before the handle exists, then unchanged: */
+	struct upcie_dmabuf_import_seg *segs;
 	u32 nsegs;
-	bool stale; /* the exporter moved or revoked the buffer (written under the resv lock) */
-	bool gone;  /* the function was removed: already torn down */
-};
-
-/* A function between BUS_NOTIFY_DEL_DEVICE and BUS_NOTIFY_REMOVED_DEVICE: no new attachments. */
-struct dbi_dying {
-	struct list_head node;
-	struct device *dev;
+	bool counted;  /* in dbi_bytes */
+	bool gone;     /* the function went away or was rebound (dbi_lock; READ_ONCE) */
+	bool mask_ref; /* holds a DMA-mask reference of func (device_lock) */
 };
 
 static DEFINE_MUTEX(dbi_lock);
 static LIST_HEAD(dbi_files);
-static LIST_HEAD(dbi_dying);
+static LIST_HEAD(dbi_funcs);
+static DECLARE_WAIT_QUEUE_HEAD(dbi_wq); /* a function's busy count reached 0 */
+static u64 dbi_bind_gen;		/* driver bindings seen (dbi_lock) */
+static bool dbi_ready;			/* set once the module is complete */
 static atomic64_t dbi_live = ATOMIC64_INIT(0);
+static atomic64_t dbi_bytes = ATOMIC64_INIT(0);
 static struct miscdevice dbi_misc;
 
-/*
- * The exporter is moving the buffer. The attachment is pinned, so only a revocation gets here;
- * the device keeps whatever addresses user space gave it, and nothing can take them back in
- * bounded time, so the attachment is marked stale for GET and left for DETACH. Up to 7.0 a
- * dynamic importer must provide this callback; from 7.1 (invalidate_mappings) it is optional,
- * and leaving it out tells exporters honestly that this importer cannot revoke (they may refuse
- * it: vfio-pci's BAR dma-bufs do).
- */
-#ifndef UPCIE_KMOD_HAVE_INVALIDATE_MAPPINGS
-static void dbi_move_notify(struct dma_buf_attachment *attach)
+/* ------------------------------------------------------------------------------------------ */
+/* exporters */
+
+static bool dbi_exporter_static(const struct dma_buf *dmabuf)
 {
-	struct dbi_att *att = attach->importer_priv;
+	const char *list = static_exporters, *name = dmabuf->exp_name;
+	size_t n;
 
-	WRITE_ONCE(att->stale, true);
-	pr_warn_ratelimited("exporter %s moved a pinned buffer; handle %llu is stale\n",
-			    attach->dmabuf->exp_name, att->handle);
-}
-#endif
+	if (!name)
+		return false;
+	n = strlen(name);
+	while (*list) {
+		size_t len = strcspn(list, ",");
 
-static const struct dma_buf_attach_ops dbi_importer_ops = {
-	.allow_peer2peer = true,
-#ifndef UPCIE_KMOD_HAVE_INVALIDATE_MAPPINGS
-	.move_notify = dbi_move_notify,
-#endif
-};
-
-/* Undo attach: unmap, unpin, detach, drop the references. Called once per attachment. */
-static void dbi_att_teardown(struct dbi_att *att)
-{
-	struct dma_buf *dmabuf = att->dmabuf;
-
-	if (att->sgt) {
-		dma_resv_lock(dmabuf->resv, NULL);
-		dma_buf_unmap_attachment(att->attach, att->sgt, DMA_BIDIRECTIONAL);
-		dma_buf_unpin(att->attach);
-		dma_resv_unlock(dmabuf->resv);
-		att->sgt = NULL;
-	}
-	if (att->attach) {
-		dma_buf_detach(dmabuf, att->attach);
-		att->attach = NULL;
-	}
-	if (att->dmabuf) {
-		dma_buf_put(att->dmabuf);
-		att->dmabuf = NULL;
-	}
-	if (att->pdev) {
-		pci_dev_put(att->pdev);
-		att->pdev = NULL;
-	}
-	atomic64_dec(&dbi_live);
-}
-
-static bool dbi_dying_locked(struct device *dev)
-{
-	struct dbi_dying *d;
-
-	lockdep_assert_held(&dbi_lock);
-	list_for_each_entry(d, &dbi_dying, node)
-		if (d->dev == dev)
+		if (len == n && !strncmp(list, name, n))
 			return true;
+		list += len;
+		if (*list == ',')
+			list++;
+	}
 	return false;
 }
 
-/*
- * Find the named function and check that it may be an importer: its DMA is not owned by user
- * space and no kernel driver other than uio_pci_generic is bound. uio_pci_generic sets no DMA
- * mask and does no DMA itself; the mask is raised to 64 bits there (and on an unbound
- * function), because under dma-direct a 32-bit mask would put the device's writes into
- * swiotlb bounce buffers instead of the dma-buf.
- */
-static int dbi_pci_get(const struct upcie_dmabuf_import_pci *p, struct pci_dev **out)
+/* ------------------------------------------------------------------------------------------ */
+/* functions */
+
+static void dbi_func_release(struct kref *ref) __releases(&dbi_lock)
 {
-	struct pci_dev *pdev;
-	const char *drv;
+	struct dbi_func *func = container_of(ref, struct dbi_func, ref);
+
+	list_del(&func->node);
+	mutex_unlock(&dbi_lock);
+	iommu_group_put(func->group);
+	pci_dev_put(func->pdev);
+	kfree(func);
+}
+
+static void dbi_func_put(struct dbi_func *func)
+{
+	if (func)
+		kref_put_mutex(&func->ref, dbi_func_release, &dbi_lock);
+}
+
+static struct dbi_func *dbi_func_find_locked(struct device *dev)
+{
+	struct dbi_func *func;
+
+	lockdep_assert_held(&dbi_lock);
+	list_for_each_entry(func, &dbi_funcs, node)
+		if (&func->pdev->dev == dev)
+			return func;
+	return NULL;
+}
+
+/* Find or make the record of pdev, with a reference. dbi_lock held; pdev's reference is taken. */
+static struct dbi_func *dbi_func_get_locked(struct pci_dev *pdev)
+{
+	struct dbi_func *func;
+
+	lockdep_assert_held(&dbi_lock);
+	func = dbi_func_find_locked(&pdev->dev);
+	if (func) {
+		kref_get(&func->ref);
+		return func;
+	}
+	func = kzalloc(sizeof(*func), GFP_KERNEL);
+	if (!func)
+		return NULL;
+	kref_init(&func->ref);
+	INIT_LIST_HEAD(&func->atts);
+	func->pdev = pci_dev_get(pdev);
+	func->group = iommu_group_get(&pdev->dev);
+	list_add(&func->node, &dbi_funcs);
+	return func;
+}
+
+/* The DMA mask, raised to 64 bits while a function has attachments. device_lock held. */
+static int dbi_mask_get(struct dbi_func *func, struct dbi_att *att)
+{
+	struct device *dev = &func->pdev->dev;
 	int ret = 0;
+
+	device_lock_assert(dev);
+	if (!func->mask_users) {
+		func->old_mask = dma_get_mask(dev);
+		func->old_coherent = dev->coherent_dma_mask;
+		if (func->old_mask != DMA_BIT_MASK(64) || func->old_coherent != DMA_BIT_MASK(64))
+			ret = dma_set_mask_and_coherent(dev, DMA_BIT_MASK(64));
+		if (ret)
+			return ret;
+	}
+	func->mask_users++;
+	att->mask_ref = true;
+	return 0;
+}
+
+static void dbi_mask_restore(struct dbi_func *func)
+{
+	struct device *dev = &func->pdev->dev;
+
+	device_lock_assert(dev);
+	if (dma_get_mask(dev) != func->old_mask)
+		dma_set_mask(dev, func->old_mask);
+	if (dev->coherent_dma_mask != func->old_coherent)
+		dma_set_coherent_mask(dev, func->old_coherent);
+}
+
+static void dbi_mask_put(struct dbi_att *att)
+{
+	struct dbi_func *func = att->func;
+
+	if (!func || !READ_ONCE(att->mask_ref))
+		return;
+	device_lock(&func->pdev->dev);
+	if (att->mask_ref) {
+		att->mask_ref = false;
+		if (!--func->mask_users)
+			dbi_mask_restore(func);
+	}
+	device_unlock(&func->pdev->dev);
+}
+
+/* May this driver be bound to a function named as importer? */
+static bool dbi_driver_ok(const struct device_driver *drv)
+{
+	return !drv || !strcmp(drv->name, "uio_pci_generic");
+}
+
+/* ... or to another function of its IOMMU group (pcieport does no DMA of its own)? */
+static bool dbi_sibling_driver_ok(const struct device_driver *drv)
+{
+	return dbi_driver_ok(drv) || !strcmp(drv->name, "pcieport");
+}
+
+/*
+ * May the group of `dev` serve as importer? Every other function in it has no driver, or
+ * uio_pci_generic, or is a PCIe port (pcieport does no DMA): any other kernel driver shares
+ * the domain the attachment maps into, and a driver that hands DMA to user space (vfio-pci)
+ * owns it. Called from iommu_group_for_each_dev() (group mutex held: no device_lock here, so
+ * the driver pointer is read once; a binding that races is seen by the bus notifier).
+ */
+static int dbi_sibling_ok(struct device *d, void *data)
+{
+	const struct device_driver *drv = READ_ONCE(d->driver);
+
+	if (d == data || dbi_sibling_driver_ok(drv))
+		return 0;
+	dev_info(d, "dmabuf_import: %s shares the IOMMU group (driver %s); refused\n",
+		 dev_name(data), drv->name);
+	return -EBUSY;
+}
+
+/* The group's state: siblings and domain type. */
+static int dbi_group_ok(struct pci_dev *pdev, struct iommu_group *group)
+{
+	struct iommu_domain *dom;
+	int ret;
+
+	if (!group)
+		return 0;
+	ret = iommu_group_for_each_dev(group, &pdev->dev, dbi_sibling_ok);
+	if (ret)
+		return ret;
+	dom = iommu_get_domain_for_dev(&pdev->dev);
+	if (dom && dom->type != IOMMU_DOMAIN_DMA && dom->type != IOMMU_DOMAIN_DMA_FQ &&
+	    dom->type != IOMMU_DOMAIN_IDENTITY) {
+		pci_info(pdev, "dmabuf_import: not in a kernel DMA domain (type %#x); refused\n",
+			 dom->type);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+/*
+ * Register `att` as being set up for the named function: checks (driver, group, domain),
+ * the DMA mask, and the function's records, so that the bus notifier sees it from here on.
+ */
+static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_pci *p)
+{
+	struct dbi_func *func = NULL;
+	struct iommu_group *group;
+	struct pci_dev *pdev;
+	const struct device_driver *drv;
+	u64 gen;
+	int ret;
 
 	if (p->reserved)
 		return -EINVAL;
 	pdev = pci_get_domain_bus_and_slot(p->segment, p->bus, p->devfn);
 	if (!pdev)
 		return -ENODEV;
+	group = iommu_group_get(&pdev->dev);
 	device_lock(&pdev->dev);
-	/*
-	 * The bound driver tells who owns the function's DMA. iommu_group_dma_owner_claimed()
-	 * cannot: every kernel driver counts as an owner there too.
-	 */
-	drv = pdev->dev.driver ? pdev->dev.driver->name : NULL;
-	if (drv && to_pci_driver(pdev->dev.driver)->driver_managed_dma) {
-		pci_info(pdev, "dmabuf_import: %s hands DMA to user space; refused\n", drv);
+	drv = pdev->dev.driver;
+	if (!dbi_driver_ok(drv)) {
+		pci_info(pdev, "dmabuf_import: %s %s; refused\n",
+			 to_pci_driver(pdev->dev.driver)->driver_managed_dma
+			     ? "hands DMA to user space:"
+			     : "bound to kernel driver",
+			 drv->name);
 		ret = -EBUSY;
-	} else if (drv && strcmp(drv, "uio_pci_generic")) {
-		pci_info(pdev, "dmabuf_import: bound to kernel driver %s; refused\n", drv);
-		ret = -EBUSY;
+		goto out;
 	}
-	if (!ret && dma_get_mask(&pdev->dev) != DMA_BIT_MASK(64))
-		ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	mutex_lock(&dbi_lock);
+	do {
+		/* a driver that binds after the look below is seen by the notifier */
+		gen = dbi_bind_gen;
+		mutex_unlock(&dbi_lock);
+		ret = dbi_group_ok(pdev, group);
+		mutex_lock(&dbi_lock);
+	} while (!ret && gen != dbi_bind_gen);
+	if (!ret) {
+		func = dbi_func_get_locked(pdev);
+		if (!func)
+			ret = -ENOMEM;
+		else if (func->dying || func->group != group)
+			ret = -ENODEV; /* being removed, or moved to another group */
+	}
+	if (!ret) {
+		ret = dbi_mask_get(func, att);
+		if (ret)
+			pci_info(pdev, "dmabuf_import: cannot set a 64-bit DMA mask (%d)\n", ret);
+	}
+	if (!ret) {
+		att->func = func;
+		list_add_tail(&att->fnode, &func->atts);
+		func->busy++;
+		func = NULL;
+	}
+	mutex_unlock(&dbi_lock);
+	dbi_func_put(func);
+out:
 	device_unlock(&pdev->dev);
-	if (ret) {
-		pci_dev_put(pdev);
-		return ret;
-	}
-	*out = pdev;
-	return 0;
+	iommu_group_put(group);
+	pci_dev_put(pdev);
+	return ret;
 }
 
-/* Copy segments [first, first + cap) of sgt to user memory; returns 0 or -EFAULT. */
-static int dbi_copy_segs(struct sg_table *sgt, u32 first, u32 cap, u64 uptr)
+static void dbi_func_setup_done(struct dbi_att *att)
 {
-	struct upcie_dmabuf_import_seg buf[32];
-	struct upcie_dmabuf_import_seg __user *dst = u64_to_user_ptr(uptr);
-	struct scatterlist *sg;
-	unsigned int i, n = 0, done = 0;
+	if (!att->func)
+		return;
+	mutex_lock(&dbi_lock);
+	att->func->busy--;
+	mutex_unlock(&dbi_lock);
+	wake_up_all(&dbi_wq);
+}
 
-	if (!cap)
-		return 0;
-	for_each_sgtable_dma_sg(sgt, sg, i) {
-		if (i < first)
-			continue;
-		if (done + n >= cap)
-			break;
-		buf[n].addr = sg_dma_address(sg);
-		buf[n].len = sg_dma_len(sg);
-		if (++n == ARRAY_SIZE(buf)) {
-			if (copy_to_user(dst + done, buf, sizeof(buf)))
-				return -EFAULT;
-			done += n;
-			n = 0;
-		}
+/* ------------------------------------------------------------------------------------------ */
+/* attachments */
+
+/*
+ * The exporter moves or revokes the buffer (the reservation lock is held). Before the mapping
+ * exists (an early move during ATTACH) there is nothing to do: the mapping made afterwards is
+ * the new one. With a mapping, a pinned buffer is never moved, so this is a revocation: the
+ * function the attachment was made for stops mastering the bus, the mapping goes, and the
+ * handle answers ESTALE from now on. The module's own device stands for no function it could
+ * stop: such attachments are refused for exporters that might do this (see dbi_ioc_attach), so
+ * here it can only be logged.
+ */
+static void dbi_invalidate(struct dma_buf_attachment *attach)
+{
+	struct dbi_att *att = attach->importer_priv;
+	struct pci_dev *pdev = att->func ? att->func->pdev : NULL;
+	u16 cmd;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (!att->sgt || att->revoked)
+		return;
+	WRITE_ONCE(att->revoked, true);
+	if (dbi_ignore_revocation()) {
+		pr_warn("test: revocation of %s buffer ignored\n", attach->dmabuf->exp_name);
+		return;
 	}
-	if (n && copy_to_user(dst + done, buf, n * sizeof(buf[0])))
-		return -EFAULT;
-	return 0;
+	if (!pdev) {
+		pr_err("exporter %s revoked a buffer attached for the module's device; the device "
+		       "using it cannot be stopped by this module\n",
+		       attach->dmabuf->exp_name);
+		return;
+	}
+	pci_clear_master(pdev);
+	/* a completion does not pass the function's posted writes: they have landed now */
+	pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+	dma_buf_unmap_attachment(attach, att->sgt, DMA_BIDIRECTIONAL);
+	att->sgt = NULL;
+	if (att->pinned) {
+		dma_buf_unpin(attach);
+		att->pinned = false;
+	}
+	pci_warn(pdev,
+		 "dmabuf_import: exporter %s revoked the buffer of a handle: bus mastering off, "
+		 "mapping removed\n",
+		 attach->dmabuf->exp_name);
+}
+
+#ifdef UPCIE_KMOD_HAVE_INVALIDATE_MAPPINGS
+/*
+ * 7.1+: the callback is optional and declares that the importer unmaps in bounded time. Only
+ * attachments made for a named function can keep that promise.
+ */
+static const struct dma_buf_attach_ops dbi_ops_revocable = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = dbi_invalidate,
+};
+static const struct dma_buf_attach_ops dbi_ops_device = {
+	.allow_peer2peer = true,
+};
+#else
+/* Up to 7.0 the callback is mandatory for a dynamic importer. */
+static const struct dma_buf_attach_ops dbi_ops_revocable = {
+	.allow_peer2peer = true,
+	.move_notify = dbi_invalidate,
+};
+#define dbi_ops_device dbi_ops_revocable
+#endif
+
+/* Unmap, unpin and detach, once; the references stay until the attachment is freed. */
+static void dbi_att_teardown(struct dbi_att *att)
+{
+	mutex_lock(&att->lock);
+	if (att->torn || !att->attach) {
+		att->torn = true;
+		mutex_unlock(&att->lock);
+		return;
+	}
+	dma_resv_lock(att->dmabuf->resv, NULL);
+	if (att->sgt) {
+		dma_buf_unmap_attachment(att->attach, att->sgt, DMA_BIDIRECTIONAL);
+		att->sgt = NULL;
+	}
+	if (att->pinned) {
+		dma_buf_unpin(att->attach);
+		att->pinned = false;
+	}
+	dma_resv_unlock(att->dmabuf->resv);
+	dma_buf_detach(att->dmabuf, att->attach);
+	att->attach = NULL;
+	att->torn = true;
+	mutex_unlock(&att->lock);
+}
+
+static void dbi_att_free(struct kref *ref)
+{
+	struct dbi_att *att = container_of(ref, struct dbi_att, ref);
+
+	kvfree(att->segs);
+	if (att->dmabuf)
+		dma_buf_put(att->dmabuf);
+	dbi_func_put(att->func);
+	mutex_destroy(&att->lock);
+	kfree(att);
+}
+
+/* End an attachment its file no longer lists: teardown, DMA mask, limits, reference. */
+static void dbi_att_end(struct dbi_att *att)
+{
+	if (att->func) {
+		mutex_lock(&dbi_lock);
+		list_del_init(&att->fnode);
+		mutex_unlock(&dbi_lock);
+	}
+	dbi_att_teardown(att);
+	dbi_mask_put(att);
+	if (att->counted)
+		atomic64_sub(att->dmabuf->size, &dbi_bytes);
+	atomic64_dec(&dbi_live);
+	kref_put(&att->ref, dbi_att_free);
+}
+
+/* Copy segments [first, first + cap) to user memory; 0 or -EFAULT. No lock held. */
+static int dbi_copy_segs(const struct dbi_att *att, u32 first, u32 cap, u64 uptr)
+{
+	u32 n = min_t(u32, cap, att->nsegs - first);
+
+	if (!n)
+		return 0;
+	return copy_to_user(u64_to_user_ptr(uptr), att->segs + first,
+			    (size_t)n * sizeof(*att->segs))
+		   ? -EFAULT
+		   : 0;
+}
+
+/* Attach, pin (where the exporter can), map, and keep a copy of the scatter list. */
+static int dbi_att_setup(struct dbi_att *att, struct device *dev)
+{
+	const struct dma_buf_attach_ops *ops = att->func ? &dbi_ops_revocable : &dbi_ops_device;
+	struct dma_buf *dmabuf = att->dmabuf;
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;
+	struct scatterlist *sg;
+	unsigned int i;
+	u64 total = 0;
+	int ret;
+
+	attach = dma_buf_dynamic_attach(dmabuf, dev, ops, att);
+	if (IS_ERR(attach))
+		return PTR_ERR(attach);
+	mutex_lock(&att->lock);
+	att->attach = attach;
+	mutex_unlock(&att->lock);
+	/*
+	 * A dynamic importer pins and maps under the reservation lock on every kernel from 6.1 on
+	 * (dma_buf_map_attachment_unlocked, which 6.2 added, is the same with the lock inside).
+	 */
+	ret = dma_resv_lock_interruptible(dmabuf->resv, NULL);
+	if (ret)
+		return ret;
+	if (dmabuf->ops->pin) {
+		ret = dma_buf_pin(attach);
+		if (ret)
+			goto unlock;
+		att->pinned = true;
+	}
+	sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto unlock;
+	}
+	att->sgt = sgt;
+	/* allocation is allowed here: the reservation lock nests outside fs_reclaim */
+	att->segs =
+	    kvmalloc_array(max_t(unsigned int, sgt->nents, 1), sizeof(*att->segs), GFP_KERNEL);
+	if (!att->segs) {
+		ret = -ENOMEM;
+		goto unlock;
+	}
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		att->segs[i].addr = sg_dma_address(sg);
+		att->segs[i].len = sg_dma_len(sg);
+		total += sg_dma_len(sg);
+	}
+	att->nsegs = sgt->nents;
+unlock:
+	dma_resv_unlock(dmabuf->resv);
+	if (!ret && total != dmabuf->size)
+		pr_info_ratelimited("exporter %s: scatter list covers %llu of %zu bytes\n",
+				    dmabuf->exp_name, total, dmabuf->size);
+	return ret;
 }
 
 static struct dbi_att *dbi_find_locked(struct dbi_file *f, u64 handle)
@@ -261,13 +629,10 @@ static struct dbi_att *dbi_find_locked(struct dbi_file *f, u64 handle)
 static long dbi_ioc_attach(struct dbi_file *f, void __user *uarg)
 {
 	struct upcie_dmabuf_import_attach req;
-	struct scatterlist *sg;
 	struct dbi_att *att;
 	struct device *dev;
-	bool reserved = false, global = false;
+	u64 limit;
 	long ret;
-	u64 total = 0;
-	unsigned int i;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
@@ -281,74 +646,74 @@ static long dbi_ioc_attach(struct dbi_file *f, void __user *uarg)
 		return -EPERM;
 
 	mutex_lock(&f->lock);
-	if (f->natt >= max_attachments) {
+	if (f->natt >= READ_ONCE(max_attachments)) {
 		mutex_unlock(&f->lock);
 		return -EMFILE;
 	}
-	f->natt++; /* a slot for this attachment; given back on failure */
+	f->natt++; /* a slot for this attachment; given back by dbi_att_end or below */
 	mutex_unlock(&f->lock);
-	reserved = true;
+	/* dbi_att_end() gives it back */
+	if (atomic64_inc_return(&dbi_live) > READ_ONCE(max_total_attachments)) {
+		atomic64_dec(&dbi_live);
+		pr_info_ratelimited("max_total_attachments (%u) reached\n", max_total_attachments);
+		ret = -ENFILE;
+		goto out_slot;
+	}
 
 	att = kzalloc(sizeof(*att), GFP_KERNEL);
 	if (!att) {
+		atomic64_dec(&dbi_live);
 		ret = -ENOMEM;
-		goto out;
+		goto out_slot;
 	}
-	atomic64_inc(&dbi_live);
+	kref_init(&att->ref);
+	mutex_init(&att->lock);
+	INIT_LIST_HEAD(&att->node);
+	INIT_LIST_HEAD(&att->fnode);
 	att->dmabuf = dma_buf_get(req.dmabuf_fd);
 	if (IS_ERR(att->dmabuf)) {
 		ret = PTR_ERR(att->dmabuf);
 		att->dmabuf = NULL;
 		goto fail;
 	}
+	limit = (u64)READ_ONCE(max_total_mib) << 20;
+	if (atomic64_add_return(att->dmabuf->size, &dbi_bytes) > limit) {
+		atomic64_sub(att->dmabuf->size, &dbi_bytes);
+		pr_info_ratelimited("max_total_mib (%lu) reached\n", max_total_mib);
+		ret = -EDQUOT;
+		goto fail;
+	}
+	att->counted = true;
+	/*
+	 * A buffer without a pin op may move or be revoked at the exporter's will. Addresses of
+	 * such a buffer are only handed out when the module can stop their user: the named
+	 * function. Exporters known never to move are the exception.
+	 */
+	if (!att->dmabuf->ops->pin && !(req.flags & UPCIE_DMABUF_IMPORT_F_PCI) &&
+	    !dbi_exporter_static(att->dmabuf)) {
+		pr_info_ratelimited(
+		    "exporter %s cannot pin its buffers and may revoke them: attach for the PCI "
+		    "function that uses them (F_PCI), or list it in static_exporters if it never "
+		    "moves or revokes a buffer\n",
+		    att->dmabuf->exp_name ?: "?");
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
 	if (req.flags & UPCIE_DMABUF_IMPORT_F_PCI) {
-		/*
-		 * Held until the attachment is on the file's list, so that the removal notifier
-		 * either sees it there or ran before and left the function marked dying.
-		 */
-		mutex_lock(&dbi_lock);
-		global = true;
-		ret = dbi_pci_get(&req.pci, &att->pdev);
+		ret = dbi_func_begin(att, &req.pci);
 		if (ret)
 			goto fail;
-		if (dbi_dying_locked(&att->pdev->dev)) {
-			ret = -ENODEV;
-			goto fail;
-		}
-		dev = &att->pdev->dev;
+		dev = &att->func->pdev->dev;
 	} else {
 		dev = dbi_misc.this_device;
 	}
 	if (is_swiotlb_force_bounce(dev)) {
 		/* The device's writes would land in a bounce buffer, not in the dma-buf. */
 		ret = -EOPNOTSUPP;
-		goto fail;
+	} else {
+		ret = dbi_att_setup(att, dev);
 	}
-
-	att->attach = dma_buf_dynamic_attach(att->dmabuf, dev, &dbi_importer_ops, att);
-	if (IS_ERR(att->attach)) {
-		ret = PTR_ERR(att->attach);
-		att->attach = NULL;
-		goto fail;
-	}
-	/*
-	 * A dynamic importer pins and maps under the reservation lock on every kernel from 6.1 on,
-	 * so the locked calls are used throughout (dma_buf_map_attachment_unlocked, which 6.2 added
-	 * and Debian backported to 6.1, is the same with the lock taken inside).
-	 */
-	ret = dma_resv_lock_interruptible(att->dmabuf->resv, NULL);
-	if (ret)
-		goto fail;
-	ret = dma_buf_pin(att->attach);
-	if (!ret) {
-		att->sgt = dma_buf_map_attachment(att->attach, DMA_BIDIRECTIONAL);
-		if (IS_ERR(att->sgt)) {
-			ret = PTR_ERR(att->sgt);
-			att->sgt = NULL;
-			dma_buf_unpin(att->attach);
-		}
-	}
-	dma_resv_unlock(att->dmabuf->resv);
+	dbi_func_setup_done(att);
 	if (ret)
 		goto fail;
 	/* What the exporter did to place the memory (a clear, a move) must finish first. */
@@ -356,44 +721,34 @@ static long dbi_ioc_attach(struct dbi_file *f, void __user *uarg)
 				    MAX_SCHEDULE_TIMEOUT);
 	if (ret < 0)
 		goto fail;
-
-	for_each_sgtable_dma_sg(att->sgt, sg, i)
-		total += sg_dma_len(sg);
-	att->nsegs = att->sgt->nents;
-	if (total != att->dmabuf->size)
-		pr_info_ratelimited("exporter %s: scatter list covers %llu of %zu bytes\n",
-				    att->dmabuf->exp_name, total, att->dmabuf->size);
-	ret = dbi_copy_segs(att->sgt, 0, req.cap, req.segs);
+	if (READ_ONCE(att->gone) || READ_ONCE(att->revoked)) {
+		ret = -ENODEV;
+		goto fail;
+	}
+	ret = dbi_copy_segs(att, 0, req.cap, req.segs);
 	if (ret)
 		goto fail;
-
 	mutex_lock(&f->lock);
 	att->handle = ++f->next_handle;
+	mutex_unlock(&f->lock);
 	req.handle = att->handle;
 	req.nsegs = att->nsegs;
 	req.size = att->dmabuf->size;
 	if (copy_to_user(uarg, &req, sizeof(req))) {
-		mutex_unlock(&f->lock);
-		ret = -EFAULT;
+		ret = -EFAULT; /* the handle number is burnt: handles are never reused */
 		goto fail;
 	}
+	mutex_lock(&f->lock);
 	list_add_tail(&att->node, &f->atts);
 	mutex_unlock(&f->lock);
-	if (global)
-		mutex_unlock(&dbi_lock);
 	return 0;
 
 fail:
-	dbi_att_teardown(att);
-	kfree(att);
-out:
-	if (global)
-		mutex_unlock(&dbi_lock);
-	if (reserved) {
-		mutex_lock(&f->lock);
-		f->natt--;
-		mutex_unlock(&f->lock);
-	}
+	dbi_att_end(att);
+out_slot:
+	mutex_lock(&f->lock);
+	f->natt--;
+	mutex_unlock(&f->lock);
 	return ret;
 }
 
@@ -409,21 +764,24 @@ static long dbi_ioc_get(struct dbi_file *f, void __user *uarg)
 		return -EINVAL;
 	mutex_lock(&f->lock);
 	att = dbi_find_locked(f, req.handle);
-	if (!att) {
-		ret = -ENOENT;
-	} else if (att->gone) {
+	if (att)
+		kref_get(&att->ref);
+	mutex_unlock(&f->lock);
+	if (!att)
+		return -ENOENT;
+	if (READ_ONCE(att->gone)) {
 		ret = -ENODEV;
-	} else if (READ_ONCE(att->stale)) {
+	} else if (READ_ONCE(att->revoked)) {
 		ret = -ESTALE;
 	} else if (req.first > att->nsegs) {
 		ret = -EINVAL;
 	} else {
 		req.nsegs = att->nsegs;
-		ret = dbi_copy_segs(att->sgt, req.first, req.cap, req.segs);
+		ret = dbi_copy_segs(att, req.first, req.cap, req.segs);
 		if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 			ret = -EFAULT;
 	}
-	mutex_unlock(&f->lock);
+	kref_put(&att->ref, dbi_att_free);
 	return ret;
 }
 
@@ -434,18 +792,18 @@ static long dbi_ioc_detach(struct dbi_file *f, void __user *uarg)
 
 	if (copy_from_user(&handle, uarg, sizeof(handle)))
 		return -EFAULT;
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
 	mutex_lock(&f->lock);
 	att = dbi_find_locked(f, handle);
-	if (!att) {
-		mutex_unlock(&f->lock);
-		return -ENOENT;
+	if (att) {
+		list_del_init(&att->node);
+		f->natt--;
 	}
-	list_del(&att->node);
-	f->natt--;
-	if (!att->gone)
-		dbi_att_teardown(att);
 	mutex_unlock(&f->lock);
-	kfree(att);
+	if (!att)
+		return -ENOENT;
+	dbi_att_end(att);
 	return 0;
 }
 
@@ -453,7 +811,7 @@ static long dbi_ioc_info(void __user *uarg)
 {
 	struct upcie_dmabuf_import_info info = {
 		.abi = UPCIE_DMABUF_IMPORT_ABI,
-		.max_attachments = max_attachments,
+		.max_attachments = READ_ONCE(max_attachments),
 		.attachments = atomic64_read(&dbi_live),
 	};
 
@@ -482,9 +840,16 @@ static long dbi_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 static int dbi_open(struct inode *inode, struct file *file)
 {
 	struct dbi_file *f;
+	int ret;
 
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
+	if (!smp_load_acquire(&dbi_ready))
+		return -ENODEV;
+	/* Device addresses of memory, for devices user space drives: a raw-memory interface. */
+	ret = security_locked_down(LOCKDOWN_DEV_MEM);
+	if (ret)
+		return ret;
 	f = kzalloc(sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
@@ -501,16 +866,18 @@ static int dbi_release(struct inode *inode, struct file *file)
 {
 	struct dbi_file *f = file->private_data;
 	struct dbi_att *att, *tmp;
+	LIST_HEAD(atts);
 
 	mutex_lock(&dbi_lock);
 	list_del(&f->node);
 	mutex_unlock(&dbi_lock);
-	/* Nobody else can reach f now: the file is going and the notifier no longer sees it. */
-	list_for_each_entry_safe(att, tmp, &f->atts, node) {
-		list_del(&att->node);
-		if (!att->gone)
-			dbi_att_teardown(att);
-		kfree(att);
+	mutex_lock(&f->lock);
+	list_splice_init(&f->atts, &atts);
+	mutex_unlock(&f->lock);
+	list_for_each_entry_safe(att, tmp, &atts, node) {
+		list_del_init(&att->node);
+		dbi_att_end(att);
+		cond_resched();
 	}
 	mutex_destroy(&f->lock);
 	kfree(f);
@@ -532,48 +899,133 @@ static struct miscdevice dbi_misc = {
 	.mode = 0600,
 };
 
+/* ------------------------------------------------------------------------------------------ */
+/* the bus notifier */
+
 /*
- * A PCI function is going away: tear down every attachment made for it now, while its IOMMU
- * state still exists (the IOMMU core releases it at BUS_NOTIFY_REMOVED_DEVICE), and refuse new
- * ones until then. The handles stay, answering ENODEV, until user space detaches them.
+ * Tear down every attachment of `func`, after waiting for those being set up (bounded: the
+ * exporter's attach, pin and map). The handles stay, answering ENODEV, until DETACH.
+ * restore_mask: the function's own driver is changing (its device_lock is held by the caller).
  */
+static void dbi_func_teardown(struct dbi_func *func, const char *why, bool restore_mask)
+{
+	struct dbi_att *att, **atts = NULL;
+	unsigned int n = 0, i;
+
+	if (restore_mask)
+		device_lock_assert(&func->pdev->dev);
+	wait_event(dbi_wq, ({
+			   bool idle;
+
+			   mutex_lock(&dbi_lock);
+			   idle = !func->busy;
+			   mutex_unlock(&dbi_lock);
+			   idle;
+		   }));
+	mutex_lock(&dbi_lock);
+	list_for_each_entry(att, &func->atts, fnode)
+		n++;
+	if (n)
+		atts = kmalloc_array(n, sizeof(*atts), GFP_KERNEL | __GFP_NOFAIL);
+	i = 0;
+	/* the gone ones too: they may still hold a DMA-mask reference */
+	list_for_each_entry(att, &func->atts, fnode) {
+		kref_get(&att->ref);
+		atts[i++] = att;
+	}
+	mutex_unlock(&dbi_lock);
+	for (i = 0; i < n; i++) {
+		if (!READ_ONCE(atts[i]->gone))
+			pci_info(func->pdev, "dmabuf_import: %s; detaching handle %llu\n", why,
+				 atts[i]->handle);
+		WRITE_ONCE(atts[i]->gone, true);
+		dbi_att_teardown(atts[i]);
+		if (restore_mask && atts[i]->mask_ref) {
+			atts[i]->mask_ref = false;
+			if (!--func->mask_users)
+				dbi_mask_restore(func);
+		}
+		kref_put(&atts[i]->ref, dbi_att_free);
+		cond_resched();
+	}
+	kfree(atts);
+}
+
+/* A driver binds to `dev`: attachments of its IOMMU group end unless it is uio_pci_generic. */
+static void dbi_notify_bind(struct device *dev)
+{
+	struct iommu_group *group = iommu_group_get(dev);
+	struct dbi_func *func, **funcs = NULL;
+	unsigned int n = 0, i = 0;
+
+	mutex_lock(&dbi_lock);
+	dbi_bind_gen++;
+	if (dbi_driver_ok(dev->driver)) {
+		mutex_unlock(&dbi_lock);
+		iommu_group_put(group);
+		return;
+	}
+	/* a sibling's pcieport is harmless, but never for the function itself */
+	list_for_each_entry(func, &dbi_funcs, node)
+		n += &func->pdev->dev == dev ||
+		     (group && func->group == group && !dbi_sibling_driver_ok(dev->driver));
+	if (n)
+		funcs = kmalloc_array(n, sizeof(*funcs), GFP_KERNEL | __GFP_NOFAIL);
+	list_for_each_entry(func, &dbi_funcs, node) {
+		if (&func->pdev->dev == dev ||
+		    (group && func->group == group && !dbi_sibling_driver_ok(dev->driver))) {
+			kref_get(&func->ref);
+			funcs[i++] = func;
+		}
+	}
+	mutex_unlock(&dbi_lock);
+	for (i = 0; i < n; i++) {
+		dbi_func_teardown(funcs[i],
+				  &funcs[i]->pdev->dev == dev ? "driver bound to it"
+							      : "driver bound in its IOMMU group",
+				  &funcs[i]->pdev->dev == dev);
+		dbi_func_put(funcs[i]);
+	}
+	kfree(funcs);
+	iommu_group_put(group);
+}
+
 static int dbi_pci_notify(struct notifier_block *nb, unsigned long action, void *data)
 {
 	struct device *dev = data;
-	struct dbi_dying *d, *tmp;
-	struct dbi_file *f;
-	struct dbi_att *att;
+	struct dbi_func *func;
 
-	if (action == BUS_NOTIFY_DEL_DEVICE) {
-		d = kzalloc(sizeof(*d), GFP_KERNEL);
+	switch (action) {
+	case BUS_NOTIFY_BIND_DRIVER:
+		dbi_notify_bind(dev);
+		break;
+	case BUS_NOTIFY_DEL_DEVICE:
+		/*
+		 * Now, while its IOMMU state still exists (the IOMMU core releases it at
+		 * BUS_NOTIFY_REMOVED_DEVICE), and no new attachment until then.
+		 */
 		mutex_lock(&dbi_lock);
-		if (d) {
-			d->dev = dev;
-			list_add(&d->node, &dbi_dying);
-		}
-		list_for_each_entry(f, &dbi_files, node) {
-			mutex_lock(&f->lock);
-			list_for_each_entry(att, &f->atts, node) {
-				if (att->gone || !att->pdev || &att->pdev->dev != dev)
-					continue;
-				dev_info(dev,
-					 "dmabuf_import: function removed; detaching handle %llu\n",
-					 att->handle);
-				dbi_att_teardown(att);
-				att->gone = true;
-			}
-			mutex_unlock(&f->lock);
+		func = dbi_func_find_locked(dev);
+		if (func && !func->dying) {
+			func->dying = true;
+			kref_get(&func->ref); /* dropped at REMOVED_DEVICE */
+		} else {
+			func = NULL;
 		}
 		mutex_unlock(&dbi_lock);
-	} else if (action == BUS_NOTIFY_REMOVED_DEVICE) {
+		if (func)
+			dbi_func_teardown(func, "function removed", false);
+		break;
+	case BUS_NOTIFY_REMOVED_DEVICE:
 		mutex_lock(&dbi_lock);
-		list_for_each_entry_safe(d, tmp, &dbi_dying, node) {
-			if (d->dev == dev) {
-				list_del(&d->node);
-				kfree(d);
-			}
-		}
+		func = dbi_func_find_locked(dev);
+		if (func && func->dying)
+			func->dying = false;
+		else
+			func = NULL;
 		mutex_unlock(&dbi_lock);
+		dbi_func_put(func);
+		break;
 	}
 	return NOTIFY_DONE;
 }
@@ -586,36 +1038,35 @@ static int __init dbi_init(void)
 {
 	int ret;
 
-	ret = misc_register(&dbi_misc);
+	ret = bus_register_notifier(&pci_bus_type, &dbi_pci_nb);
 	if (ret)
 		return ret;
+	/* last: the device node appears when everything behind it is ready */
+	ret = misc_register(&dbi_misc);
+	if (ret)
+		goto err_nb;
 	/* The own device: dma-direct, no IOMMU, every address reachable. */
 	ret = dma_coerce_mask_and_coherent(dbi_misc.this_device, DMA_BIT_MASK(64));
 	if (ret)
 		goto err_misc;
-	ret = bus_register_notifier(&pci_bus_type, &dbi_pci_nb);
-	if (ret)
-		goto err_misc;
+	smp_store_release(&dbi_ready, true);
 	pr_info("version %s, ABI %d, /dev/%s\n", DBI_VERSION, UPCIE_DMABUF_IMPORT_ABI,
 		dbi_misc.name);
 	return 0;
 
 err_misc:
 	misc_deregister(&dbi_misc);
+err_nb:
+	bus_unregister_notifier(&pci_bus_type, &dbi_pci_nb);
 	return ret;
 }
 
 static void __exit dbi_exit(void)
 {
-	struct dbi_dying *d, *tmp;
-
-	bus_unregister_notifier(&pci_bus_type, &dbi_pci_nb);
 	misc_deregister(&dbi_misc);
-	/* Open files hold a module reference, so none is left; the dying list may hold entries. */
-	list_for_each_entry_safe(d, tmp, &dbi_dying, node) {
-		list_del(&d->node);
-		kfree(d);
-	}
+	bus_unregister_notifier(&pci_bus_type, &dbi_pci_nb);
+	/* Open files hold a module reference: no attachment and no function record is left. */
+	WARN_ON(!list_empty(&dbi_funcs));
 }
 
 module_init(dbi_init);

@@ -10,36 +10,48 @@
  * doorbell writes are translated to where they were meant to go. The UAPI and its semantics are
  * in uapi/iommu_map_pa.h; this file adds how and what protects the kernel.
  *
- * What it refuses: a user-domain MAP for a function whose DMA is not owned by user space (a
- * kernel driver's domain is the kernel's), system RAM (vfio and iommufd map RAM and pin it; a
- * raw physical RAM page could be freed and reused under the mapping), ranges outside the
- * aperture or in a reserved region, and any page the domain already translates. MAP_BAR maps
- * nothing but a memory BAR, only at its own bus address, only into a kernel DMA domain
- * (DMA or DMA-FQ), and only where nothing is mapped yet.
+ * What it refuses: a user-domain MAP without the proof of owning that domain (the function's
+ * open vfio device descriptor), pages that are not device memory of the named source function
+ * (outside its assigned memory BARs, or on its MSI-X table or pending bits: so never system RAM,
+ * persistent memory or another device's registers), ranges outside the aperture or in a
+ * reserved region, and any page the domain already translates at its smallest page size.
+ * MAP_BAR maps nothing but an assigned memory BAR range clear of the MSI-X structures, only at
+ * its own bus address, only into a kernel DMA domain (DMA or DMA-FQ), only where nothing is
+ * mapped yet, and only inside the host-bridge windows the kernel's IOVA allocator reserves for
+ * the target (iova_reserve_pci_windows()) unless the caller overrides that.
  *
- * Lifetime. Mappings belong to the open file; its release unmaps them, and an open file holds a
- * module reference (rmmod fails, module in use, while one exists). Functions are pinned (pci_dev_get). A
- * domain pointer is only dereferenced while it is the function's current domain, and a mapping
- * is only removed when its first page still translates to the address it was made with: when
- * the owner detached the function, freed the domain, or another domain took its place, the
- * record is dropped without touching any domain. The owner of a user domain must keep it
- * attached while it has mappings (type1: keep the container; iommufd: keep the HWPT), or
- * unmap first; a concurrent detach in another thread during MAP is not guarded against. Driver
- * binding changes and removal of a mapped function are handled by a bus notifier: the mapping
- * goes while the domain it was made in is still attached; the handle stays until UNMAP.
+ * Lifetime. A domain pointer is only used while this module holds what keeps that domain alive:
+ * for a user domain the owner's vfio device file (held from MAP until the mapping goes: a type1
+ * container's domains live while one of its devices is open, vfio_group_ioctl_unset_container()
+ * refuses with EBUSY; an iommufd device keeps its attachment until its own file detaches it),
+ * for a kernel DMA domain the binding of the target's driver, which the bus notifier watches.
+ * Before each use the domain is compared with the function's current one; a mapping is only
+ * removed while it still translates its first page to the address it was made with. Mappings
+ * belong to the open file that made them; its release unmaps them, and an open file holds a
+ * module reference. The bus notifier removes the mappings of a function whose driver is about
+ * to change (BUS_NOTIFY_UNBIND_DRIVER, before vfio-pci's remove waits for the device files) or
+ * that is being removed, and those whose source function goes the same way; the handles then
+ * answer nothing but UNMAP.
  *
- * Locking. imp_lock (global) protects the list of files and the dying list; a file's mutex its
- * handles. Order: device_lock of the target function, imp_lock, a file's mutex. The bus
- * notifier runs with the device lock held for driver events, which is why MAP takes it first.
+ * Locking. imp_lock (global, held briefly) protects the lists of files, functions and domains.
+ * A function's mutex (struct imp_func) serializes everything that reads or changes what the
+ * function's domain holds on this module's behalf: MAP, MAP_BAR, UNMAP, TRANSLATE and the bus
+ * notifier; a domain's mutex (struct imp_dom) serializes this module's changes to one domain
+ * shared by several functions; a file's mutex its handle list. Order: a function's mutex, a
+ * domain's mutex, a file's mutex, imp_lock. No device_lock is taken by this module (the
+ * notifier is called with one held), none of these is held across a copy to or from user space,
+ * and long loops reschedule.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/capability.h>
 #include <linux/device.h>
 #include <linux/dma-buf.h>
+#include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/iommu.h>
 #include <linux/ioport.h>
+#include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -47,9 +59,12 @@
 #include <linux/mutex.h>
 #include <linux/overflow.h>
 #include <linux/pci.h>
+#include <linux/security.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
+#include <linux/vfio_pci_core.h>
+#include <linux/workqueue.h>
 
 #include "uapi/iommu_map_pa.h"
 
@@ -95,31 +110,65 @@ MODULE_PARM_DESC(abi, "identity and ABI version: \"" UPCIE_IOMMU_MAP_PA_IDENT " 
 static unsigned int max_mappings = 4096;
 module_param(max_mappings, uint, 0644);
 MODULE_PARM_DESC(max_mappings, "handles one open file may hold (default 4096)");
+static unsigned int max_total_mappings = 16384;
+module_param(max_total_mappings, uint, 0644);
+MODULE_PARM_DESC(max_total_mappings, "handles all files together may hold (default 16384)");
 static unsigned long max_map_pages = 1UL << 22;
 module_param(max_map_pages, ulong, 0644);
 MODULE_PARM_DESC(max_map_pages, "pages one MAP may name (default 4194304)");
+static unsigned long max_map_mib = 64UL << 10;
+module_param(max_map_mib, ulong, 0644);
+MODULE_PARM_DESC(max_map_mib, "MiB one MAP or MAP_BAR may cover (default 65536)");
+
+/* Every page-by-page loop yields this often. */
+#define IMP_RESCHED 512
+
+/* A function this module maps for (target) or from (source). */
+struct imp_func {
+	struct kref ref;
+	struct list_head node; /* imp_funcs (imp_lock) */
+	struct pci_dev *pdev;
+	struct mutex lock;
+	struct list_head handles;  /* as target (lock) */
+	struct list_head shandles; /* as source (lock) */
+	bool dying;		   /* DEL_DEVICE .. REMOVED_DEVICE (lock) */
+	bool unbinding;		   /* UNBIND_DRIVER .. UNBOUND_DRIVER (lock) */
+};
+
+/* A domain this module has mappings in. */
+struct imp_dom {
+	struct list_head node; /* imp_doms (imp_lock) */
+	struct iommu_domain *domain;
+	struct mutex lock;
+	unsigned int refs; /* imp_lock */
+};
 
 /* One range installed in (or borrowed from) one domain. Shared by the handles of one file. */
 struct imp_mapping {
-	struct iommu_domain *domain;
+	struct imp_dom *dom;
 	u64 iova;
 	u64 size;
 	u64 page_size;
 	phys_addr_t first_phys;
 	int prot;
-	unsigned int refs;
-	bool installed; /* false: borrowed (MAP_BAR with F_SHARE): never unmapped by us */
+	unsigned int refs; /* dom->lock */
+	bool installed;	   /* false: borrowed (MAP_BAR with F_SHARE): never unmapped by us */
 };
 
 struct imp_handle {
-	struct list_head node;
+	struct kref ref;
+	struct list_head node;	/* in its file (file lock) */
+	struct list_head tnode; /* in its target's handles (target lock) */
+	struct list_head snode; /* in its source's shandles (source lock) */
 	u64 handle;
-	struct pci_dev *pdev; /* the function whose domain holds the mapping */
-	struct pci_dev *src;  /* MAP_BAR: the function whose BAR is mapped */
+	struct imp_func *tf; /* the function whose domain holds the mapping */
+	struct imp_func *sf; /* the function whose memory is mapped */
+	struct file *owner;  /* MAP: the target's vfio device, kept open */
 	struct dma_buf *lifetime;
-	struct imp_mapping *m;
-	bool bar; /* made by MAP_BAR */
-	bool gone;
+	struct imp_mapping *m; /* target lock */
+	bool bar;	       /* made by MAP_BAR */
+	bool gone;	       /* removed by the bus notifier (READ_ONCE) */
+	bool torn;	       /* target lock */
 };
 
 struct imp_file {
@@ -130,32 +179,114 @@ struct imp_file {
 	unsigned int nh;
 };
 
-struct imp_dying {
-	struct list_head node;
-	struct device *dev;
-};
-
 static DEFINE_MUTEX(imp_lock);
 static LIST_HEAD(imp_files);
-static LIST_HEAD(imp_dying);
+static LIST_HEAD(imp_funcs);
+static LIST_HEAD(imp_doms);
 static atomic64_t imp_live = ATOMIC64_INIT(0);
+static bool imp_ready;
+static struct workqueue_struct *imp_wq; /* drops owner files for the bus notifier */
 
-static struct pci_dev *imp_pci_get(const struct upcie_iommu_map_pa_pci *p)
+/* ------------------------------------------------------------------------------------------ */
+/* functions and domains */
+
+static void imp_func_release(struct kref *ref) __releases(&imp_lock)
 {
-	if (p->reserved)
-		return ERR_PTR(-EINVAL);
-	return pci_get_domain_bus_and_slot(p->segment, p->bus, p->devfn) ?: ERR_PTR(-ENODEV);
+	struct imp_func *func = container_of(ref, struct imp_func, ref);
+
+	list_del(&func->node);
+	mutex_unlock(&imp_lock);
+	pci_dev_put(func->pdev);
+	mutex_destroy(&func->lock);
+	kfree(func);
 }
 
-static bool imp_dying_locked(struct pci_dev *pdev)
+static void imp_func_put(struct imp_func *func)
 {
-	struct imp_dying *d;
+	if (func)
+		kref_put_mutex(&func->ref, imp_func_release, &imp_lock);
+}
+
+static struct imp_func *imp_func_find_locked(struct device *dev)
+{
+	struct imp_func *func;
 
 	lockdep_assert_held(&imp_lock);
-	list_for_each_entry(d, &imp_dying, node)
-		if (d->dev == &pdev->dev)
-			return true;
-	return false;
+	list_for_each_entry(func, &imp_funcs, node)
+		if (&func->pdev->dev == dev)
+			return func;
+	return NULL;
+}
+
+/* The record of the function at `p`, referenced; ERR_PTR on failure. */
+static struct imp_func *imp_func_get(const struct upcie_iommu_map_pa_pci *p)
+{
+	struct imp_func *func;
+	struct pci_dev *pdev;
+
+	if (p->reserved)
+		return ERR_PTR(-EINVAL);
+	pdev = pci_get_domain_bus_and_slot(p->segment, p->bus, p->devfn);
+	if (!pdev)
+		return ERR_PTR(-ENODEV);
+	mutex_lock(&imp_lock);
+	func = imp_func_find_locked(&pdev->dev);
+	if (func) {
+		kref_get(&func->ref);
+	} else {
+		func = kzalloc(sizeof(*func), GFP_KERNEL);
+		if (func) {
+			kref_init(&func->ref);
+			mutex_init(&func->lock);
+			INIT_LIST_HEAD(&func->handles);
+			INIT_LIST_HEAD(&func->shandles);
+			func->pdev = pci_dev_get(pdev);
+			list_add(&func->node, &imp_funcs);
+		}
+	}
+	mutex_unlock(&imp_lock);
+	pci_dev_put(pdev);
+	return func ?: ERR_PTR(-ENOMEM);
+}
+
+static struct imp_dom *imp_dom_get(struct iommu_domain *d)
+{
+	struct imp_dom *dom;
+
+	mutex_lock(&imp_lock);
+	list_for_each_entry(dom, &imp_doms, node) {
+		if (dom->domain == d) {
+			dom->refs++;
+			mutex_unlock(&imp_lock);
+			return dom;
+		}
+	}
+	dom = kzalloc(sizeof(*dom), GFP_KERNEL);
+	if (dom) {
+		dom->domain = d;
+		dom->refs = 1;
+		mutex_init(&dom->lock);
+		list_add(&dom->node, &imp_doms);
+	}
+	mutex_unlock(&imp_lock);
+	return dom;
+}
+
+static void imp_dom_put(struct imp_dom *dom)
+{
+	if (!dom)
+		return;
+	mutex_lock(&imp_lock);
+	if (--dom->refs) {
+		dom = NULL;
+	} else {
+		list_del(&dom->node);
+	}
+	mutex_unlock(&imp_lock);
+	if (dom) {
+		mutex_destroy(&dom->lock);
+		kfree(dom);
+	}
 }
 
 /* What kind of domain translates the function's DMA now; *out is that domain (or NULL). */
@@ -190,6 +321,136 @@ static u32 imp_domain_kind(struct pci_dev *pdev, struct iommu_domain **out)
 	iommu_group_put(group);
 	*out = d;
 	return kind;
+}
+
+/*
+ * Is `owner` the open vfio device of `pdev`? Its driver must be of the vfio-pci family, whose
+ * driver data is a struct vfio_pci_core_device (vfio_pci_core_register_device() callers), and
+ * the file one of vfio's (f_op owner): a device file opened through the group, whose
+ * private_data is the struct vfio_device (6.1), or a struct vfio_device_file whose first member
+ * points to it (group path and cdev since the cdev support). The group and container files of
+ * vfio carry other objects there, which never equal the device's address. Function lock held.
+ */
+static int imp_owner_check(struct pci_dev *pdev, struct file *owner)
+{
+	const struct device_driver *drv = pdev->dev.driver;
+	struct vfio_pci_core_device *core;
+	const void *priv = owner->private_data;
+
+	if (!drv || !strstr(drv->name, "vfio") || !owner->f_op || !owner->f_op->owner ||
+	    strcmp(module_name(owner->f_op->owner), "vfio"))
+		return -EACCES;
+	core = dev_get_drvdata(&pdev->dev);
+	if (!core || !priv)
+		return -EACCES;
+	if (priv == &core->vdev || *(const void *const *)priv == &core->vdev)
+		return 0;
+	return -EACCES;
+}
+
+/* Drop a held owner file. From the notifier the last reference must not run the release in
+ * the unbinding task (vfio-pci's remove waits for it): a worker does it. */
+struct imp_fput_work {
+	struct work_struct work;
+	struct file *file;
+};
+
+static void imp_fput_fn(struct work_struct *work)
+{
+	struct imp_fput_work *w = container_of(work, struct imp_fput_work, work);
+
+	fput(w->file);
+	kfree(w);
+}
+
+static void imp_owner_put(struct file *file, bool async)
+{
+	struct imp_fput_work *w;
+
+	if (!file)
+		return;
+	if (!async) {
+		fput(file);
+		return;
+	}
+	w = kmalloc(sizeof(*w), GFP_KERNEL | __GFP_NOFAIL);
+	INIT_WORK(&w->work, imp_fput_fn);
+	w->file = file;
+	queue_work(imp_wq, &w->work);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* what may be mapped */
+
+/* The MSI-X table and PBA of `pdev` as physical ranges (page-rounded); returns how many. */
+static int imp_msix_ranges(struct pci_dev *pdev, phys_addr_t lo[2], phys_addr_t hi[2])
+{
+	u16 flags;
+	u32 reg[2];
+	u64 size[2];
+	int i, n = 0;
+
+	if (!pdev->msix_cap)
+		return 0;
+	pci_read_config_word(pdev, pdev->msix_cap + PCI_MSIX_FLAGS, &flags);
+	pci_read_config_dword(pdev, pdev->msix_cap + PCI_MSIX_TABLE, &reg[0]);
+	pci_read_config_dword(pdev, pdev->msix_cap + PCI_MSIX_PBA, &reg[1]);
+	size[0] = ((flags & PCI_MSIX_FLAGS_QSIZE) + 1) * PCI_MSIX_ENTRY_SIZE;
+	size[1] = DIV_ROUND_UP((flags & PCI_MSIX_FLAGS_QSIZE) + 1, 64) * 8;
+	for (i = 0; i < 2; i++) {
+		unsigned int bar = reg[i] & PCI_MSIX_TABLE_BIR;
+		u64 off = reg[i] & PCI_MSIX_TABLE_OFFSET;
+
+		if (bar >= PCI_STD_NUM_BARS || !pci_resource_len(pdev, bar))
+			continue;
+		lo[n] = round_down(pci_resource_start(pdev, bar) + off, PAGE_SIZE);
+		hi[n] = round_up(pci_resource_start(pdev, bar) + off + size[i], PAGE_SIZE) - 1;
+		n++;
+	}
+	return n;
+}
+
+/* Is BAR `bar` of `pdev` an assigned memory BAR (a released one keeps its flags, start 0)? */
+static bool imp_bar_assigned(struct pci_dev *pdev, unsigned int bar)
+{
+	const struct resource *res = &pdev->resource[bar];
+
+	return (res->flags & IORESOURCE_MEM) &&
+	       !(res->flags & (IORESOURCE_UNSET | IORESOURCE_DISABLED)) && res->parent &&
+	       res->start && resource_size(res);
+}
+
+/*
+ * May [pa, pa + len) be mapped as memory of `src`? Inside one assigned memory BAR, off its
+ * MSI-X table and pending bits, and (belt and braces) not system RAM. 0 or -EPERM.
+ */
+static int imp_check_memory(struct pci_dev *src, phys_addr_t pa, u64 len)
+{
+	phys_addr_t lo[2], hi[2], last = pa + len - 1;
+	unsigned int bar;
+	int n, i;
+
+	for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
+		if (imp_bar_assigned(src, bar) && pa >= pci_resource_start(src, bar) &&
+		    last <= pci_resource_end(src, bar))
+			break;
+	}
+	if (bar == PCI_STD_NUM_BARS) {
+		pci_info(src, "iommu_map_pa: %pa+%#llx is not in an assigned memory BAR of it\n",
+			 &pa, len);
+		return -EPERM;
+	}
+	n = imp_msix_ranges(src, lo, hi);
+	for (i = 0; i < n; i++) {
+		if (pa <= hi[i] && last >= lo[i]) {
+			pci_info(src, "iommu_map_pa: %pa+%#llx covers its MSI-X structures\n", &pa,
+				 len);
+			return -EPERM;
+		}
+	}
+	if (region_intersects(pa, len, IORESOURCE_SYSTEM_RAM, IORES_DESC_NONE) != REGION_DISJOINT)
+		return -EPERM;
+	return 0;
 }
 
 /*
@@ -234,9 +495,46 @@ static int imp_check_range(struct pci_dev *pdev, struct iommu_domain *d, u64 iov
 	return ret;
 }
 
+/* The domain's smallest page: every overlap check looks at each of these. */
+static u64 imp_min_page(const struct iommu_domain *d)
+{
+	return d->pgsize_bitmap ? 1ULL << __ffs(d->pgsize_bitmap) : PAGE_SIZE;
+}
+
+/*
+ * Does the domain translate any of [iova, iova + size)? With `want` (share), every address must
+ * translate to want(i) instead. 0, -EEXIST or -EINTR (a fatal signal: the caller gives up).
+ */
+static int imp_scan(struct iommu_domain *d, u64 iova, u64 size, const u64 *pages, u64 ps,
+		    phys_addr_t bar_phys, bool share)
+{
+	u64 step = imp_min_page(d), off, n = 0;
+
+	for (off = 0; off < size; off += step) {
+		phys_addr_t now = iommu_iova_to_phys(d, iova + off), want;
+
+		if (share) {
+			want = pages ? pages[off / ps] + off % ps : bar_phys + off;
+			if (now != want)
+				return -EEXIST;
+		} else if (now) {
+			return -EEXIST;
+		}
+		if (++n % IMP_RESCHED == 0) {
+			cond_resched();
+			if (fatal_signal_pending(current))
+				return -EINTR;
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* mappings and handles */
+
 /*
  * Remove a mapping from its domain, if that is still the function's domain and the mapping is
- * still ours. Never dereferences a domain that is not currently attached.
+ * still ours. Never dereferences a domain that is not currently attached. dom->lock held.
  */
 static void imp_mapping_remove(struct imp_mapping *m, struct pci_dev *pdev)
 {
@@ -245,7 +543,7 @@ static void imp_mapping_remove(struct imp_mapping *m, struct pci_dev *pdev)
 
 	if (!m->installed)
 		return;
-	if (cur != m->domain) {
+	if (cur != m->dom->domain) {
 		pci_info(pdev, "iommu_map_pa: domain changed; mapping at %#llx left to its owner\n",
 			 m->iova);
 		return;
@@ -261,32 +559,88 @@ static void imp_mapping_remove(struct imp_mapping *m, struct pci_dev *pdev)
 			 m->size, m->iova);
 }
 
-/* Drop one handle's share of its mapping and its references. The handle stays allocated. */
-static void imp_handle_teardown(struct imp_handle *h)
+/*
+ * Take a handle's share of its mapping out of the domain, once. The target's lock is held (so
+ * the domain pointer is current or known stale). `async`: called by the bus notifier.
+ */
+static void imp_handle_teardown_locked(struct imp_handle *h, bool async)
 {
-	if (h->m && --h->m->refs == 0) {
-		imp_mapping_remove(h->m, h->pdev);
-		kfree(h->m);
+	struct imp_mapping *m = h->m;
+	struct imp_dom *dom = m ? m->dom : NULL;
+
+	lockdep_assert_held(&h->tf->lock);
+	if (h->torn)
+		return;
+	h->torn = true;
+	list_del_init(&h->tnode);
+	if (m) {
+		mutex_lock(&dom->lock);
+		/* under the domain's lock: imp_overlap() reads it there */
+		WRITE_ONCE(h->m, NULL);
+		if (--m->refs == 0)
+			imp_mapping_remove(m, h->tf->pdev);
+		else
+			m = NULL;
+		mutex_unlock(&dom->lock);
+		if (m) {
+			kfree(m);
+			imp_dom_put(dom);
+		}
 	}
-	h->m = NULL;
-	if (h->lifetime) {
+	imp_owner_put(h->owner, async);
+	h->owner = NULL;
+}
+
+static void imp_handle_free(struct kref *ref)
+{
+	struct imp_handle *h = container_of(ref, struct imp_handle, ref);
+
+	if (h->owner)
+		fput(h->owner); /* never torn down: a request that failed */
+	if (h->lifetime)
 		dma_buf_put(h->lifetime);
-		h->lifetime = NULL;
+	imp_func_put(h->sf);
+	imp_func_put(h->tf);
+	kfree(h);
+}
+
+/* End a handle no file lists any more. */
+static void imp_handle_end(struct imp_handle *h)
+{
+	if (h->tf) {
+		mutex_lock(&h->tf->lock);
+		imp_handle_teardown_locked(h, false);
+		mutex_unlock(&h->tf->lock);
 	}
-	if (h->src) {
-		pci_dev_put(h->src);
-		h->src = NULL;
-	}
-	if (h->pdev) {
-		pci_dev_put(h->pdev);
-		h->pdev = NULL;
+	if (h->sf) {
+		mutex_lock(&h->sf->lock);
+		list_del_init(&h->snode);
+		mutex_unlock(&h->sf->lock);
 	}
 	atomic64_dec(&imp_live);
+	kref_put(&h->ref, imp_handle_free);
+}
+
+/*
+ * List the handle with its memory's source before anything is mapped, so that the source's
+ * removal or rebinding (the notifier) finds it; h->tf is set. -ENODEV while the source dies.
+ */
+static int imp_source_register(struct imp_handle *h)
+{
+	int ret = 0;
+
+	mutex_lock(&h->sf->lock);
+	if (h->sf->dying)
+		ret = -ENODEV;
+	else
+		list_add_tail(&h->snode, &h->sf->shandles);
+	mutex_unlock(&h->sf->lock);
+	return ret;
 }
 
 static int imp_prot(u32 prot)
 {
-	int p = IOMMU_MMIO; /* never RAM: see the file comment */
+	int p = IOMMU_MMIO; /* device memory, never RAM: see the file comment */
 
 	if (!prot)
 		prot = UPCIE_IOMMU_MAP_PA_READ | UPCIE_IOMMU_MAP_PA_WRITE;
@@ -297,119 +651,162 @@ static int imp_prot(u32 prot)
 	return p;
 }
 
-/* Insert a new handle into the file (imp_lock held), numbering it; -EMFILE when full. */
-static int imp_add_locked(struct imp_file *f, struct imp_handle *h)
+/* A new handle with slots reserved in the file and in the module (EMFILE, ENFILE). */
+static struct imp_handle *imp_handle_new(struct imp_file *f)
 {
+	struct imp_handle *h;
+
 	mutex_lock(&f->lock);
-	if (f->nh >= max_mappings) {
+	if (f->nh >= READ_ONCE(max_mappings)) {
 		mutex_unlock(&f->lock);
-		return -EMFILE;
+		return ERR_PTR(-EMFILE);
 	}
-	h->handle = ++f->next_handle;
-	list_add_tail(&h->node, &f->handles);
 	f->nh++;
 	mutex_unlock(&f->lock);
-	return 0;
+	if (atomic64_inc_return(&imp_live) > READ_ONCE(max_total_mappings)) {
+		atomic64_dec(&imp_live);
+		pr_info_ratelimited("max_total_mappings (%u) reached\n", max_total_mappings);
+		h = ERR_PTR(-ENFILE);
+		goto fail;
+	}
+	h = kzalloc(sizeof(*h), GFP_KERNEL);
+	if (!h) {
+		atomic64_dec(&imp_live);
+		h = ERR_PTR(-ENOMEM);
+		goto fail;
+	}
+	kref_init(&h->ref);
+	INIT_LIST_HEAD(&h->node);
+	INIT_LIST_HEAD(&h->tnode);
+	INIT_LIST_HEAD(&h->snode);
+	return h;
+fail:
+	mutex_lock(&f->lock);
+	f->nh--;
+	mutex_unlock(&f->lock);
+	return h;
 }
 
-/* Take a just-added handle out again (imp_lock held), when telling user space failed. */
-static void imp_del_locked(struct imp_file *f, struct imp_handle *h)
+/* Give back what imp_handle_new() and the request took, for a handle never published. */
+static void imp_handle_abort(struct imp_file *f, struct imp_handle *h)
 {
+	imp_handle_end(h);
 	mutex_lock(&f->lock);
-	list_del(&h->node);
 	f->nh--;
 	mutex_unlock(&f->lock);
 }
 
-/*
- * An existing mapping of this file in domain d that overlaps [iova, +size): *same is set when it
- * has exactly this range, page size and protection (the candidate for sharing). f->lock held.
- */
-static struct imp_mapping *imp_overlap_locked(struct imp_file *f, struct iommu_domain *d, u64 iova,
-					      u64 size, u64 page_size, int prot, bool *same)
+/* Number the handle, tell user space, then list it in the file. */
+static int imp_handle_publish(struct imp_file *f, struct imp_handle *h, void __user *uarg,
+			      const void *req, size_t len, u64 *handle_field)
 {
+	mutex_lock(&f->lock);
+	h->handle = ++f->next_handle;
+	mutex_unlock(&f->lock);
+	*handle_field = h->handle;
+	if (copy_to_user(uarg, req, len))
+		return -EFAULT; /* the number is burnt: handles are never reused */
+	mutex_lock(&f->lock);
+	list_add_tail(&h->node, &f->handles);
+	mutex_unlock(&f->lock);
+	return 0;
+}
+
+/*
+ * An existing mapping of this file in `dom` that overlaps [iova, +size): *same is set when it
+ * has exactly this range, page size and protection (the candidate for sharing). dom->lock held.
+ */
+static struct imp_mapping *imp_overlap(struct imp_file *f, struct imp_dom *dom, u64 iova, u64 size,
+				       u64 page_size, int prot, bool *same)
+{
+	struct imp_mapping *found = NULL;
 	struct imp_handle *h;
 
+	lockdep_assert_held(&dom->lock);
 	*same = false;
+	mutex_lock(&f->lock);
 	list_for_each_entry(h, &f->handles, node) {
-		struct imp_mapping *m = h->m;
+		struct imp_mapping *m = READ_ONCE(h->m);
 
-		if (h->gone || !m || m->domain != d)
+		/* a handle's mapping changes under its domain's lock, which is held */
+		if (!m || m->dom != dom)
 			continue;
 		if (iova + size - 1 < m->iova || iova > m->iova + m->size - 1)
 			continue;
 		*same = m->installed && m->iova == iova && m->size == size &&
 			m->page_size == page_size && m->prot == prot;
-		return m;
+		found = m;
+		break;
 	}
-	return NULL;
+	mutex_unlock(&f->lock);
+	return found;
 }
 
 /*
- * Walk the pages (copied from the caller once, before any check, so nothing checked can change
- * before it is mapped): check each (alignment, not RAM) and then either compare it with what the
- * domain translates (share: every page must already map exactly there) or map it, merging
- * physically contiguous pages into one iommu_map() call. On failure everything this call mapped
- * is unmapped again.
+ * Map the pages (checked already), merging physically contiguous ones into one iommu_map()
+ * call; on failure everything this call mapped is unmapped again.
  */
-static int imp_map_pages(struct pci_dev *pdev, struct iommu_domain *d,
-			 const struct upcie_iommu_map_pa_map *req, const u64 *pages, int prot,
-			 bool share)
+static int imp_map_pages(struct iommu_domain *d, u64 iova0, const u64 *pages, u64 npages, u64 ps,
+			 int prot)
 {
-	const u64 ps = req->page_size;
-	u64 run_iova = req->iova, run_pa = 0, run_len = 0, mapped = 0, i;
+	u64 run_iova = iova0, run_pa = 0, run_len = 0, mapped = 0, i;
 	int ret = 0;
 
-	for (i = 0; i < req->npages; i++) {
-		u64 pa = pages[i], iova = req->iova + i * ps;
-		phys_addr_t now;
+	for (i = 0; i < npages; i++) {
+		u64 pa = pages[i], iova = iova0 + i * ps;
 
-		if (!IS_ALIGNED(pa, ps) || pa + ps - 1 < pa || (phys_addr_t)pa != pa) {
-			ret = -EINVAL;
-			break;
-		}
-		if (region_intersects(pa, ps, IORESOURCE_SYSTEM_RAM, IORES_DESC_NONE) !=
-		    REGION_DISJOINT) {
-			pci_info(pdev, "iommu_map_pa: page %llu (%#llx) is system RAM\n", i, pa);
-			ret = -EPERM;
-			break;
-		}
-		now = iommu_iova_to_phys(d, iova);
-		if (share) {
-			if (now != pa) {
-				ret = -EEXIST;
-				break;
-			}
-			continue;
-		}
-		if (now) {
-			pci_info(pdev, "iommu_map_pa: IOVA %#llx already maps %pa\n", iova, &now);
-			ret = -EEXIST;
-			break;
-		}
 		if (run_len && run_pa + run_len == pa) {
 			run_len += ps;
-			continue;
+		} else {
+			if (run_len) {
+				ret = imp_iommu_map(d, run_iova, run_pa, run_len, prot);
+				if (ret)
+					break;
+				mapped += run_len;
+			}
+			run_iova = iova;
+			run_pa = pa;
+			run_len = ps;
 		}
-		if (run_len) {
-			ret = imp_iommu_map(d, run_iova, run_pa, run_len, prot);
-			if (ret)
-				break;
-			mapped += run_len;
-		}
-		run_iova = iova;
-		run_pa = pa;
-		run_len = ps;
-		cond_resched();
+		if (i % IMP_RESCHED == IMP_RESCHED - 1)
+			cond_resched();
 	}
-	if (!ret && run_len && !share) {
+	if (!ret && run_len) {
 		ret = imp_iommu_map(d, run_iova, run_pa, run_len, prot);
 		if (!ret)
 			mapped += run_len;
 	}
 	if (ret && mapped)
-		iommu_unmap(d, req->iova, mapped);
+		iommu_unmap(d, iova0, mapped);
 	return ret;
+}
+
+/* Check every page: alignment, then contiguous runs as memory of `src`. */
+static int imp_check_pages(struct pci_dev *src, const u64 *pages, u64 npages, u64 ps)
+{
+	u64 i, run_pa = 0, run_len = 0;
+	int ret;
+
+	for (i = 0; i < npages; i++) {
+		u64 pa = pages[i];
+
+		if (!IS_ALIGNED(pa, ps) || pa + ps - 1 < pa || (phys_addr_t)pa != pa)
+			return -EINVAL;
+		if (run_len && run_pa + run_len == pa) {
+			run_len += ps;
+			continue;
+		}
+		if (run_len) {
+			ret = imp_check_memory(src, run_pa, run_len);
+			if (ret)
+				return ret;
+		}
+		run_pa = pa;
+		run_len = ps;
+		if (i % IMP_RESCHED == IMP_RESCHED - 1)
+			cond_resched();
+	}
+	return run_len ? imp_check_memory(src, run_pa, run_len) : 0;
 }
 
 static long imp_ioc_map(struct imp_file *f, void __user *uarg)
@@ -418,7 +815,8 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 	struct imp_mapping *m = NULL, *old;
 	struct iommu_domain *d;
 	struct imp_handle *h;
-	struct pci_dev *pdev;
+	struct imp_dom *dom = NULL, *lockdom;
+	struct imp_func *tf;
 	bool same = false;
 	u64 size, *pages;
 	int prot;
@@ -426,16 +824,18 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (req.flags || req.reserved[0] || req.reserved[1] ||
+	if (req.flags || req.reserved0 || req.reserved[0] || req.reserved[1] ||
 	    (req.prot & ~(UPCIE_IOMMU_MAP_PA_READ | UPCIE_IOMMU_MAP_PA_WRITE)))
 		return -EINVAL;
 	if (!is_power_of_2(req.page_size) || req.page_size < PAGE_SIZE || !req.npages ||
 	    !IS_ALIGNED(req.iova, req.page_size) || req.iova != (unsigned long)req.iova)
 		return -EINVAL;
-	if (req.npages > max_map_pages)
+	if (req.npages > READ_ONCE(max_map_pages))
 		return -E2BIG;
 	if (check_mul_overflow(req.npages, req.page_size, &size) || req.iova + size - 1 < req.iova)
 		return -EINVAL;
+	if (size > (u64)READ_ONCE(max_map_mib) << 20)
+		return -E2BIG;
 	if (req.lifetime_fd < -1)
 		return -EINVAL;
 	if (!capable(CAP_SYS_ADMIN))
@@ -449,80 +849,100 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		kvfree(pages);
 		return -EFAULT;
 	}
-	h = kzalloc(sizeof(*h), GFP_KERNEL);
-	if (!h) {
+	h = imp_handle_new(f);
+	if (IS_ERR(h)) {
 		kvfree(pages);
-		return -ENOMEM;
+		return PTR_ERR(h);
 	}
-	atomic64_inc(&imp_live);
+	h->owner = fget(req.owner_fd);
+	if (!h->owner) {
+		ret = -EBADF;
+		goto abort;
+	}
 	if (req.lifetime_fd >= 0) {
 		h->lifetime = dma_buf_get(req.lifetime_fd);
 		if (IS_ERR(h->lifetime)) {
 			ret = PTR_ERR(h->lifetime);
 			h->lifetime = NULL;
-			goto free;
+			goto abort;
 		}
 	}
-	pdev = imp_pci_get(&req.pci);
-	if (IS_ERR(pdev)) {
-		ret = PTR_ERR(pdev);
-		goto free;
+	h->sf = imp_func_get(&req.source);
+	if (IS_ERR(h->sf)) {
+		ret = PTR_ERR(h->sf);
+		h->sf = NULL;
+		goto abort;
 	}
-	h->pdev = pdev;
+	ret = imp_check_pages(h->sf->pdev, pages, req.npages, req.page_size);
+	if (ret)
+		goto abort;
+	tf = imp_func_get(&req.pci);
+	if (IS_ERR(tf)) {
+		ret = PTR_ERR(tf);
+		goto abort;
+	}
+	h->tf = tf;
+	ret = imp_source_register(h);
+	if (ret)
+		goto abort;
 
-	device_lock(&pdev->dev); /* the driver (vfio-pci) stays bound while we map */
-	mutex_lock(&imp_lock);
-	switch (imp_domain_kind(pdev, &d)) {
+	mutex_lock(&tf->lock); /* the driver (vfio-pci) stays bound, the domain stays current */
+	switch (imp_domain_kind(tf->pdev, &d)) {
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_USER:
-		ret = 0;
+		ret = imp_owner_check(tf->pdev, h->owner);
+		if (ret)
+			pci_info(tf->pdev, "iommu_map_pa: owner_fd is not its open vfio device\n");
 		break;
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_NONE:
-		pci_info(pdev, "iommu_map_pa: no IOMMU translates this function\n");
+		pci_info(tf->pdev, "iommu_map_pa: no IOMMU translates this function\n");
 		ret = -ENODEV;
 		break;
 	default:
-		pci_info(pdev,
+		pci_info(tf->pdev,
 			 "iommu_map_pa: its DMA domain is not user-owned (driver: %s); refused\n",
-			 pdev->dev.driver ? pdev->dev.driver->name : "none");
+			 tf->pdev->dev.driver ? tf->pdev->dev.driver->name : "none");
 		ret = -EPERM;
 		break;
 	}
-	if (!ret && imp_dying_locked(pdev))
+	/* a driver leaving waits for the files this module holds: nothing new until it is gone */
+	if (!ret && (tf->dying || tf->unbinding))
 		ret = -ENODEV;
-	if (!ret && (!d->pgsize_bitmap || req.page_size < (1ULL << __ffs(d->pgsize_bitmap))))
+	if (!ret && (!d->pgsize_bitmap || req.page_size < imp_min_page(d)))
 		ret = -EINVAL;
 	if (!ret)
-		ret = imp_check_range(pdev, d, req.iova, size);
-	if (ret)
-		goto unlock;
-
-	mutex_lock(&f->lock);
-	old = imp_overlap_locked(f, d, req.iova, size, req.page_size, prot, &same);
-	if (old && !same)
-		ret = -EEXIST;
-	mutex_unlock(&f->lock);
-	if (ret)
-		goto unlock;
-
-	if (!same) {
-		m = kzalloc(sizeof(*m), GFP_KERNEL);
-		if (!m) {
+		ret = imp_check_range(tf->pdev, d, req.iova, size);
+	if (!ret) {
+		dom = imp_dom_get(d);
+		if (!dom)
 			ret = -ENOMEM;
-			goto unlock;
+	}
+	if (ret)
+		goto unlock;
+
+	lockdom = dom;
+	mutex_lock(&lockdom->lock);
+	old = imp_overlap(f, dom, req.iova, size, req.page_size, prot, &same);
+	if (old && !same) {
+		ret = -EEXIST;
+	} else if (same) {
+		ret = imp_scan(d, req.iova, size, pages, req.page_size, 0, true);
+	} else {
+		ret = imp_scan(d, req.iova, size, NULL, 0, 0, false);
+		if (ret == -EEXIST)
+			pci_info(tf->pdev, "iommu_map_pa: [%#llx, +%#llx) is already mapped\n",
+				 req.iova, size);
+		if (!ret) {
+			m = kzalloc(sizeof(*m), GFP_KERNEL);
+			ret = m ? imp_map_pages(d, req.iova, pages, req.npages, req.page_size, prot)
+				: -ENOMEM;
 		}
 	}
-	ret = imp_map_pages(pdev, d, &req, pages, prot, same);
-	if (ret) {
-		kfree(m);
-		goto unlock;
-	}
-	if (same) {
-		/* f->lock is not needed for refs: handles of f change only under imp_lock too */
+	if (!ret && same) {
 		old->refs++;
 		h->m = old;
 		req.shared = 1;
-	} else {
-		*m = (struct imp_mapping){ .domain = d,
+	} else if (!ret) {
+		*m = (struct imp_mapping){ .dom = dom,
 					   .iova = req.iova,
 					   .size = size,
 					   .page_size = req.page_size,
@@ -530,37 +950,34 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 					   .prot = prot,
 					   .refs = 1,
 					   .installed = true };
-		h->m = m;
+		WRITE_ONCE(h->m, m);
+		dom = NULL; /* the mapping holds it */
+		m = NULL;
 		req.shared = 0;
 	}
-	ret = imp_add_locked(f, h);
+	mutex_unlock(&lockdom->lock);
+	kfree(m);
 	if (ret)
-		goto unlock_teardown;
-	req.handle = h->handle;
-	if (copy_to_user(uarg, &req, sizeof(req))) {
-		imp_del_locked(f, h);
-		ret = -EFAULT;
-		goto unlock_teardown;
+		goto unlock;
+	list_add_tail(&h->tnode, &tf->handles);
+	mutex_unlock(&tf->lock);
+	imp_dom_put(dom); /* the shared case: the mapping already held one */
+	kvfree(pages);
+	ret = imp_handle_publish(f, h, uarg, &req, sizeof(req), &req.handle);
+	if (ret) {
+		imp_handle_end(h);
+		mutex_lock(&f->lock);
+		f->nh--;
+		mutex_unlock(&f->lock);
 	}
-	mutex_unlock(&imp_lock);
-	device_unlock(&pdev->dev);
-	kvfree(pages);
-	return 0;
-
-unlock_teardown:
-	imp_handle_teardown(h);
-	mutex_unlock(&imp_lock);
-	device_unlock(&pdev->dev);
-	kfree(h);
-	kvfree(pages);
 	return ret;
+
 unlock:
-	mutex_unlock(&imp_lock);
-	device_unlock(&pdev->dev);
-free:
-	imp_handle_teardown(h);
-	kfree(h);
+	mutex_unlock(&tf->lock);
+	imp_dom_put(dom);
+abort:
 	kvfree(pages);
+	imp_handle_abort(f, h);
 	return ret;
 }
 
@@ -582,18 +999,21 @@ static bool imp_in_host_window(struct pci_dev *pdev, u64 bus, u64 size)
 static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 {
 	struct upcie_iommu_map_pa_map_bar req;
-	struct pci_dev *tgt, *src;
 	struct iommu_domain *d;
 	struct imp_handle *h;
-	struct imp_mapping *m;
-	u64 len, phys, bus, off, taken = 0, same = 0;
+	struct imp_mapping *m = NULL;
+	struct imp_dom *dom = NULL, *lockdom;
+	struct imp_func *tf;
+	struct pci_dev *src;
+	u64 len, phys, bus;
+	bool share;
 	int prot;
 	long ret;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if ((req.flags & ~UPCIE_IOMMU_MAP_PA_F_SHARE) || req.bar > 5 || req.reserved0 ||
-	    req.reserved[0] || req.reserved[1] ||
+	if ((req.flags & ~(UPCIE_IOMMU_MAP_PA_F_SHARE | UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW)) ||
+	    req.bar > 5 || req.reserved0 || req.reserved[0] || req.reserved[1] ||
 	    (req.prot & ~(UPCIE_IOMMU_MAP_PA_READ | UPCIE_IOMMU_MAP_PA_WRITE)) ||
 	    !PAGE_ALIGNED(req.offset) || !PAGE_ALIGNED(req.length))
 		return -EINVAL;
@@ -601,134 +1021,147 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 		return -EPERM;
 	prot = imp_prot(req.prot);
 
-	h = kzalloc(sizeof(*h), GFP_KERNEL);
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!h || !m) {
-		kfree(h);
-		kfree(m);
-		return -ENOMEM;
-	}
-	atomic64_inc(&imp_live);
+	h = imp_handle_new(f);
+	if (IS_ERR(h))
+		return PTR_ERR(h);
 	h->bar = true;
-	src = imp_pci_get(&req.source);
-	if (IS_ERR(src)) {
-		ret = PTR_ERR(src);
-		goto free;
+	h->sf = imp_func_get(&req.source);
+	if (IS_ERR(h->sf)) {
+		ret = PTR_ERR(h->sf);
+		h->sf = NULL;
+		goto abort;
 	}
-	h->src = src;
-	tgt = imp_pci_get(&req.target);
-	if (IS_ERR(tgt)) {
-		ret = PTR_ERR(tgt);
-		goto free;
-	}
-	h->pdev = tgt;
-
+	src = h->sf->pdev;
 	len = pci_resource_len(src, req.bar);
-	if (!(pci_resource_flags(src, req.bar) & IORESOURCE_MEM) || !len || req.offset >= len ||
-	    req.length > len - req.offset) {
+	if (!imp_bar_assigned(src, req.bar) || req.offset >= len || req.length > len - req.offset) {
 		ret = -EINVAL;
-		goto free;
+		goto abort;
 	}
 	if (!req.length)
 		req.length = len - req.offset;
-	if (req.length / PAGE_SIZE > max_map_pages) {
+	if (req.length / PAGE_SIZE > READ_ONCE(max_map_pages) ||
+	    req.length > (u64)READ_ONCE(max_map_mib) << 20) {
 		ret = -E2BIG;
-		goto free;
+		goto abort;
 	}
 	/* BARs smaller than a page (rare) are mapped as the whole page that holds them. */
 	phys = pci_resource_start(src, req.bar) + req.offset;
 	bus = pci_bus_address(src, req.bar) + req.offset;
 	if (!PAGE_ALIGNED(phys) || !PAGE_ALIGNED(bus)) {
 		ret = -EINVAL;
-		goto free;
+		goto abort;
 	}
 	req.length = PAGE_ALIGN(req.length);
+	ret = imp_check_memory(src, phys, req.length);
+	if (ret)
+		goto abort;
+	tf = imp_func_get(&req.target);
+	if (IS_ERR(tf)) {
+		ret = PTR_ERR(tf);
+		goto abort;
+	}
+	h->tf = tf;
+	ret = imp_source_register(h);
+	if (ret)
+		goto abort;
 	req.iova = bus;
 	req.size = req.length;
-	req.result_flags =
-	    imp_in_host_window(tgt, bus, req.length) ? UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW : 0;
+	req.result_flags = imp_in_host_window(tf->pdev, bus, req.length)
+			       ? UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW
+			       : 0;
 
-	device_lock(&tgt->dev);
-	mutex_lock(&imp_lock);
-	switch (imp_domain_kind(tgt, &d)) {
+	mutex_lock(&tf->lock);
+	switch (imp_domain_kind(tf->pdev, &d)) {
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_NONE:
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_IDENTITY:
 		/* The target's DMA reaches the BAR untranslated already. */
+		mutex_unlock(&tf->lock);
 		req.result = UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH;
 		req.handle = 0;
 		ret = copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
-		goto unlock;
+		goto abort;
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_DMA:
 		break;
 	default:
-		pci_info(tgt, "iommu_map_pa: MAP_BAR needs a kernel DMA domain (DMA or DMA-FQ)\n");
+		pci_info(tf->pdev,
+			 "iommu_map_pa: MAP_BAR needs a kernel DMA domain (DMA or DMA-FQ)\n");
 		ret = -EPERM;
 		goto unlock;
 	}
-	if (imp_dying_locked(tgt) || imp_dying_locked(src)) {
+	if (tf->dying || tf->unbinding) {
 		ret = -ENODEV;
 		goto unlock;
 	}
-	ret = imp_check_range(tgt, d, bus, req.length);
+	/*
+	 * dma-iommu reserves the host bridge's windows in the target's IOVA allocator
+	 * (iova_reserve_pci_windows()); elsewhere its own DMA mappings may want these IOVAs.
+	 */
+	if (!(req.result_flags & UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW) &&
+	    !(req.flags & UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW)) {
+		pci_info(tf->pdev,
+			 "iommu_map_pa: %#llx+%#llx is outside its host-bridge windows, where the "
+			 "kernel's own DMA mappings for it may go; refused\n",
+			 bus, req.length);
+		ret = -ERANGE;
+		goto unlock;
+	}
+	ret = imp_check_range(tf->pdev, d, bus, req.length);
 	if (ret)
 		goto unlock;
-	for (off = 0; off < req.length; off += PAGE_SIZE) {
-		phys_addr_t now = iommu_iova_to_phys(d, bus + off);
-
-		if (now)
-			taken++;
-		if (now == phys + off)
-			same++;
-	}
-	if (taken &&
-	    !(same == req.length / PAGE_SIZE && (req.flags & UPCIE_IOMMU_MAP_PA_F_SHARE))) {
-		pci_info(tgt, "iommu_map_pa: %#llx+%#llx of %s BAR%u is taken in this domain\n",
-			 bus, req.length, pci_name(src), req.bar);
-		ret = -EEXIST;
+	dom = imp_dom_get(d);
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!dom || !m) {
+		ret = -ENOMEM;
 		goto unlock;
 	}
-	*m = (struct imp_mapping){ .domain = d,
-				   .iova = bus,
-				   .size = req.length,
-				   .page_size = PAGE_SIZE,
-				   .first_phys = phys,
-				   .prot = prot,
-				   .refs = 1,
-				   .installed = !taken };
-	if (!taken) {
+	lockdom = dom;
+	mutex_lock(&lockdom->lock);
+	ret = imp_scan(d, bus, req.length, NULL, 0, 0, false);
+	share = false;
+	if (ret == -EEXIST && (req.flags & UPCIE_IOMMU_MAP_PA_F_SHARE)) {
+		ret = imp_scan(d, bus, req.length, NULL, 0, phys, true);
+		share = !ret;
+	}
+	if (ret == -EEXIST)
+		pci_info(tf->pdev,
+			 "iommu_map_pa: %#llx+%#llx of %s BAR%u is taken in this domain\n", bus,
+			 req.length, pci_name(src), req.bar);
+	if (!ret && !share)
 		ret = imp_iommu_map(d, bus, phys, req.length, prot);
-		if (ret)
-			goto unlock;
+	if (!ret) {
+		*m = (struct imp_mapping){ .dom = dom,
+					   .iova = bus,
+					   .size = req.length,
+					   .page_size = PAGE_SIZE,
+					   .first_phys = phys,
+					   .prot = prot,
+					   .refs = 1,
+					   .installed = !share };
+		h->m = m;
+		m = NULL;
+		dom = NULL;
 	}
-	h->m = m;
-	m = NULL;
-	req.result = taken ? UPCIE_IOMMU_MAP_PA_BAR_BORROWED : UPCIE_IOMMU_MAP_PA_BAR_MAPPED;
-	ret = imp_add_locked(f, h);
+	mutex_unlock(&lockdom->lock);
 	if (ret)
-		goto unlock_teardown;
-	req.handle = h->handle;
-	if (copy_to_user(uarg, &req, sizeof(req))) {
-		imp_del_locked(f, h);
-		ret = -EFAULT;
-		goto unlock_teardown;
+		goto unlock;
+	req.result = share ? UPCIE_IOMMU_MAP_PA_BAR_BORROWED : UPCIE_IOMMU_MAP_PA_BAR_MAPPED;
+	list_add_tail(&h->tnode, &tf->handles);
+	mutex_unlock(&tf->lock);
+	ret = imp_handle_publish(f, h, uarg, &req, sizeof(req), &req.handle);
+	if (ret) {
+		imp_handle_end(h);
+		mutex_lock(&f->lock);
+		f->nh--;
+		mutex_unlock(&f->lock);
 	}
-	mutex_unlock(&imp_lock);
-	device_unlock(&tgt->dev);
-	return 0;
-
-unlock_teardown:
-	imp_handle_teardown(h);
-	mutex_unlock(&imp_lock);
-	device_unlock(&tgt->dev);
-	kfree(h);
 	return ret;
+
 unlock:
-	mutex_unlock(&imp_lock);
-	device_unlock(&tgt->dev);
-free:
-	imp_handle_teardown(h);
-	kfree(h);
+	mutex_unlock(&tf->lock);
+abort:
 	kfree(m);
+	imp_dom_put(dom);
+	imp_handle_abort(f, h);
 	return ret;
 }
 
@@ -739,23 +1172,21 @@ static long imp_ioc_unmap(struct imp_file *f, void __user *uarg)
 
 	if (copy_from_user(&handle, uarg, sizeof(handle)))
 		return -EFAULT;
-	mutex_lock(&imp_lock);
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
 	mutex_lock(&f->lock);
 	list_for_each_entry(h, &f->handles, node) {
 		if (h->handle == handle) {
 			found = h;
-			list_del(&h->node);
+			list_del_init(&h->node);
 			f->nh--;
 			break;
 		}
 	}
 	mutex_unlock(&f->lock);
-	if (found && !found->gone)
-		imp_handle_teardown(found);
-	mutex_unlock(&imp_lock);
 	if (!found)
 		return -ENOENT;
-	kfree(found);
+	imp_handle_end(found);
 	return 0;
 }
 
@@ -763,29 +1194,46 @@ static long imp_ioc_translate(void __user *uarg)
 {
 	struct upcie_iommu_map_pa_translate req;
 	struct iommu_domain *d;
-	struct pci_dev *pdev;
+	struct imp_func *tf;
+	struct file *owner = NULL;
+	bool readable;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (req.reserved0 || req.reserved[0] || req.reserved[1])
+	if (req.reserved[0] || req.reserved[1] || req.owner_fd < -1)
 		return -EINVAL;
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
-	pdev = imp_pci_get(&req.pci);
-	if (IS_ERR(pdev))
-		return PTR_ERR(pdev);
-	device_lock(&pdev->dev);
-	req.domain_type = imp_domain_kind(pdev, &d);
+	if (req.owner_fd >= 0) {
+		owner = fget(req.owner_fd);
+		if (!owner)
+			return -EBADF;
+	}
+	tf = imp_func_get(&req.pci);
+	if (IS_ERR(tf)) {
+		if (owner)
+			fput(owner);
+		return PTR_ERR(tf);
+	}
+	mutex_lock(&tf->lock);
+	req.domain_type = imp_domain_kind(tf->pdev, &d);
 	req.phys = 0;
 	req.aperture_start = req.aperture_end = req.pgsize_bitmap = 0;
-	if (d && (d->type & __IOMMU_DOMAIN_PAGING)) {
+	/* a user-owned domain lives as long as its owner keeps it: read it only with the owner */
+	if (req.domain_type == UPCIE_IOMMU_MAP_PA_DOMAIN_USER)
+		readable = owner && !imp_owner_check(tf->pdev, owner);
+	else
+		readable = d && (d->type & __IOMMU_DOMAIN_PAGING);
+	if (readable) {
 		req.phys = iommu_iova_to_phys(d, req.iova);
 		req.aperture_start = d->geometry.aperture_start;
 		req.aperture_end = d->geometry.aperture_end;
 		req.pgsize_bitmap = d->pgsize_bitmap;
 	}
-	device_unlock(&pdev->dev);
-	pci_dev_put(pdev);
+	mutex_unlock(&tf->lock);
+	imp_func_put(tf);
+	if (owner)
+		fput(owner);
 	return copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
 }
 
@@ -793,8 +1241,8 @@ static long imp_ioc_info(void __user *uarg)
 {
 	struct upcie_iommu_map_pa_info info = {
 		.abi = UPCIE_IOMMU_MAP_PA_ABI,
-		.max_mappings = max_mappings,
-		.max_map_pages = max_map_pages,
+		.max_mappings = READ_ONCE(max_mappings),
+		.max_map_pages = READ_ONCE(max_map_pages),
 		.mappings = atomic64_read(&imp_live),
 	};
 
@@ -825,9 +1273,16 @@ static long imp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 static int imp_open(struct inode *inode, struct file *file)
 {
 	struct imp_file *f;
+	int ret;
 
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
+	if (!smp_load_acquire(&imp_ready))
+		return -ENODEV;
+	/* Physical addresses into IOMMU domains: a raw-memory interface. */
+	ret = security_locked_down(LOCKDOWN_DEV_MEM);
+	if (ret)
+		return ret;
 	f = kzalloc(sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
@@ -844,17 +1299,20 @@ static int imp_release(struct inode *inode, struct file *file)
 {
 	struct imp_file *f = file->private_data;
 	struct imp_handle *h, *tmp;
+	LIST_HEAD(handles);
 
 	mutex_lock(&imp_lock);
 	list_del(&f->node);
-	/* Newest first, so a shared mapping goes with its last handle. */
-	list_for_each_entry_safe_reverse(h, tmp, &f->handles, node) {
-		list_del(&h->node);
-		if (!h->gone)
-			imp_handle_teardown(h);
-		kfree(h);
-	}
 	mutex_unlock(&imp_lock);
+	mutex_lock(&f->lock);
+	list_splice_init(&f->handles, &handles);
+	mutex_unlock(&f->lock);
+	/* Newest first, so a shared mapping goes with its last handle. */
+	list_for_each_entry_safe_reverse(h, tmp, &handles, node) {
+		list_del_init(&h->node);
+		imp_handle_end(h);
+		cond_resched();
+	}
 	mutex_destroy(&f->lock);
 	kfree(f);
 	return 0;
@@ -875,63 +1333,109 @@ static struct miscdevice imp_misc = {
 	.mode = 0600,
 };
 
-/*
- * A function's driver changes or the function goes away. Mappings in its domain are removed now,
- * while the domain they were made in is still the one attached: a user domain goes with the
- * vfio-pci binding, a kernel DMA domain was made for the driver that is leaving (or for none,
- * before a driver that may hand the function to user space). Mappings of a removed function's
- * BAR go too: its addresses may be given to another device. Handles stay, marked gone.
- */
-static void imp_notify_dev(struct device *dev, bool as_source, const char *why)
-{
-	struct imp_file *f;
-	struct imp_handle *h;
+/* ------------------------------------------------------------------------------------------ */
+/* the bus notifier */
 
-	list_for_each_entry(f, &imp_files, node) {
-		mutex_lock(&f->lock);
-		list_for_each_entry(h, &f->handles, node) {
-			if (h->gone || !((h->pdev && &h->pdev->dev == dev) ||
-					 (as_source && h->src && &h->src->dev == dev)))
-				continue;
-			dev_info(dev, "iommu_map_pa: %s; unmapping handle %llu\n", why, h->handle);
-			imp_handle_teardown(h);
-			h->gone = true;
-		}
-		mutex_unlock(&f->lock);
+/*
+ * A function's driver is about to change, or the function goes away: remove the mappings in
+ * its domain now, while the domain they were made in is still the one attached (a user domain
+ * goes with vfio-pci's binding, whose remove waits for the device files this module holds; a
+ * kernel DMA domain was made for the driver that leaves). Mappings of memory of such a function
+ * go too (as_source): what its BARs hold, and their addresses, are no longer what was mapped.
+ * Handles stay, marked gone, until UNMAP. Called with the function's device_lock held.
+ */
+static void imp_notify_dev(struct device *dev, const char *why, bool dying, bool unbinding)
+{
+	struct imp_handle *h, *tmp, **src = NULL;
+	struct imp_func *func;
+	unsigned int n = 0, i = 0;
+
+	mutex_lock(&imp_lock);
+	func = imp_func_find_locked(dev);
+	if (func)
+		kref_get(&func->ref);
+	mutex_unlock(&imp_lock);
+	if (!func)
+		return;
+	mutex_lock(&func->lock);
+	if (dying)
+		func->dying = true;
+	func->unbinding = unbinding;
+	list_for_each_entry_safe(h, tmp, &func->handles, tnode) {
+		dev_info(dev, "iommu_map_pa: %s; unmapping handle %llu\n", why, h->handle);
+		WRITE_ONCE(h->gone, true);
+		imp_handle_teardown_locked(h, true);
+		cond_resched();
 	}
+	/* as source: each handle is torn down under its own target's lock */
+	list_for_each_entry(h, &func->shandles, snode)
+		n++;
+	if (n)
+		src = kmalloc_array(n, sizeof(*src), GFP_KERNEL | __GFP_NOFAIL);
+	list_for_each_entry(h, &func->shandles, snode) {
+		kref_get(&h->ref);
+		src[i++] = h;
+	}
+	mutex_unlock(&func->lock);
+	for (i = 0; i < n; i++) {
+		h = src[i];
+		mutex_lock(&h->tf->lock);
+		if (!h->torn)
+			dev_info(dev, "iommu_map_pa: memory source %s; unmapping handle %llu\n",
+				 why, h->handle);
+		WRITE_ONCE(h->gone, true);
+		imp_handle_teardown_locked(h, true);
+		mutex_unlock(&h->tf->lock);
+		mutex_lock(&func->lock);
+		list_del_init(&h->snode);
+		mutex_unlock(&func->lock);
+		kref_put(&h->ref, imp_handle_free);
+		cond_resched();
+	}
+	kfree(src);
+	imp_func_put(func);
 }
 
 static int imp_pci_notify(struct notifier_block *nb, unsigned long action, void *data)
 {
 	struct device *dev = data;
-	struct imp_dying *d, *tmp;
+	struct imp_func *func;
 
 	switch (action) {
 	case BUS_NOTIFY_BIND_DRIVER:
+		imp_notify_dev(dev, "a driver binds", false, false);
+		break;
+	case BUS_NOTIFY_UNBIND_DRIVER:
+		imp_notify_dev(dev, "its driver unbinds", false, true);
+		break;
 	case BUS_NOTIFY_UNBOUND_DRIVER:
 		mutex_lock(&imp_lock);
-		imp_notify_dev(dev, false, "driver binding changes");
+		func = imp_func_find_locked(dev);
+		if (func)
+			kref_get(&func->ref);
 		mutex_unlock(&imp_lock);
+		if (func) {
+			mutex_lock(&func->lock);
+			func->unbinding = false;
+			mutex_unlock(&func->lock);
+			imp_func_put(func);
+		}
 		break;
 	case BUS_NOTIFY_DEL_DEVICE:
-		d = kzalloc(sizeof(*d), GFP_KERNEL);
-		mutex_lock(&imp_lock);
-		if (d) {
-			d->dev = dev;
-			list_add(&d->node, &imp_dying);
-		}
-		imp_notify_dev(dev, true, "function removed");
-		mutex_unlock(&imp_lock);
+		imp_notify_dev(dev, "function removed", true, false);
 		break;
 	case BUS_NOTIFY_REMOVED_DEVICE:
 		mutex_lock(&imp_lock);
-		list_for_each_entry_safe(d, tmp, &imp_dying, node) {
-			if (d->dev == dev) {
-				list_del(&d->node);
-				kfree(d);
-			}
-		}
+		func = imp_func_find_locked(dev);
+		if (func)
+			kref_get(&func->ref);
 		mutex_unlock(&imp_lock);
+		if (func) {
+			mutex_lock(&func->lock);
+			func->dying = false;
+			mutex_unlock(&func->lock);
+			imp_func_put(func);
+		}
 		break;
 	}
 	return NOTIFY_DONE;
@@ -945,29 +1449,35 @@ static int __init imp_init(void)
 {
 	int ret;
 
+	imp_wq = alloc_workqueue("iommu_map_pa", 0, 0);
+	if (!imp_wq)
+		return -ENOMEM;
+	ret = bus_register_notifier(&pci_bus_type, &imp_pci_nb);
+	if (ret)
+		goto err_wq;
+	/* last: the device node appears when everything behind it is ready */
 	ret = misc_register(&imp_misc);
 	if (ret)
-		return ret;
-	ret = bus_register_notifier(&pci_bus_type, &imp_pci_nb);
-	if (ret) {
-		misc_deregister(&imp_misc);
-		return ret;
-	}
+		goto err_nb;
+	smp_store_release(&imp_ready, true);
 	pr_info("version %s, ABI %d, /dev/%s\n", IMP_VERSION, UPCIE_IOMMU_MAP_PA_ABI,
 		imp_misc.name);
 	return 0;
+
+err_nb:
+	bus_unregister_notifier(&pci_bus_type, &imp_pci_nb);
+err_wq:
+	destroy_workqueue(imp_wq);
+	return ret;
 }
 
 static void __exit imp_exit(void)
 {
-	struct imp_dying *d, *tmp;
-
-	bus_unregister_notifier(&pci_bus_type, &imp_pci_nb);
 	misc_deregister(&imp_misc);
-	list_for_each_entry_safe(d, tmp, &imp_dying, node) {
-		list_del(&d->node);
-		kfree(d);
-	}
+	bus_unregister_notifier(&pci_bus_type, &imp_pci_nb);
+	/* owner files dropped by the notifier are released by workers: wait for them */
+	destroy_workqueue(imp_wq);
+	WARN_ON(!list_empty(&imp_funcs) || !list_empty(&imp_doms));
 }
 
 module_init(imp_init);

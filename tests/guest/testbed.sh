@@ -26,7 +26,8 @@ readonly CASE_TIMEOUT=${UPCIE_TESTBED_CASE_TIMEOUT:-120} # default per case, "# 
 readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 # guests never run in parallel on this machine, whatever the cache and work dirs
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
-readonly CONFIGS=(A B C D)
+readonly CONFIGS=(A B C D)  # what 'run' boots by default
+readonly ALL_CONFIGS=(A B C D K) # K: the debug kernel, an extra tier (build-debug; run --config K)
 # dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE")
 readonly DMESG_BAD='WARNING:|BUG:|Oops|DMAR: \[DMA|general protection fault|Kernel panic'
 # kernel modules put into every initramfs (with their dependencies), where they exist
@@ -34,14 +35,23 @@ readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udma
 
 # machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules; D also has
 # the vIOMMU in passthrough (identity default domains), two NUMA nodes and the D-only devices
-declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61)
-declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1)
-declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0)
+declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61 [K]=k7d)
+declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1 [K]=1)
+# guests are told (tb_oot) whether iommufd and the vfio cdev exist; C gets them from the
+# out-of-tree rebuild, K's kernel has them itself
+declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0 [K]=1)
+declare -A CFG_OOTDIR=([A]=0 [B]=0 [C]=1 [D]=0 [K]=0)
+# case timeouts are multiplied by this (KASAN and lockdep under TCG are slow)
+declare -A CFG_TSCALE=([A]=1 [B]=1 [C]=1 [D]=1 [K]=${UPCIE_TESTBED_K_TIMEOUT_SCALE:-4})
+# QEMU CPU model ('' = QEMU's default): the PCI core allows peer-to-peer DMA through q35's host
+# bridge only on AMD Zen (drivers/pci/p2pdma.c), which K needs for vfio-pci's BAR dma-bufs
+declare -A CFG_CPU=([A]= [B]= [C]= [D]= [K]=qemu64,family=23)
 declare -A CFG_TEXT=(
 	[A]="6.1, no IOMMU"
 	[B]="6.1, intel-iommu (translating)"
 	[C]="7.x, intel-iommu (translating), out-of-tree iommufd + vfio cdev"
 	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c4 on node 1 (throttled reads) and NVMe c5 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
+	[K]="7.x debug kernel (KASAN, lockdep, DMA-API debug; build-debug), intel-iommu, iommufd + vfio cdev"
 )
 
 # emulated device layout; the guest learns it from the kernel command line
@@ -408,6 +418,16 @@ prune_cache() { # drop kernels, builds and scratch not referenced by the current
 			rm -rf "$d"
 		fi
 	done
+	# debug kernels (build-debug) are named after the 7.x kernel they come from
+	for d in "$CACHE"/debug/*; do
+		k=$(basename "$d")
+		[ -r "$(state_file k7)" ] && [[ $k == "$(. "$(state_file k7)"; basename "$KDIR")"* ]] && continue
+		log "pruning stale cache entry $d"
+		rm -rf "$d"
+	done
+	if [ -r "$(state_file k7d)" ] && [ ! -d "$(. "$(state_file k7d)"; echo "$KDIR")" ]; then
+		rm -f "$(state_file k7d)"
+	fi
 	rm -rf "$CACHE/tmp"
 }
 
@@ -631,6 +651,88 @@ cmd_build_oot() {
 }
 
 # ---------------------------------------------------------------------------
+# the debug kernel of configuration K: Debian's linux-source of the 7.x slot, configured from
+# allnoconfig with tests/guest/debug.config (KASAN, lockdep, DMA-API debug, ...) and built with
+# the host's gcc. Too slow for every CI run on a small machine: an extra tier, built on request.
+
+cmd_build_debug() {
+	need_tools make gcc flex bison bc dpkg-deb tar xz depmod
+	local frag=$TB_DIR/debug.config kkey key dir srcdir mm src deb line opt want got log kv t0
+	load_state k7
+	mm=$(echo "$KV" | cut -d. -f1-2)
+	kkey=$(basename "$KDIR")
+	# named after the options, so that editing the comments does not rebuild
+	key="$kkey-$(grep '^CONFIG_' "$frag" | sha256sum | cut -c1-12)"
+	# built in place (the build tree records absolute paths), complete once .ready exists;
+	# the source is shared by every configuration of the same kernel
+	dir=$CACHE/debug/$key
+	srcdir=$CACHE/debug/$kkey-src
+	src=$srcdir/linux-source-$mm
+	# not the cache lock: other test bed commands must not wait for a build of this length
+	lock "$CACHE/debug"
+	if [ ! -f "$dir/.ready" ]; then
+		if [ ! -f "$srcdir/.ready" ]; then
+			log "fetching linux-source-$mm ($PKGVER) for the debug kernel"
+			rm -rf "$srcdir"
+			(
+				lock "$CACHE" # the private apt configuration is shared
+				apt_set k7
+				apt_download "$srcdir/debs" "linux-source-$mm=$PKGVER"
+			) || die "download of linux-source-$mm failed"
+			deb=$(echo "$srcdir"/debs/linux-source-"$mm"_*.deb)
+			dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*/linux-source-*.tar.xz' |
+				tar -xJ -C "$srcdir" || die "cannot unpack linux-source-$mm"
+			rm -rf "$srcdir/debs"
+			touch "$srcdir/.ready"
+		fi
+		log "configuring the debug kernel ($frag)"
+		mkdir -p "$dir/build"
+		log=$dir/build.log
+		logged "$log" make -C "$src" O="$dir/build" ARCH=x86_64 KCONFIG_ALLCONFIG="$frag" allnoconfig ||
+			die "allnoconfig failed (log: $log)"
+		while IFS= read -r line; do
+			case $line in CONFIG_*=*) ;; *) continue ;; esac
+			opt=${line%%=*}
+			want=${line#*=}
+			got=$(grep -E "^$opt=|^# $opt is not set" "$dir/build/.config" | head -n 1 || true)
+			if [ "$want" = n ]; then
+				[ -z "$got" ] || [[ $got == "# $opt is not set" ]] || die "debug kernel: $opt is '$got', wanted n"
+			elif [ "$got" != "$opt=$want" ]; then
+				die "debug kernel: Kconfig dropped $line (got '${got:-nothing}'): a dependency is missing in $frag"
+			fi
+		done <"$frag"
+		t0=$(now)
+		log "building the debug kernel (nice; log: $log)"
+		# incremental: an interrupted build resumes where it stopped
+		logged "$log" nice -n 19 make -C "$src" O="$dir/build" ARCH=x86_64 -j"$JOBS" vmlinux modules ||
+			die "debug kernel build failed (log: $log)"
+		kv=$(make -s -C "$src" O="$dir/build" ARCH=x86_64 kernelrelease)
+		rm -rf "$dir/root"
+		logged "$log" make -C "$src" O="$dir/build" ARCH=x86_64 INSTALL_MOD_PATH="$dir/root" \
+			INSTALL_MOD_STRIP=1 DEPMOD=/sbin/depmod modules_install || die "modules_install failed (log: $log)"
+		rm -f "$dir/root/lib/modules/$kv/build" "$dir/root/lib/modules/$kv/source"
+		readelf -n "$dir/build/vmlinux" | grep -q 'Xen.*(0x00000012)' || die "the debug vmlinux has no PVH note"
+		strip --strip-debug -o "$dir/vmlinux" "$dir/build/vmlinux"
+		printf 'KV=%q\n' "$kv" >"$dir/kernel.env"
+		log "debug kernel $kv built in $(secs "$t0" "$(now)") s"
+		touch "$dir/.ready"
+	fi
+	. "$dir/kernel.env"
+	{
+		printf 'KV=%q\n' "$KV"
+		printf 'PKGVER=%q\n' "$PKGVER"
+		printf 'KDIR=%q\n' "$dir"
+		printf 'MODROOT=%q\n' "$dir/root"
+		printf 'BZIMAGE=\n'
+		printf 'KCONFIG=%q\n' "$dir/build/.config"
+		printf 'VMLINUX=%q\n' "$dir/vmlinux"
+		printf 'SUITES=%q\n' "$SUITES"
+	} >"$(state_file k7d).new"
+	mv "$(state_file k7d).new" "$(state_file k7d)"
+	log "configuration K: kernel $KV ($dir)"
+}
+
+# ---------------------------------------------------------------------------
 # upcie's own kernel modules (dkms/): built for every guest kernel with warnings as errors and
 # put into its initramfs as /lib/modules/<KV>/extra/<module>.ko. 6.1 builds against bookworm's
 # linux-headers with the host's gcc-12 (the kernel's compiler); 7.x against the build
@@ -672,6 +774,12 @@ kmod_env() { # SLOT : the slot's kernel facts plus its module build environment 
 	local key
 	load_state "$1"
 	key=$(basename "$KDIR")
+	if [ "$1" = k7d ]; then
+		# the debug kernel's own build tree, built with the host's gcc
+		HDR=$KDIR/build TOOLBIN= CC_TEXT=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\(.*\)"$/\1/p' "$KDIR/build/.config")
+		KMAKE=(make -C "$HDR" -j"$JOBS" CONFIG_DEBUG_INFO_BTF_MODULES=)
+		return 0
+	fi
 	if [ "$1" = k61 ]; then
 		kbuild_env_k61 "$key"
 	else
@@ -697,7 +805,7 @@ build_kmods() { # SLOT : dkms/ modules for the slot's kernel -> $WORK/build/kmod
 		log=$WORK/build/kmod-$KV-$m.log
 		rm -f "$log"
 		PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/$m" \
-			UPCIE_KMOD_WERROR=y modules || die "building dkms/$m for $KV failed (log: $log)"
+			UPCIE_KMOD_WERROR=y UPCIE_KMOD_TEST=y modules || die "building dkms/$m for $KV failed (log: $log)"
 		if grep -E 'ERROR:|WARNING:' "$log"; then
 			die "building dkms/$m for $KV: modpost reported problems (log: $log)"
 		fi
@@ -889,7 +997,7 @@ build_initramfs() { # SLOT OOTDIR(or '') OUT
 }
 
 initramfs_path() { # CONFIG
-	if [ "${CFG_OOT[$1]}" = 1 ]; then
+	if [ "${CFG_OOTDIR[$1]}" = 1 ]; then
 		echo "$WORK/build/initramfs-${CFG_SLOT[$1]}-oot.cpio"
 	else
 		echo "$WORK/build/initramfs-${CFG_SLOT[$1]}.cpio"
@@ -905,6 +1013,9 @@ cmd_build() { # [CONFIG...] : programs + the initramfs images the configurations
 	lock "$WORK"
 	build_progs
 	for c in "${cfgs[@]}"; do
+		if [ "${CFG_SLOT[$c]}" = k7d ] && [ ! -r "$(state_file k7d)" ]; then
+			die "configuration K needs the debug kernel: run '$0 build-debug' first"
+		fi
 		[[ $done_imgs == *" kmod-${CFG_SLOT[$c]} "* ]] && continue
 		build_kmods "${CFG_SLOT[$c]}"
 		done_imgs+="kmod-${CFG_SLOT[$c]} "
@@ -913,7 +1024,7 @@ cmd_build() { # [CONFIG...] : programs + the initramfs images the configurations
 		img=$(initramfs_path "$c")
 		[[ $done_imgs == *" $img "* ]] && continue
 		oot=
-		if [ "${CFG_OOT[$c]}" = 1 ]; then
+		if [ "${CFG_OOTDIR[$c]}" = 1 ]; then
 			load_state "${CFG_SLOT[$c]}"
 			oot=$CACHE/oot/$(basename "$KDIR")
 			[ -f "$oot/.ready" ] || die "no out-of-tree modules for $KV: run '$0 build-oot' first"
@@ -1013,6 +1124,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		QARGS+=(-object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G
 			-numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1)
 	fi
+	[ -n "${CFG_CPU[$c]}" ] && QARGS+=(-cpu "${CFG_CPU[$c]}")
 	if [ "${CFG_IOMMU[$c]}" = 1 ]; then
 		# shellcheck disable=SC2054
 		QARGS+=(-device intel-iommu,intremap=on,caching-mode=on)
@@ -1056,7 +1168,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	fi
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
-	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT"
+	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
 	QARGS+=(-append "$append")
 }
 
@@ -1154,7 +1266,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	make_backing_files "$dir" "$nonce" "$c"
 	printf 'case\tallowed dmesg ERE\n' >"$dir/dmesg-allow"
 	for k in ${cases//,/ }; do
-		tmo=$((tmo + $(case_timeout "$k")))
+		tmo=$((tmo + $(case_timeout "$k") * ${CFG_TSCALE[$c]}))
 		case_header "$k" dmesg-allow | sed "s/^/$k\t/" >>"$dir/dmesg-allow"
 	done
 	qemu_args "$c" "$dir" "$nonce" "$cases"
@@ -1241,7 +1353,7 @@ cmd_shell() { # [--config C] : an interactive guest on this terminal
 		*) die "shell: unknown argument '$1' (see --help)" ;;
 		esac
 	done
-	[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C or D)"
+	[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D or K)"
 	need_tools "$QEMU"
 	phase build cmd_build "$c"
 	dir=$WORK/runs/shell-$c
@@ -1271,7 +1383,7 @@ cmd_run() {
 		esac
 	done
 	for c in "${want_cfgs[@]}"; do
-		[[ " ${CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C or D)"
+		[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D or K)"
 	done
 	for k in "${want_cases[@]}"; do
 		[ -f "$(case_file "$k")" ] || die "no such case: $(case_file "$k")"
@@ -1353,17 +1465,19 @@ commands:
                $K7_SUITES: newest ${K7_MIN_MAJOR}.x), unpack them into the cache
   build-oot    rebuild iommufd + the vfio stack for the ${K7_MIN_MAJOR}.x kernel (cached per version)
   build-fio    build fio from Debian's source package (cached; the fio cases need it)
+  build-debug  build the debug kernel of configuration K from the ${K7_MIN_MAJOR}.x slot's linux-source
+               (tests/guest/debug.config; cached per kernel and config; tens of minutes)
   build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
   kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
-  run [--config A|B|C|D]... [--case NAME]... [--show] [--keep] [--group]
-               boot guests and run cases (default: every case on every
-               configuration it declares); ends with "N passed, N failed, N skipped"
+  run [--config A|B|C|D|K]... [--case NAME]... [--show] [--keep] [--group]
+               boot guests and run cases (default: every case on every one of A, B,
+               C and D it declares; K only when named); ends with "N passed, N failed, N skipped"
                  --show   stream the guest consoles
                  --keep   keep the backing files of passing boots too
                  --group  one boot per configuration for all its cases (faster,
                           less isolated: cases share the guest and the files)
   all [run options]   fetch + build-oot + build-fio + build + run
-  shell [--config A|B|C|D]   boot a guest with an interactive shell on this terminal
+  shell [--config A|B|C|D|K]   boot a guest with an interactive shell on this terminal
   help         this text
 
 configurations:
@@ -1371,6 +1485,7 @@ configurations:
   B  ${CFG_TEXT[B]}
   C  ${CFG_TEXT[C]}
   D  ${CFG_TEXT[D]}
+  K  ${CFG_TEXT[K]}
 
 environment:
   UPCIE_TESTBED_CACHE  downloads, kernels, out-of-tree modules ($CACHE)
@@ -1390,6 +1505,7 @@ main() {
 	help | -h | --help) usage ;;
 	fetch) phase fetch cmd_fetch; print_phases ;;
 	build-oot) phase build-oot cmd_build_oot; print_phases ;;
+	build-debug) phase build-debug cmd_build_debug; print_phases ;;
 	kbuild-env) cmd_kbuild_env "$@" ;;
 	build) phase build cmd_build "$@"; print_phases ;;
 	run) cmd_run "$@" ;;

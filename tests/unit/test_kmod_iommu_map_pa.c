@@ -32,9 +32,15 @@ static void capture(enum upcie_log_level level, const char *msg, void *ctx)
 static void test_layout(void)
 {
 	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_pci), 8, "PCI address: 8 bytes");
-	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_map), 80, "MAP: 80 bytes");
-	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, iova), 16, "MAP.iova at 16");
-	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, handle), 56, "MAP.handle at 56");
+	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_map), 96, "MAP: 96 bytes");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, source), 8, "MAP.source at 8");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, owner_fd), 16, "MAP.owner_fd at 16");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, iova), 32, "MAP.iova at 32");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, lifetime_fd), 64, "MAP.lifetime_fd at 64");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, handle), 72, "MAP.handle at 72");
+	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_translate, owner_fd), 28,
+		 "TRANSLATE.owner_fd at 28");
+	CHECK_EQ(UPCIE_IOMMU_MAP_PA_ABI, 2, "ABI 2: owner and source in MAP");
 	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_map_bar), 96, "MAP_BAR: 96 bytes");
 	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map_bar, iova), 56, "MAP_BAR.iova at 56");
 	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_translate), 72, "TRANSLATE: 72 bytes");
@@ -46,7 +52,7 @@ static void test_layout(void)
 		  _IOC_NR(UPCIE_IOMMU_MAP_PA_IOC_MAP_BAR) == 0x13 &&
 		  _IOC_NR(UPCIE_IOMMU_MAP_PA_IOC_TRANSLATE) == 0x14,
 	      "request numbers 0xE7/0x10..0x14, apart from dmabuf_import's");
-	CHECK(_IOC_SIZE(UPCIE_IOMMU_MAP_PA_IOC_MAP) == 80 &&
+	CHECK(_IOC_SIZE(UPCIE_IOMMU_MAP_PA_IOC_MAP) == 96 &&
 		  _IOC_SIZE(UPCIE_IOMMU_MAP_PA_IOC_MAP_BAR) == 96 &&
 		  _IOC_DIR(UPCIE_IOMMU_MAP_PA_IOC_UNMAP) == _IOC_WRITE,
 	      "request sizes and directions");
@@ -96,6 +102,7 @@ static void test_open_closed(void)
 	struct upcie_kmod_iova_window w;
 	struct upcie_kmod_bar_map bm;
 	struct upcie_pci_bdf bdf = { 0, 1, 0, 0 }, bad = { 0, 1, 32, 0 };
+	struct upcie_kmod_iommu_target t = { { 0, 1, 0, 0 }, 3 }, tbad = { { 0, 1, 32, 0 }, 3 };
 	struct upcie_dmamem mem;
 	uint64_t page = 0x80000000, h = 9, phys;
 
@@ -111,30 +118,40 @@ static void test_open_closed(void)
 	CHECK_EQ(ctx.fd, 0, "closed after failures");
 	upcie_kmod_iommu_map_pa_close(&ctx);
 	upcie_kmod_iommu_map_pa_close(NULL);
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
 		 -EBADF, "map on a closed context: -EBADF");
 	CHECK_EQ(h, 9, "handle untouched");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_unmap(&ctx, 1), -EBADF, "unmap: -EBADF");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_map_bar(&ctx, &bdf, &bdf, 0, 0, 0, 0, &bm), -EBADF,
 		 "map_bar: -EBADF");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_translate(&ctx, &bdf, 0, &phys, NULL), -EBADF,
+	CHECK_EQ(upcie_kmod_iommu_map_pa_translate(&ctx, &bdf, -1, 0, &phys, NULL), -EBADF,
 		 "translate: -EBADF");
 	ctx.fd = 1; /* "open", wrong arguments */
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &bad, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &tbad, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
 		 -EINVAL, "device number 32: -EINVAL");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &bdf, 0, NULL, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bad, 0, &page, 1, 4096, 0, -1, &h, NULL),
+		 -EINVAL, "source device number 32: -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, NULL, 0, &page, 1, 4096, 0, -1, &h, NULL),
+		 -EINVAL, "no source: -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, NULL, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+		 -EINVAL, "no target: -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, NULL, 1, 4096, 0, -1, &h, NULL),
 		 -EINVAL, "no pages: -EINVAL");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_map_bar(&ctx, &bdf, &bdf, 0, 0, 0, 0, NULL), -EINVAL,
 		 "map_bar without an outcome: -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_doorbells(&ctx, &bdf, &bdf, 0, 0, &bm), -EINVAL,
+		 "doorbells of no queues: -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_doorbells(&ctx, &bdf, &bdf, 2, 16, &bm), -EINVAL,
+		 "doorbell stride 16: -EINVAL");
 	ctx.fd = 0;
 	memset(&w, 0, sizeof(w));
 	memset(&mem, 0x5a, sizeof(mem));
-	CHECK_EQ(upcie_dmamem_iommu_map_pa(&mem, &ctx, &w, &bdf, 1, NULL, &page, 1, 4096, -1),
+	CHECK_EQ(upcie_dmamem_iommu_map_pa(&mem, &ctx, &w, &t, 1, &bdf, NULL, &page, 1, 4096, -1),
 		 -EINVAL, "dmamem without context or window: -EINVAL");
 	CHECK(mem.release == NULL && mem.fd == -1 && mem.size == 0, "dmamem zeroed");
-	CHECK_EQ(upcie_dmamem_iommu_map_pa_add(&mem, &bdf), -EINVAL,
+	CHECK_EQ(upcie_dmamem_iommu_map_pa_add(&mem, &t), -EINVAL,
 		 "add to a dmamem that is not iommu_map_pa's: -EINVAL");
-	CHECK_EQ(upcie_dmamem_iommu_map_pa_lut(&mem, &ctx, &w, &bdf, 1, &mem), -EINVAL,
+	CHECK_EQ(upcie_dmamem_iommu_map_pa_lut(&mem, &ctx, &w, &t, 1, &bdf, &mem), -EINVAL,
 		 "lut form of a non-LUT dmamem: -EINVAL");
 }
 

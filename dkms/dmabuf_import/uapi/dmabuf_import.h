@@ -20,13 +20,23 @@
  * - with UPCIE_DMABUF_IMPORT_F_PCI the named PCI function: the exporter sees the real importer
  *   (exporters that place memory by the peer-to-peer distance between exporter and importer
  *   keep it in device memory only for a PCI importer), and the addresses are right for that
- *   function in its kernel DMA domain (IOVAs under a translating IOMMU). Refused for a function
- *   whose DMA user space owns (vfio-pci): those addresses would belong to a domain the function
- *   is not attached to.
+ *   function in its kernel DMA domain (IOVAs under a translating IOMMU). The function and every
+ *   other function of its IOMMU group must be unbound or on uio_pci_generic (a PCIe port may be
+ *   on pcieport), in a kernel DMA domain: under vfio-pci the addresses would belong to a domain
+ *   the function is not attached to, under another kernel driver the domain is that driver's.
+ *   A driver binding later in the group ends the attachment (GET answers ENODEV). The
+ *   function's DMA mask is 64 bits while it has attachments, restored after.
  *
- * The attachment is a dynamic, peer-to-peer capable importer (allow_peer2peer) and pins the
- * buffer, so its addresses stay valid until DETACH. Needs CAP_SYS_ADMIN. Every request carries
- * reserved fields that must be zero; unknown requests are ENOTTY.
+ * The attachment is a dynamic, peer-to-peer capable importer (allow_peer2peer). It pins the
+ * buffer where the exporter can (a pin op), so its addresses stay valid until DETACH. An
+ * exporter that cannot pin may revoke (vfio-pci's BAR dma-bufs do, on reset, memory disable or
+ * close): such a buffer is only attached for a named function, and when the exporter revokes
+ * it the module stops that function (bus mastering off) and removes the mapping before the
+ * exporter goes on; GET then answers ESTALE. Exporters that never move or revoke a buffer
+ * (module parameter static_exporters) are accepted for the module's own device too. Needs
+ * CAP_SYS_ADMIN for open, ATTACH and DETACH; GET and INFO change nothing. Refused under kernel
+ * lockdown. Every request carries reserved fields that must be zero; unknown requests are
+ * ENOTTY.
  */
 #ifndef UPCIE_KMOD_UAPI_DMABUF_IMPORT_H
 #define UPCIE_KMOD_UAPI_DMABUF_IMPORT_H
@@ -66,8 +76,11 @@ struct upcie_dmabuf_import_pci {
  * ATTACH: attach dmabuf_fd, map it, and copy up to `cap` segments to `segs`. `nsegs` is always
  * the full count: when it exceeds cap the attachment exists all the same and GET reads the rest.
  * Errors: EBADF (not an fd), EINVAL (not a dma-buf, reserved bits, cap without segs), EMFILE
- * (the file holds max_attachments), EBUSY (function owned by user space or a kernel driver),
- * ENODEV (no such function), EOPNOTSUPP (DMA to this device would bounce), and what the
+ * (the file holds max_attachments), ENFILE (all files hold max_total_attachments), EDQUOT (all
+ * attachments would pin more than max_total_mib), EBUSY (the function or its group is owned by
+ * user space or a kernel driver, or not in a kernel DMA domain), ENODEV (no such function, or
+ * it is being removed, or the exporter revoked the buffer meanwhile), EOPNOTSUPP (an exporter
+ * that may revoke, for the module's own device; DMA to this device would bounce), and what the
  * exporter answers (e.g. EINVAL, ENOMEM, EREMOTEIO for an impossible peer-to-peer path).
  */
 struct upcie_dmabuf_import_attach {
@@ -84,8 +97,9 @@ struct upcie_dmabuf_import_attach {
 
 /*
  * GET: copy segments [first, first + cap) of an attachment; `nsegs` returns the full count.
- * Errors: ENOENT (no such handle in this file), ENODEV (the function went away), ESTALE (the
- * exporter moved or revoked the buffer; the addresses are no longer valid), EINVAL.
+ * Errors: ENOENT (no such handle in this file), ENODEV (the function went away or a driver bound
+ * in its group), ESTALE (the exporter revoked the buffer; the function was stopped and the
+ * addresses are no longer valid), EINVAL.
  */
 struct upcie_dmabuf_import_get {
 	__u64 handle; /* in */
@@ -111,7 +125,8 @@ struct upcie_dmabuf_import_info {
 	_IOWR(UPCIE_DMABUF_IMPORT_IOC_TYPE, 0x01, struct upcie_dmabuf_import_attach)
 #define UPCIE_DMABUF_IMPORT_IOC_GET                                                                \
 	_IOWR(UPCIE_DMABUF_IMPORT_IOC_TYPE, 0x02, struct upcie_dmabuf_import_get)
-/* DETACH: the argument is a pointer to the __u64 handle. ENOENT when the file has no such one. */
+/* DETACH: the argument is a pointer to the __u64 handle. ENOENT when the file has no such one,
+ * EPERM without CAP_SYS_ADMIN. */
 #define UPCIE_DMABUF_IMPORT_IOC_DETACH _IOW(UPCIE_DMABUF_IMPORT_IOC_TYPE, 0x03, __u64)
 
 #endif /* UPCIE_KMOD_UAPI_DMABUF_IMPORT_H */

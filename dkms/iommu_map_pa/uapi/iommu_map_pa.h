@@ -7,22 +7,31 @@
  * wrapper (upcie/kmod/iommu_map_pa.h) includes it as upcie/kmod/uapi/iommu_map_pa.h, which in
  * the upcie tree is a symbolic link to this file and is installed from it.
  *
- * MAP puts a list of physical pages (device memory such as a GPU BAR or another device's BAR;
- * never system RAM, which vfio and iommufd map and pin themselves) at a caller-chosen IOVA into
- * the domain of a function whose DMA user space owns (bound to vfio-pci, attached to a vfio
- * type1 container or an iommufd IOAS). A function under a kernel driver is refused. The range
- * must lie inside the domain's aperture, outside its reserved regions, and be unmapped: a page
- * the domain already translates is EEXIST. One exception makes several controllers cheap: when
- * two functions share a domain (one type1 container, one IOAS) a second MAP of exactly the same
+ * MAP puts a list of physical pages at a caller-chosen IOVA into the domain of a function whose
+ * DMA user space owns (bound to vfio-pci, attached to a vfio type1 container or an iommufd IOAS).
+ * The caller proves it owns that domain with the function's open vfio device descriptor
+ * (owner_fd: from VFIO_GROUP_GET_DEVICE_FD, or the /dev/vfio/devices/vfioN cdev bound to
+ * iommufd), which the module keeps open while the mapping exists: a type1 container cannot
+ * drop its domain while one of its devices is open. The pages must be device memory of a named
+ * source function: inside one of its assigned memory BARs, outside its MSI-X table and pending
+ * bit array (so never system RAM, persistent memory or another device's registers). A function
+ * under a kernel driver is refused. The range must lie inside the domain's aperture, outside
+ * its reserved regions, and be unmapped: a page the domain already translates, at the domain's
+ * smallest page size, is EEXIST. One exception makes several controllers cheap: when two
+ * functions share a domain (one type1 container, one IOAS) a second MAP of exactly the same
  * pages at the same IOVA through the same file returns a new handle for the existing mapping,
  * which goes when its last handle does.
  *
- * MAP_BAR installs an identity mapping (IOVA = the BAR's bus address) of one function's BAR into
- * the kernel DMA domain (DMA or DMA-FQ) of another, the target: how a GPU's peer-to-peer writes
- * to an NVMe doorbell get through a translating IOMMU. Declined with EEXIST when any page of the
- * range is already translated, unless UPCIE_IOMMU_MAP_PA_F_SHARE is given and every page is
- * already identity-mapped: the mapping is then someone else's (an earlier opener of the same
- * controller for the same GPU), the handle borrows it and unmapping the handle leaves it.
+ * MAP_BAR installs an identity mapping (IOVA = the BAR's bus address) of a range of one
+ * function's BAR into the kernel DMA domain (DMA or DMA-FQ) of another, the target: how a GPU's
+ * peer-to-peer writes to an NVMe doorbell get through a translating IOMMU. The BAR must be
+ * assigned, the range clear of the source's MSI-X table and pending bit array, and inside a
+ * memory window of the target's host bridge, which the kernel's DMA IOVA allocator reserves for
+ * the target (so it never hands these IOVAs out itself); outside them only with
+ * UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW. Declined with EEXIST when any page of the range is
+ * already translated, unless UPCIE_IOMMU_MAP_PA_F_SHARE is given and every page is already
+ * identity-mapped: the mapping is then someone else's (an earlier opener of the same controller
+ * for the same GPU), the handle borrows it and unmapping the handle leaves it.
  *
  * Mappings belong to the open file: UNMAP ends one, closing the file ends all. Functions are
  * pinned while mapped. The owner of a user domain must keep it attached while mappings exist;
@@ -36,7 +45,7 @@
 #include <linux/types.h>
 
 #define UPCIE_IOMMU_MAP_PA_DEVICE "/dev/iommu_map_pa"
-#define UPCIE_IOMMU_MAP_PA_ABI	  1
+#define UPCIE_IOMMU_MAP_PA_ABI	  2
 
 /*
  * Identity: the module's read-only parameter /sys/module/iommu_map_pa/parameters/abi reads
@@ -60,31 +69,40 @@ struct upcie_iommu_map_pa_pci {
 /*
  * MAP: `npages` pages of `page_size` bytes (a power of two, at least the CPU and the IOMMU page
  * size), physical addresses at user pointer `pages` (npages __u64, each page_size aligned), at
- * IOVA `iova` (page_size aligned). prot 0 means read and write. `lifetime_fd` >= 0 names a
- * dma-buf the module keeps a reference to while the mapping exists (the exporter cannot free
- * the memory behind the pages), -1 none.
- * Errors: EPERM (function not owned by user space, or a page is system RAM), ENODEV (no such
- * function, or no IOMMU translates it), EINVAL (alignment, sizes, flags, reserved fields),
- * E2BIG (npages above max_map_pages), ERANGE (outside the aperture, or a reserved region),
- * EEXIST (a page is already translated, or overlaps a mapping of this file), EMFILE (the file
- * holds max_mappings), EFAULT, ENOMEM, and what iommu_map answers.
+ * IOVA `iova` (page_size aligned), into the domain of function `pci`, whose open vfio device
+ * descriptor is `owner_fd`. Every page lies in a memory BAR of function `source`. prot 0 means
+ * read and write. `lifetime_fd` >= 0 names a dma-buf the module keeps a reference to while the
+ * mapping exists (the exporter cannot free the memory behind the pages), -1 none.
+ * Errors: EPERM (function not owned by user space; a page outside the source's BARs or in its
+ * MSI-X structures), EBADF (owner_fd not open), EACCES (owner_fd is not this function's vfio
+ * device), ENODEV (no such function, or no IOMMU translates it), EINVAL (alignment, sizes,
+ * flags, reserved fields), E2BIG (npages above max_map_pages, or the range above
+ * max_map_bytes), ERANGE (outside the aperture, or a reserved region), EEXIST (a page is already
+ * translated, or overlaps a mapping of this file), EMFILE (the file holds max_mappings), ENFILE
+ * (all files hold max_total_mappings), EFAULT, ENOMEM, and what iommu_map answers.
  */
 struct upcie_iommu_map_pa_map {
-	struct upcie_iommu_map_pa_pci pci; /* in */
-	__u32 flags;			   /* in: none defined yet, must be 0 */
-	__u32 prot;			   /* in: UPCIE_IOMMU_MAP_PA_READ | _WRITE, 0: both */
-	__u64 iova;			   /* in */
-	__u64 page_size;		   /* in */
-	__u64 npages;			   /* in */
-	__u64 pages;			   /* in: user pointer */
-	__s32 lifetime_fd;		   /* in */
-	__u32 shared;			   /* out: 1 when the handle joined an existing mapping */
-	__u64 handle;			   /* out */
+	struct upcie_iommu_map_pa_pci pci;    /* in: the function whose domain gets the pages */
+	struct upcie_iommu_map_pa_pci source; /* in: the function whose BARs hold the pages */
+	__s32 owner_fd;			      /* in: pci's open vfio device */
+	__u32 flags;			      /* in: none defined yet, must be 0 */
+	__u32 prot;			      /* in: UPCIE_IOMMU_MAP_PA_READ | _WRITE, 0: both */
+	__u32 shared;	   /* out: 1 when the handle joined an existing mapping */
+	__u64 iova;	   /* in */
+	__u64 page_size;   /* in */
+	__u64 npages;	   /* in */
+	__u64 pages;	   /* in: user pointer */
+	__s32 lifetime_fd; /* in */
+	__u32 reserved0;
+	__u64 handle; /* out */
 	__u64 reserved[2];
 };
 
 /* MAP_BAR flags. */
 #define UPCIE_IOMMU_MAP_PA_F_SHARE (1u << 0) /* take an existing identity mapping as borrowed */
+/* map outside the target's host-bridge windows, where the kernel's own DMA mappings for the
+ * target may later want the same IOVAs: only for a target that makes no such mappings */
+#define UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW (1u << 1)
 
 /* MAP_BAR results. */
 #define UPCIE_IOMMU_MAP_PA_BAR_MAPPED	   1 /* installed; UNMAP of the handle removes it */
@@ -100,9 +118,11 @@ struct upcie_iommu_map_pa_map {
 /*
  * MAP_BAR: identity-map [offset, offset + length) of BAR `bar` of function `source` into the
  * kernel DMA domain of function `target`. length 0: to the end of the BAR. offset and length
- * page aligned. Errors: ENODEV (no such function), EINVAL (not a memory BAR, range, flags),
- * EPERM (the target's domain is not a kernel DMA domain: user-owned or blocked), EEXIST (taken,
- * see above), EMFILE, ENOMEM, and what iommu_map answers.
+ * page aligned. Errors: ENODEV (no such function), EINVAL (not an assigned memory BAR, range,
+ * flags), EPERM (the target's domain is not a kernel DMA domain: user-owned or blocked; the
+ * range covers the source's MSI-X table or pending bits, or system RAM), ERANGE (outside the
+ * target's host-bridge windows without F_OUTSIDE_WINDOW, outside the aperture, in a reserved
+ * region), EEXIST (taken, see above), EMFILE, ENFILE, ENOMEM, and what iommu_map answers.
  */
 struct upcie_iommu_map_pa_map_bar {
 	struct upcie_iommu_map_pa_pci target; /* in: the function whose domain gets the mapping */
@@ -123,7 +143,9 @@ struct upcie_iommu_map_pa_map_bar {
 
 /*
  * TRANSLATE: what the function's current domain maps `iova` to (iommu_iova_to_phys): `phys` 0
- * when nothing; `domain_type` one of the values below. For tests and diagnostics.
+ * when nothing; `domain_type` one of the values below. For tests and diagnostics. A domain user
+ * space owns is only read with the function's open vfio device as `owner_fd` (-1: none; then
+ * phys, aperture and page sizes stay 0).
  */
 #define UPCIE_IOMMU_MAP_PA_DOMAIN_NONE	    0 /* no IOMMU translates the function */
 #define UPCIE_IOMMU_MAP_PA_DOMAIN_BLOCKED   1
@@ -138,14 +160,14 @@ struct upcie_iommu_map_pa_translate {
 	__u64 iova;			   /* in */
 	__u64 phys;			   /* out */
 	__u32 domain_type;		   /* out */
-	__u32 reserved0;
-	__u64 aperture_start; /* out */
-	__u64 aperture_end;   /* out, inclusive */
-	__u64 pgsize_bitmap;  /* out: page sizes the domain supports */
+	__s32 owner_fd;			   /* in: for a user-owned domain, -1 none */
+	__u64 aperture_start;		   /* out */
+	__u64 aperture_end;		   /* out, inclusive */
+	__u64 pgsize_bitmap;		   /* out: page sizes the domain supports */
 	__u64 reserved[2];
 };
 
-/* Module facts: ABI version, limits and live mappings over all files. */
+/* Module facts: ABI version, limits and live handles over all files. */
 struct upcie_iommu_map_pa_info {
 	__u32 abi;	    /* out: UPCIE_IOMMU_MAP_PA_ABI */
 	__u32 max_mappings; /* out: handles per open file */

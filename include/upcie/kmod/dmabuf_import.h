@@ -10,9 +10,12 @@
  * attachment is made for the module's own device, which sees CPU physical addresses: what a
  * controller on uio_pci_generic with the IOMMU off or in passthrough consumes, and what
  * iommu_map_pa maps for a controller on vfio-pci. upcie_kmod_dmabuf_attach_pci() attaches for a
- * named PCI function instead (on uio_pci_generic or unbound): the exporter then judges
- * peer-to-peer by the real pair, and under a translating IOMMU the addresses are IOVAs the
- * kernel mapped in that function's DMA domain. Attaching one dma-buf twice gives two attachments
+ * named PCI function instead (on uio_pci_generic or unbound, as every function of its IOMMU
+ * group): the exporter then judges peer-to-peer by the real pair, under a translating IOMMU the
+ * addresses are IOVAs the kernel mapped in that function's DMA domain, and an exporter that
+ * revokes its buffers (vfio-pci's BAR dma-bufs) is accepted, because the module can stop that
+ * function when it does. For the module's own device only buffers the exporter pins, or whose
+ * exporter never moves them (udmabuf, DRM PRIME helpers, NVIDIA), are accepted. Attaching one dma-buf twice gives two attachments
  * and two handles. upcie_dmamem_dmabuf_import() turns an attachment into a LUT dmamem
  * (mem/sglut.h: the scatter list must tile the buffer in whole granules, e.g. 64 KiB for CUDA).
  *
@@ -111,13 +114,25 @@ static inline const char *upcie_kmod_dmabuf_why_(int err)
 		return "not a dma-buf, or the exporter refused the mapping";
 	case EMFILE:
 		return "this import file holds the module's max_attachments";
+	case ENFILE:
+		return "all import files together hold the module's max_total_attachments";
+	case EDQUOT:
+		return "the attachments together would pin more than the module's max_total_mib";
 	case EBUSY:
-		return "the function's DMA is owned by user space (vfio-pci) or a kernel driver";
+		return "the function, or another function of its IOMMU group, is bound to a driver "
+		       "other than uio_pci_generic (vfio-pci owns its DMA, a kernel driver shares "
+		       "its "
+		       "domain), or its domain is not a kernel DMA domain";
 	case ENODEV:
 		return "no such PCI function";
 	case EOPNOTSUPP:
-		return "DMA for this device would go through bounce buffers (swiotlb=force or a "
-		       "confidential guest), or the exporter cannot serve a pinned importer";
+		return "the exporter can neither pin the buffer nor promise not to revoke it "
+		       "(attach "
+		       "it for the PCI function that uses it, which the module can stop), or DMA "
+		       "for "
+		       "this device would go through bounce buffers (swiotlb=force or a "
+		       "confidential "
+		       "guest)";
 	case EREMOTEIO:
 		return "the exporter cannot reach this device peer to peer";
 	case EPERM:
@@ -210,8 +225,9 @@ static inline int upcie_kmod_dmabuf_attach_pci(struct upcie_kmod_dmabuf_import *
 
 /*
  * Copy segments [first, first + cap) of attachment `handle` into segs; *nsegs gets the full
- * count. -ENOENT (no such handle in this file), -ENODEV (its PCI function was removed), -ESTALE
- * (the exporter revoked the buffer), -EINVAL.
+ * count. -ENOENT (no such handle in this file), -ENODEV (its PCI function was removed, or a
+ * driver other than uio_pci_generic bound in its IOMMU group), -ESTALE (the exporter revoked the
+ * buffer; the module stopped the function and removed the mapping), -EINVAL.
  */
 static inline int upcie_kmod_dmabuf_segs(struct upcie_kmod_dmabuf_import *ctx, uint64_t handle,
 					 size_t first, struct upcie_sg_seg *segs, size_t cap,
@@ -233,9 +249,11 @@ static inline int upcie_kmod_dmabuf_segs(struct upcie_kmod_dmabuf_import *ctx, u
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "dmabuf_import: segments of handle %" PRIu64 ": %s", handle,
 				  err == -ENOENT   ? "no such attachment in this file"
-				  : err == -ENODEV ? "its PCI function was removed"
-				  : err == -ESTALE ? "the exporter revoked the buffer"
-						   : upcie_errno_name(err));
+				  : err == -ENODEV ? "its PCI function was removed or rebound"
+				  : err == -ESTALE
+				      ? "the exporter revoked the buffer (the function was "
+					"stopped: bus mastering off, mapping removed)"
+				      : upcie_errno_name(err));
 	}
 	*nsegs = g.nsegs;
 	return 0;

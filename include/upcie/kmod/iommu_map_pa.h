@@ -6,10 +6,12 @@
  * GPU's doorbell writes get through a translating IOMMU.
  *
  * Three parts:
- * - the module calls: upcie_kmod_iommu_map_pa_open/close, _map (pages at an IOVA in a
- *   function's domain), _unmap (by handle), _map_bar (identity map of a BAR into another
- *   function's kernel DMA domain; _doorbells is the GPU/NVMe-BAR0 form with the share override
- *   from the environment), _translate (what a domain maps at an IOVA; tests, diagnostics);
+ * - the module calls: upcie_kmod_iommu_map_pa_open/close, _map (pages of a source function's
+ *   BARs at an IOVA in a controller's domain, proven owned by the controller's open vfio device
+ *   descriptor), _unmap (by handle), _map_bar (identity map of a BAR range into another
+ *   function's kernel DMA domain; _doorbells maps the doorbell pages of an NVMe BAR0 into a
+ *   GPU's domain, with the share override from the environment), _translate (what a domain
+ *   maps at an IOVA; tests, diagnostics);
  * - the IOVA window (upcie_kmod_iova_window_*): the addresses the module maps at are chosen by
  *   user space without telling the domain's owner, so a window is set aside for them: 64 GiB at
  *   256 GiB by default, UPCIE_IOVA_BASE / UPCIE_IOVA_SIZE (numbers as strtoull reads them, e.g.
@@ -19,6 +21,9 @@
  *   serves the whole process: every controller sees the same pages at the same IOVAs.
  * - the dmamem (upcie_dmamem_iommu_map_pa(), _lut(), _add()): pages mapped at one window range
  *   into one or more controllers, translated arithmetically (iova + offset).
+ * A controller is named with its open vfio device (struct upcie_kmod_iommu_target: the device
+ * descriptor from VFIO_GROUP_GET_DEVICE_FD or the bound cdev): the module keeps that device open
+ * while it maps into the controller's domain, so the domain cannot be freed under the mapping.
  *
  * Needs: the iommu_map_pa module (package upcie-iommu-map-pa-dkms; Linux 5.19 or newer), CAP_SYS_ADMIN,
  * controllers on vfio-pci attached to a type1 container or an iommufd IOAS (for map) and an
@@ -63,6 +68,12 @@
  * limit of every VT-d and AMD-Vi page table). */
 #define UPCIE_KMOD_IOVA_WINDOW_BASE (UINT64_C(256) << 30)
 #define UPCIE_KMOD_IOVA_WINDOW_SIZE (UINT64_C(64) << 30)
+
+/* A controller whose domain gets pages: its PCI function and its open vfio device. */
+struct upcie_kmod_iommu_target {
+	struct upcie_pci_bdf bdf;
+	int owner_fd; /* the vfio device descriptor of bdf */
+};
 
 /* An open /dev/iommu_map_pa. Zeroed: closed. */
 struct upcie_kmod_iommu_map_pa {
@@ -125,22 +136,34 @@ static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
 {
 	switch (-err) {
 	case EPERM:
-		return bar ? "the target's domain is not a kernel DMA domain (DMA or DMA-FQ)"
+		return bar ? "the target's domain is not a kernel DMA domain (DMA or DMA-FQ), or "
+			     "the range covers the source's MSI-X table or pending bits"
 			   : "the function's DMA is not owned by user space (bind it to vfio-pci "
-			     "and "
-			     "attach it to a container or IOAS), or a page is system RAM";
+			     "and attach it to a container or IOAS), or a page is not in an "
+			     "assigned "
+			     "memory BAR of the source or lies on its MSI-X structures";
+	case EACCES:
+		return "the owner descriptor is not this function's open vfio device";
+	case EBADF:
+		return "a descriptor (owner or lifetime) is not open";
+	case ENFILE:
+		return "all files together hold the module's max_total_mappings";
 	case ENODEV:
 		return "no such PCI function, or no IOMMU translates it";
 	case ERANGE:
-		return "outside the domain's aperture or inside a reserved region (move the IOVA "
-		       "window: UPCIE_IOVA_BASE)";
+		return bar ? "outside the target's host-bridge windows (the kernel's own DMA "
+			     "mappings for it may want these IOVAs), outside its aperture, or in a "
+			     "reserved region"
+			   : "outside the domain's aperture or inside a reserved region (move the "
+			     "IOVA window: UPCIE_IOVA_BASE)";
 	case EEXIST:
 		return bar ? "the range is already mapped in the target's domain (set "
 			     "UPCIE_DOORBELL_SHARE if an earlier opener of this controller mapped "
 			     "it)"
 			   : "a page of the range is already mapped in the domain";
 	case E2BIG:
-		return "more pages than the module's max_map_pages";
+		return "more pages than the module's max_map_pages, or more bytes than its "
+		       "max_map_mib";
 	case EMFILE:
 		return "this file holds the module's max_mappings";
 	case EINVAL:
@@ -152,31 +175,37 @@ static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
 
 /*
  * Map `npages` pages of `page_size` bytes (a power of two >= 4 KiB; physical addresses in
- * pages[], each page_size aligned) at `iova` (page_size aligned) into the IOMMU domain of `bdf`
- * (on vfio-pci). prot: UPCIE_KMOD_IOMMU_READ | _WRITE, 0 for both. lifetime_fd: a dma-buf the
- * module keeps referenced while mapped (the memory's exporter cannot free it), or -1. *shared
- * (may be NULL) tells whether the handle joined an identical mapping this context made for
- * another function in the same domain. Errors, each logged in words: -EPERM, -ENODEV, -ERANGE,
- * -EEXIST, -E2BIG, -EMFILE, -EINVAL, -EBADF, -ENOMEM.
+ * pages[], each page_size aligned, all in memory BARs of function `source`) at `iova`
+ * (page_size aligned) into the IOMMU domain of the controller `t` (on vfio-pci; t->owner_fd its
+ * open vfio device, which the module keeps open while mapped). prot: UPCIE_KMOD_IOMMU_READ |
+ * _WRITE, 0 for both. lifetime_fd: a dma-buf the module keeps referenced while mapped (the
+ * memory's exporter cannot free it), or -1. *shared (may be NULL) tells whether the handle
+ * joined an identical mapping this context made for another function in the same domain.
+ * Errors, each logged in words: -EPERM, -EACCES, -EBADF, -ENODEV, -ERANGE, -EEXIST, -E2BIG,
+ * -EMFILE, -ENFILE, -EINVAL, -ENOMEM.
  */
 static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ctx,
-					      const struct upcie_pci_bdf *bdf, uint64_t iova,
+					      const struct upcie_kmod_iommu_target *t,
+					      const struct upcie_pci_bdf *source, uint64_t iova,
 					      const uint64_t *pages, size_t npages,
 					      uint64_t page_size, unsigned prot, int lifetime_fd,
 					      uint64_t *handle, bool *shared)
 {
 	struct upcie_iommu_map_pa_map m;
-	char name[UPCIE_PCI_BDF_STRLEN];
+	char name[UPCIE_PCI_BDF_STRLEN], sname[UPCIE_PCI_BDF_STRLEN];
 	int err;
 
 	if (!ctx || ctx->fd <= 0)
 		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
-	if (!pages || !npages || !handle)
-		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: map needs pages and a handle");
+	if (!t || !pages || !npages || !handle)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: map needs a target, pages and a handle");
 	memset(&m, 0, sizeof(m));
-	err = upcie_kmod_pci_(bdf, &m.pci, name, sizeof(name));
+	err = upcie_kmod_pci_(&t->bdf, &m.pci, name, sizeof(name));
+	if (!err)
+		err = upcie_kmod_pci_(source, &m.source, sname, sizeof(sname));
 	if (err)
 		return err;
+	m.owner_fd = t->owner_fd;
 	m.prot = prot;
 	m.iova = iova;
 	m.page_size = page_size;
@@ -186,10 +215,10 @@ static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ct
 	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP, &m)) {
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err,
-				  "iommu_map_pa: map of %zu x 0x%" PRIx64 " at IOVA 0x%" PRIx64
-				  " for %s: %s (%s)",
-				  npages, page_size, iova, name, upcie_kmod_iommu_why_(err, false),
-				  upcie_errno_name(err));
+				  "iommu_map_pa: map of %zu x 0x%" PRIx64
+				  " of %s at IOVA 0x%" PRIx64 " for %s: %s (%s)",
+				  npages, page_size, sname, iova, name,
+				  upcie_kmod_iommu_why_(err, false), upcie_errno_name(err));
 	}
 	*handle = m.handle;
 	if (shared)
@@ -223,15 +252,20 @@ struct upcie_kmod_bar_map {
 	bool in_host_window; /* the kernel's DMA allocator never hands out these IOVAs */
 };
 
-/* MAP_BAR flag: take an identical existing identity mapping as someone else's (borrow it). */
-#define UPCIE_KMOD_BAR_SHARE UPCIE_IOMMU_MAP_PA_F_SHARE
+/* MAP_BAR flags: take an identical existing identity mapping as someone else's (borrow it);
+ * map outside the target's host-bridge windows (a target whose kernel driver makes no DMA
+ * mappings of its own that could want these IOVAs). */
+#define UPCIE_KMOD_BAR_SHARE	      UPCIE_IOMMU_MAP_PA_F_SHARE
+#define UPCIE_KMOD_BAR_OUTSIDE_WINDOW UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW
 
 /*
  * Identity-map [offset, offset + length) (length 0: to the end) of BAR `bar` of `source` into
  * the kernel DMA domain of `target` (a GPU under its driver), at the BAR's bus address.
- * flags: UPCIE_KMOD_BAR_SHARE. Without a translating domain on the target nothing is needed
- * and out->result is UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH. -EEXIST when the range is taken (and
- * not borrowed), -EPERM for a target whose domain user space owns; see upcie_kmod_iommu_why_().
+ * flags: UPCIE_KMOD_BAR_SHARE, UPCIE_KMOD_BAR_OUTSIDE_WINDOW. Without a translating domain on
+ * the target nothing is needed and out->result is UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH. -EEXIST
+ * when the range is taken (and not borrowed), -EPERM for a target whose domain user space owns
+ * or a range on the source's MSI-X structures, -ERANGE outside the target's host-bridge windows
+ * without the flag; see upcie_kmod_iommu_why_().
  */
 static inline int upcie_kmod_iommu_map_pa_map_bar(struct upcie_kmod_iommu_map_pa *ctx,
 						  const struct upcie_pci_bdf *target,
@@ -269,38 +303,48 @@ static inline int upcie_kmod_iommu_map_pa_map_bar(struct upcie_kmod_iommu_map_pa
 	out->size = m.size;
 	out->result = m.result;
 	out->in_host_window = (m.result_flags & UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW) != 0;
-	if (m.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED && !out->in_host_window)
-		UPCIE_WARN(
-		    "iommu_map_pa: %s BAR%u at 0x%" PRIx64 " is outside the host-bridge "
-		    "windows of %s: a later kernel DMA mapping for it could want these IOVAs",
-		    sname, bar, out->iova, tname);
 	return 0;
 }
 
+/* NVMe doorbells start at BAR0 + 0x1000 (NVMe base specification, "Controller Registers"). */
+#define UPCIE_KMOD_NVME_DOORBELL_OFFSET 0x1000u
+
 /*
- * The doorbell mapping of the GPU-issued queue: BAR0 of controller `nvme` identity-mapped into
- * the kernel DMA domain of `gpu`. UPCIE_DOORBELL_SHARE (set, not "0") borrows an identical
- * mapping an earlier opener of the controller made for the same GPU; that mapping then goes
- * when its owner closes, so the owner has to outlive this process's use.
+ * The doorbell mapping of the GPU-issued queue: the doorbell pages of controller `nvme` (BAR0
+ * from 0x1000: an SQ tail and a CQ head doorbell, 4 << dstrd bytes apart, for each of `nqueues`
+ * queue pairs counting the admin queue; dstrd is CAP.DSTRD) identity-mapped into the kernel DMA
+ * domain of `gpu`, nothing else of BAR0 (not its registers, not its MSI-X table).
+ * UPCIE_DOORBELL_SHARE (set, not "0") borrows an identical mapping an earlier opener of the
+ * controller made for the same GPU; that mapping then goes when its owner closes, so the owner
+ * has to outlive this process's use. -EINVAL for no queues or a stride above 15.
  */
 static inline int upcie_kmod_iommu_map_pa_doorbells(struct upcie_kmod_iommu_map_pa *ctx,
 						    const struct upcie_pci_bdf *gpu,
 						    const struct upcie_pci_bdf *nvme,
+						    uint32_t nqueues, unsigned dstrd,
 						    struct upcie_kmod_bar_map *out)
 {
 	const char *share = getenv("UPCIE_DOORBELL_SHARE");
 	unsigned flags = share && *share && strcmp(share, "0") ? UPCIE_KMOD_BAR_SHARE : 0;
+	uint64_t len;
 
-	return upcie_kmod_iommu_map_pa_map_bar(ctx, gpu, nvme, 0, 0, 0, flags, out);
+	if (!nqueues || nqueues > 65536 || dstrd > 15)
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: doorbells of %u queues, stride %u",
+				  nqueues, dstrd);
+	len = upcie_align_up(UINT64_C(2) * nqueues * (UINT64_C(4) << dstrd), UINT64_C(4096));
+	return upcie_kmod_iommu_map_pa_map_bar(ctx, gpu, nvme, 0, UPCIE_KMOD_NVME_DOORBELL_OFFSET,
+					       len, flags, out);
 }
 
 /*
  * What the current domain of `bdf` maps at `iova`: *phys (0: nothing) and *domain_type
- * (UPCIE_IOMMU_MAP_PA_DOMAIN_*; either pointer may be NULL).
+ * (UPCIE_IOMMU_MAP_PA_DOMAIN_*; either pointer may be NULL). A domain user space owns is read
+ * only with bdf's open vfio device as owner_fd (-1: none; *phys is then 0).
  */
 static inline int upcie_kmod_iommu_map_pa_translate(struct upcie_kmod_iommu_map_pa *ctx,
-						    const struct upcie_pci_bdf *bdf, uint64_t iova,
-						    uint64_t *phys, unsigned *domain_type)
+						    const struct upcie_pci_bdf *bdf, int owner_fd,
+						    uint64_t iova, uint64_t *phys,
+						    unsigned *domain_type)
 {
 	struct upcie_iommu_map_pa_translate t;
 	char name[UPCIE_PCI_BDF_STRLEN];
@@ -313,6 +357,7 @@ static inline int upcie_kmod_iommu_map_pa_translate(struct upcie_kmod_iommu_map_
 	if (err)
 		return err;
 	t.iova = iova;
+	t.owner_fd = owner_fd;
 	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_TRANSLATE, &t)) {
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err, "iommu_map_pa: translate 0x%" PRIx64 " for %s: %s", iova,
@@ -482,7 +527,8 @@ struct upcie_dmamem_iommu_map_pa_priv_ {
 	uint64_t *pages; /* copy, for _add */
 	size_t npages;
 	uint64_t page_size;
-	int lifetime_fd;
+	struct upcie_pci_bdf source;
+	int lifetime_fd; /* own duplicate, for _add; -1 none */
 	uint64_t *handles;
 	size_t nhandles;
 };
@@ -505,6 +551,8 @@ static inline void upcie_dmamem_iommu_map_pa_release_(struct upcie_dmamem *mem)
 	/* the IOVAs go back only when nothing can still translate them */
 	if (unmapped)
 		upcie_kmod_iova_window_free(p->win, p->iova, p->len);
+	if (p->lifetime_fd >= 0)
+		close(p->lifetime_fd);
 	close(p->fd);
 	free(p->handles);
 	free(p->pages);
@@ -518,7 +566,7 @@ static inline void upcie_dmamem_iommu_map_pa_release_(struct upcie_dmamem *mem)
  * domain with one already mapped joins that mapping.
  */
 static inline int upcie_dmamem_iommu_map_pa_add(struct upcie_dmamem *mem,
-						const struct upcie_pci_bdf *bdf)
+						const struct upcie_kmod_iommu_target *t)
 {
 	struct upcie_dmamem_iommu_map_pa_priv_ *p;
 	struct upcie_kmod_iommu_map_pa tmp;
@@ -533,8 +581,8 @@ static inline int upcie_dmamem_iommu_map_pa_add(struct upcie_dmamem *mem,
 		return UPCIE_FAIL(-ENOMEM, "iommu_map_pa: out of host memory");
 	p->handles = nh;
 	tmp.fd = p->fd;
-	err = upcie_kmod_iommu_map_pa_map(&tmp, bdf, p->iova, p->pages, p->npages, p->page_size, 0,
-					  p->lifetime_fd, &h, NULL);
+	err = upcie_kmod_iommu_map_pa_map(&tmp, t, &p->source, p->iova, p->pages, p->npages,
+					  p->page_size, 0, p->lifetime_fd, &h, NULL);
 	if (err)
 		return err;
 	p->handles[p->nhandles++] = h;
@@ -543,18 +591,20 @@ static inline int upcie_dmamem_iommu_map_pa_add(struct upcie_dmamem *mem,
 
 /*
  * Allocate a range of the window and map `npages` pages of `page_size` bytes (physical addresses
- * in pages[]) there into each of the `n` controllers in bdfs[] (on vfio-pci, their domains
- * covering the window); describe it as arithmetic dmamem of npages * page_size bytes with CPU
- * view `vaddr` (may be NULL). lifetime_fd: see upcie_kmod_iommu_map_pa_map(). The dmamem holds
- * its own reference to the module file (ctx may be closed first) and borrows the window, which
- * must outlive it. upcie_dmamem_destroy() unmaps from every controller, then frees the range.
+ * in pages[], in memory BARs of function `source`) there into each of the `n` controllers in
+ * targets[] (on vfio-pci, their domains covering the window); describe it as arithmetic dmamem
+ * of npages * page_size bytes with CPU view `vaddr` (may be NULL). lifetime_fd: see
+ * upcie_kmod_iommu_map_pa_map(); the dmamem keeps its own duplicate of it. The dmamem holds its
+ * own reference to the module file (ctx may be closed first) and borrows the window, which must
+ * outlive it. upcie_dmamem_destroy() unmaps from every controller, then frees the range.
  * Errors: -ENOSPC (window full) and those of upcie_kmod_iommu_map_pa_map(). `mem` is zeroed on
  * failure, with nothing left mapped.
  */
 static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
 					    struct upcie_kmod_iommu_map_pa *ctx,
 					    struct upcie_kmod_iova_window *win,
-					    const struct upcie_pci_bdf *bdfs, size_t n, void *vaddr,
+					    const struct upcie_kmod_iommu_target *targets, size_t n,
+					    const struct upcie_pci_bdf *source, void *vaddr,
 					    const uint64_t *pages, size_t npages,
 					    uint64_t page_size, int lifetime_fd)
 {
@@ -568,8 +618,8 @@ static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
 	mem->fd = -1;
 	if (!ctx || ctx->fd <= 0 || !win || !win->ready)
 		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: context or window not ready");
-	if (!bdfs || !n || !pages || !npages || !upcie_is_pow2(page_size) || page_size < 4096 ||
-	    npages > UINT64_MAX / page_size || npages * page_size > SIZE_MAX)
+	if (!targets || !n || !source || !pages || !npages || !upcie_is_pow2(page_size) ||
+	    page_size < 4096 || npages > UINT64_MAX / page_size || npages * page_size > SIZE_MAX)
 		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: bad dmamem arguments");
 	len = npages * page_size;
 	p = (struct upcie_dmamem_iommu_map_pa_priv_ *)calloc(1, sizeof(*p));
@@ -580,12 +630,25 @@ static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
 	p->len = len;
 	p->npages = npages;
 	p->page_size = page_size;
-	p->lifetime_fd = lifetime_fd;
+	p->source = *source;
+	p->lifetime_fd = -1;
 	p->pages = (uint64_t *)malloc(npages * sizeof(*p->pages));
 	if (!p->pages) {
 		free(p);
 		return UPCIE_FAIL(-ENOMEM, "iommu_map_pa: out of host memory for %zu pages",
 				  npages);
+	}
+	/* _add may come after the caller closed its descriptor, or reused its number */
+	if (lifetime_fd >= 0) {
+		p->lifetime_fd = fcntl(lifetime_fd, F_DUPFD_CLOEXEC, 3);
+		if (p->lifetime_fd < 0) {
+			err = UPCIE_FAIL(upcie_neg_errno(),
+					 "iommu_map_pa: dup of the lifetime descriptor %d: %s",
+					 lifetime_fd, upcie_errno_name(upcie_neg_errno()));
+			free(p->pages);
+			free(p);
+			return err;
+		}
 	}
 	memcpy(p->pages, pages, npages * sizeof(*p->pages));
 	err = upcie_kmod_iova_window_alloc(win, len, page_size, &p->iova);
@@ -604,7 +667,7 @@ static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
 	mem->priv = p;
 	mem->kind = "iommu-map-pa";
 	for (size_t i = 0; i < n; i++) {
-		err = upcie_dmamem_iommu_map_pa_add(mem, &bdfs[i]);
+		err = upcie_dmamem_iommu_map_pa_add(mem, &targets[i]);
 		if (err) {
 			upcie_dmamem_destroy(mem); /* unmaps what is mapped, frees the range */
 			return err;
@@ -617,6 +680,8 @@ fail_fd:
 fail_iova:
 	upcie_kmod_iova_window_free(win, p->iova, len);
 fail_free:
+	if (p->lifetime_fd >= 0)
+		close(p->lifetime_fd);
 	free(p->pages);
 	free(p);
 	memset(mem, 0, sizeof(*mem));
@@ -626,13 +691,14 @@ fail_free:
 
 /*
  * The same for memory described by a LUT dmamem of physical addresses (upcie_dmamem_dmabuf_import
- * of GPU memory): its granules become the pages, its CPU view the view. The LUT dmamem must
- * outlive this one (it holds the attachment that keeps the memory in place).
+ * of GPU memory, `source` the GPU): its granules become the pages, its CPU view the view. The
+ * LUT dmamem must outlive this one (it holds the attachment that keeps the memory in place).
  */
 static inline int upcie_dmamem_iommu_map_pa_lut(struct upcie_dmamem *mem,
 						struct upcie_kmod_iommu_map_pa *ctx,
 						struct upcie_kmod_iova_window *win,
-						const struct upcie_pci_bdf *bdfs, size_t n,
+						const struct upcie_kmod_iommu_target *targets,
+						size_t n, const struct upcie_pci_bdf *source,
 						const struct upcie_dmamem *lutmem)
 {
 	int err;
@@ -644,8 +710,9 @@ static inline int upcie_dmamem_iommu_map_pa_lut(struct upcie_dmamem *mem,
 		}
 		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: source is not a LUT dmamem");
 	}
-	err = upcie_dmamem_iommu_map_pa(mem, ctx, win, bdfs, n, lutmem->vaddr, lutmem->lut,
-					lutmem->nlut, UINT64_C(1) << lutmem->granule_shift, -1);
+	err =
+	    upcie_dmamem_iommu_map_pa(mem, ctx, win, targets, n, source, lutmem->vaddr, lutmem->lut,
+				      lutmem->nlut, UINT64_C(1) << lutmem->granule_shift, -1);
 	if (!err)
 		mem->size = lutmem->size; /* the last granule may be partly beyond the memory */
 	return err;

@@ -9,7 +9,7 @@
 # from an imported buffer through its LUT. The checks are in progs/t_kmod_dmabuf.c;
 # kmod_dmabuf.host.sh finds the Write in c0n1.img.
 #
-# configs: A B C
+# configs: A B C K
 # timeout: 240
 # shellcheck source=../lib/tb.sh
 . /tests/lib/tb.sh
@@ -25,4 +25,4 @@ if [ "$TB_IOMMU" = 1 ]; then
 	tb_modprobe vfio_iommu_type1 vfio-pci
 fi
 tap_diag "$(dmesg | grep -m1 'dmabuf_import: version')"
-exec /bin/t_kmod_dmabuf "$TB_C0_BDF"
+exec /bin/t_kmod_dmabuf "$TB_C0_BDF" "$TB_VRAM_BDF"

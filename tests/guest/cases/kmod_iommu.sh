@@ -10,7 +10,7 @@
 # Without an IOMMU: the refusal and PASSTHROUGH answers. The checks are in
 # progs/t_kmod_iommu.c; kmod_iommu.host.sh checks the vram and namespace files.
 #
-# configs: A B C
+# configs: A B C K
 # timeout: 240
 # shellcheck source=../lib/tb.sh
 . /tests/lib/tb.sh

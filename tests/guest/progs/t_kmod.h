@@ -395,6 +395,37 @@ static inline int tk_nvme_rw(struct tk_nvme *n, bool write, uint64_t slba,
 		     : upcie_nvme_ioq_read_sync(&n->q, &n->ns, slba, mem, off, len, &cqe);
 }
 
+/* Where a function's MSI-X table is: BAR index and offset, from its config space (sysfs). */
+static inline int tk_msix_table(const struct upcie_pci_bdf *bdf, unsigned *bir, uint64_t *off)
+{
+	char path[128], name[UPCIE_PCI_BDF_STRLEN];
+	uint8_t cfg[256];
+	unsigned pos, n = 0;
+	ssize_t got;
+	int fd;
+
+	upcie_pci_bdf_format(bdf, name, sizeof(name));
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/config", name);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	got = pread(fd, cfg, sizeof(cfg), 0);
+	close(fd);
+	if (got != (ssize_t)sizeof(cfg) || !(cfg[6] & 0x10))
+		return -ENOENT;
+	for (pos = cfg[0x34] & 0xfc; pos && pos < 0xfc && n < 48; pos = cfg[pos + 1] & 0xfc, n++) {
+		if (cfg[pos] == 0x11) {
+			uint32_t t = (uint32_t)cfg[pos + 4] | (uint32_t)cfg[pos + 5] << 8 |
+				     (uint32_t)cfg[pos + 6] << 16 | (uint32_t)cfg[pos + 7] << 24;
+
+			*bir = t & 7;
+			*off = t & ~UINT32_C(7);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
 /* Unload a module without waiting: 0 or -errno (EBUSY/EAGAIN while in use). */
 static inline int tk_rmmod(const char *name)
 {

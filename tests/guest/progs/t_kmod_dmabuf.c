@@ -20,7 +20,13 @@
  * in hugepages); under the translating vIOMMU everything the controller touches (queues and
  * data) is in dma-bufs attached for the controller itself.
  *
- * Usage: t_kmod_dmabuf NVME_BDF   (needs the modules dmabuf_import, vgem, uio_pci_generic)
+ * The function's state: its DMA mask is 64 bits only while it has attachments (vram, which no
+ * driver claims, keeps the default 32 otherwise); uio_pci_generic binding keeps them, vfio-pci
+ * binding ends them before it probes. Capability: GET without CAP_SYS_ADMIN works, DETACH is
+ * EPERM. Bounds over all files: max_total_attachments (ENFILE), max_total_mib (EDQUOT). Last,
+ * kernel lockdown closes the module (EPERM on open).
+ *
+ * Usage: t_kmod_dmabuf NVME_BDF VRAM_BDF   (modules dmabuf_import, vgem, uio_pci_generic)
  */
 #include <upcie/base/feature.h>
 
@@ -47,8 +53,8 @@
 
 #define DEV UPCIE_DMABUF_IMPORT_DEVICE
 
-static struct upcie_pci_bdf nvme;
-static char nvme_name[UPCIE_PCI_BDF_STRLEN];
+static struct upcie_pci_bdf nvme, vram;
+static char nvme_name[UPCIE_PCI_BDF_STRLEN], vram_name[UPCIE_PCI_BDF_STRLEN];
 static bool iommu;
 
 static uint64_t live(struct upcie_kmod_dmabuf_import *ctx)
@@ -551,11 +557,11 @@ static void test_function(struct upcie_kmod_dmabuf_import *ctx, struct tk_buf *b
 		int rc = tk_sh("echo 1 > /sys/bus/pci/devices/%s/remove", nvme_name);
 
 		TAP(!rc && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, cap, &got) == -ENODEV &&
-			live(ctx) == was - 1,
+			live(ctx) == was,
 		    "%s removed with an attachment live: torn down, the handle answers -ENODEV",
 		    nvme_name);
 		TAP(!upcie_kmod_dmabuf_detach(ctx, h) &&
-			upcie_kmod_dmabuf_detach(ctx, h) == -ENOENT,
+			upcie_kmod_dmabuf_detach(ctx, h) == -ENOENT && live(ctx) == was - 1,
 		    "the dead handle detaches once");
 		tk_sh("echo 1 > /sys/bus/pci/rescan");
 		TAP(!upcie_pci_func_exists(&nvme), "%s back after a rescan", nvme_name);
@@ -563,6 +569,157 @@ static void test_function(struct upcie_kmod_dmabuf_import *ctx, struct tk_buf *b
 		TAP(0, "attach before removing %s (%d)", nvme_name, err);
 	}
 	free(segs);
+}
+
+static int mask_bits(const char *name)
+{
+	char path[128], buf[16] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/dma_mask_bits", name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return atoi(buf);
+}
+
+static int set_param(const char *name, unsigned long v)
+{
+	return tk_sh("echo %lu > /sys/module/dmabuf_import/parameters/%s", v, name);
+}
+
+/*
+ * The function's state follows its attachments: its DMA mask is raised to 64 bits while it has
+ * some and restored after the last (vram: no driver, the default 32-bit mask); a driver other
+ * than uio_pci_generic binding to it ends them; uio_pci_generic does not.
+ */
+static void test_function_state(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
+{
+	struct upcie_sg_seg *segs = calloc(1024, sizeof(*segs));
+	int before = mask_bits(vram_name), during = -1;
+	uint64_t h = 0, h2 = 0, was = live(ctx);
+	size_t n = 0, got;
+	int err;
+
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &vram, b->fd, segs, 1024, &n, &h);
+	if (!err)
+		during = mask_bits(vram_name);
+	TAP(!err && before == 32 && during == 64,
+	    "%s (no driver) as importer: DMA mask %d bits, %d while attached", vram_name, before,
+	    during);
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &vram, b->fd, segs, 1024, &n, &h2);
+	TAP(!err && !upcie_kmod_dmabuf_detach(ctx, h) && mask_bits(vram_name) == 64,
+	    "a second attachment, the first detached: still 64 bits");
+	TAP(!upcie_kmod_dmabuf_detach(ctx, h2) && mask_bits(vram_name) == before,
+	    "the last one detached: the mask is back at %d bits", mask_bits(vram_name));
+
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &vram, b->fd, segs, 1024, &n, &h);
+	TAP(!err && !upcie_pci_driver_bind(&vram, "uio_pci_generic") &&
+		!upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got),
+	    "%s bound to uio_pci_generic while attached: the attachment stays", vram_name);
+	if (iommu) {
+		err = upcie_pci_driver_bind(&vram, "vfio-pci");
+		TAP(!err && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got) == -ENODEV &&
+			mask_bits(vram_name) == before && live(ctx) == was + 1,
+		    "%s bound to vfio-pci while attached: torn down before it probed (mask %d "
+		    "bits), the handle answers -ENODEV",
+		    vram_name, mask_bits(vram_name));
+		TAP(!upcie_kmod_dmabuf_detach(ctx, h) && live(ctx) == was &&
+			mask_bits(vram_name) == before,
+		    "its handle detaches; the mask stays the new driver's");
+	} else {
+		SKIPPED("vfio-pci needs an IOMMU", "%s bound to vfio-pci while attached",
+			vram_name);
+		upcie_kmod_dmabuf_detach(ctx, h);
+	}
+	upcie_pci_driver_unbind(&vram);
+	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", vram_name);
+	free(segs);
+}
+
+/* GET changes nothing; DETACH does and needs the capability, like ATTACH. */
+static void test_capability(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
+{
+	struct upcie_sg_seg seg[1024];
+	uint64_t h = 0;
+	size_t n = 0;
+	pid_t pid;
+	int status;
+
+	if (upcie_kmod_dmabuf_attach(ctx, b->fd, seg, 1024, &n, &h)) {
+		TAP(0, "attach for the capability test");
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		uint64_t hh = h;
+		size_t got;
+		int r = 0;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(99);
+		if (upcie_kmod_dmabuf_segs(ctx, h, 0, seg, 1024, &got))
+			r |= 1;
+		if (ioctl(ctx->fd, UPCIE_DMABUF_IMPORT_IOC_DETACH, &hh) == 0 || errno != EPERM)
+			r |= 2;
+		_exit(r);
+	}
+	waitpid(pid, &status, 0);
+	TAP(WIFEXITED(status) && WEXITSTATUS(status) == 0 && !upcie_kmod_dmabuf_detach(ctx, h),
+	    "without CAP_SYS_ADMIN on the inherited file: GET works, DETACH is EPERM (status %d)",
+	    WEXITSTATUS(status));
+}
+
+/* The bounds over all files: attachments and pinned bytes. */
+static void test_limits(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
+{
+	struct upcie_kmod_dmabuf_import other = { 0 };
+	struct upcie_sg_seg seg[1024];
+	uint64_t h[3] = { 0, 0, 0 }, was = live(ctx);
+	size_t n;
+	int err;
+
+	upcie_kmod_dmabuf_import_open(&other);
+	TAP(!set_param("max_total_attachments", was + 2) &&
+		!upcie_kmod_dmabuf_attach(ctx, b->fd, seg, 1024, &n, &h[0]) &&
+		!upcie_kmod_dmabuf_attach(&other, b->fd, seg, 1024, &n, &h[1]) &&
+		upcie_kmod_dmabuf_attach(ctx, b->fd, seg, 1024, &n, &h[2]) == -ENFILE &&
+		upcie_kmod_dmabuf_attach(&other, b->fd, seg, 1024, &n, &h[2]) == -ENFILE,
+	    "max_total_attachments %" PRIu64 ": the third attachment over two files is -ENFILE",
+	    was + 2);
+	upcie_kmod_dmabuf_detach(ctx, h[0]);
+	upcie_kmod_dmabuf_detach(&other, h[1]);
+	set_param("max_total_attachments", 16384);
+	err = set_param("max_total_mib", b->size / MiB + b->size / MiB / 2);
+	TAP(!err && !upcie_kmod_dmabuf_attach(ctx, b->fd, seg, 1024, &n, &h[0]) &&
+		upcie_kmod_dmabuf_attach(&other, b->fd, seg, 1024, &n, &h[1]) == -EDQUOT,
+	    "max_total_mib %zu: a second %zu MiB buffer is -EDQUOT", b->size / MiB * 3 / 2,
+	    b->size / MiB);
+	upcie_kmod_dmabuf_detach(ctx, h[0]);
+	set_param("max_total_mib", 1UL << 20);
+	TAP(live(ctx) == was, "nothing left attached by the limit tests");
+	upcie_kmod_dmabuf_import_close(&other);
+}
+
+/* Last: kernel lockdown (one way) closes the module to new users. */
+static void test_lockdown(void)
+{
+	struct upcie_kmod_dmabuf_import ctx = { 0 };
+
+	tk_sh("mountpoint -q /sys/kernel/security || mount -t securityfs securityfs "
+	      "/sys/kernel/security");
+	if (access("/sys/kernel/security/lockdown", W_OK)) {
+		SKIPPED("no lockdown LSM on this kernel", "open under kernel lockdown: EPERM");
+		return;
+	}
+	TAP(!tk_sh("echo integrity > /sys/kernel/security/lockdown") &&
+		upcie_kmod_dmabuf_import_open(&ctx) == -EPERM,
+	    "open under kernel lockdown (integrity): -EPERM");
+	upcie_kmod_dmabuf_import_close(&ctx);
 }
 
 static void test_unload(struct tk_buf *b)
@@ -592,9 +749,10 @@ int main(int argc, char **argv)
 	int nbufs = 0, err;
 
 	upcie_log_set_handler(tk_log, NULL);
-	if (argc < 2 || tk_bdf(argv[1], &nvme))
+	if (argc < 3 || tk_bdf(argv[1], &nvme) || tk_bdf(argv[2], &vram))
 		return 2;
 	upcie_pci_bdf_format(&nvme, nvme_name, sizeof(nvme_name));
+	upcie_pci_bdf_format(&vram, vram_name, sizeof(vram_name));
 	iommu = getenv("TB_IOMMU") && !strcmp(getenv("TB_IOMMU"), "1");
 
 	test_basics();
@@ -621,8 +779,12 @@ int main(int argc, char **argv)
 	test_refusals(&ctx, &bufs[0]);
 	test_files(&ctx, &bufs[0]);
 	test_function(&ctx, bufs, nbufs);
+	test_function_state(&ctx, &bufs[0]);
+	test_capability(&ctx, &bufs[0]);
+	test_limits(&ctx, &bufs[0]);
 	upcie_kmod_dmabuf_import_close(&ctx);
 	test_unload(&bufs[0]);
+	test_lockdown();
 	for (int i = 0; i < nbufs; i++)
 		tk_buf_free(&bufs[i]);
 	return tap_done();

@@ -66,6 +66,24 @@
 
 static struct upcie_pci_bdf c0, c1, vram;
 static char n0[UPCIE_PCI_BDF_STRLEN], n1[UPCIE_PCI_BDF_STRLEN], nv[UPCIE_PCI_BDF_STRLEN];
+/* the open vfio devices of c0 and c1: the proof of owning their domains (-1: not open) */
+static int own0 = -1, own1 = -1;
+
+static int owner_of(const struct upcie_pci_bdf *b)
+{
+	if (!memcmp(b, &c0, sizeof(*b)))
+		return own0;
+	if (!memcmp(b, &c1, sizeof(*b)))
+		return own1;
+	return -1;
+}
+
+static struct upcie_kmod_iommu_target target(const struct upcie_pci_bdf *b)
+{
+	struct upcie_kmod_iommu_target t = { *b, owner_of(b) };
+
+	return t;
+}
 
 static uint64_t live(struct upcie_kmod_iommu_map_pa *ctx)
 {
@@ -79,7 +97,7 @@ static uint64_t xlate(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pc
 {
 	uint64_t phys = UINT64_MAX;
 
-	upcie_kmod_iommu_map_pa_translate(ctx, b, iova, &phys, type);
+	upcie_kmod_iommu_map_pa_translate(ctx, b, owner_of(b), iova, &phys, type);
 	return phys;
 }
 
@@ -94,6 +112,10 @@ static int raw_map(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_b
 	m.pci.segment = b->domain;
 	m.pci.bus = b->bus;
 	m.pci.devfn = (uint8_t)(b->dev << 3 | b->fn);
+	m.source.segment = vram.domain; /* the pages are vram's unless a tweak says otherwise */
+	m.source.bus = vram.bus;
+	m.source.devfn = (uint8_t)(vram.dev << 3 | vram.fn);
+	m.owner_fd = owner_of(b);
 	m.iova = iova;
 	m.page_size = page_size;
 	m.npages = npages;
@@ -127,6 +149,18 @@ static int lifetime_fd_;
 static void tw_lifetime(struct upcie_iommu_map_pa_map *m)
 {
 	m->lifetime_fd = lifetime_fd_;
+}
+static int owner_fd_;
+static void tw_owner(struct upcie_iommu_map_pa_map *m)
+{
+	m->owner_fd = owner_fd_;
+}
+static struct upcie_pci_bdf source_;
+static void tw_source(struct upcie_iommu_map_pa_map *m)
+{
+	m->source.segment = source_.domain;
+	m->source.bus = source_.bus;
+	m->source.devfn = (uint8_t)(source_.dev << 3 | source_.fn);
 }
 
 static void test_basics(struct upcie_kmod_iommu_map_pa *ctx)
@@ -165,9 +199,12 @@ static void test_no_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	uint64_t page = vbar->phys + V_MAP4K, h;
 	unsigned type = 99;
 
-	TAP(upcie_kmod_iommu_map_pa_map(ctx, &c0, UPCIE_KMOD_IOVA_WINDOW_BASE, &page, 1, 4096, 0,
-					-1, &h, NULL) == -ENODEV,
+	struct upcie_kmod_iommu_target t0 = { c0, open("/dev/null", O_RDONLY) };
+
+	TAP(upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, UPCIE_KMOD_IOVA_WINDOW_BASE, &page, 1,
+					4096, 0, -1, &h, NULL) == -ENODEV,
 	    "MAP without an IOMMU: -ENODEV");
+	close(t0.owner_fd);
 	TAP(!upcie_kmod_iommu_map_pa_map_bar(ctx, &c0, &vram, 2, 0, 0, 0, &bm) &&
 		bm.result == UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH && !bm.handle &&
 		bm.iova == vbar->phys,
@@ -262,13 +299,53 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 
 	for (int i = 0; i < 4; i++)
 		pages[i] = vbar->phys + V_REFUSE + (uint64_t)i * 4096;
-	TAP(raw_map(ctx, &vram, win_free, pages, 4, 4096, NULL) == -EPERM &&
+	owner_fd_ = own0;
+	TAP(raw_map(ctx, &vram, win_free, pages, 4, 4096, tw_owner) == -EPERM &&
 		xlate(ctx, &vram, 0, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
 	    "MAP into %s (no driver: the kernel's DMA domain): EPERM", nv);
+	/* the proof of owning the domain */
+	owner_fd_ = -1;
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EBADF,
+	    "MAP into %s without its vfio device (owner -1): EBADF", n0);
+	fd = open("/dev/null", O_RDONLY);
+	owner_fd_ = fd;
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EACCES,
+	    "MAP into %s with /dev/null as owner: EACCES", n0);
+	close(fd);
+	owner_fd_ = own1;
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EACCES,
+	    "MAP into %s with %s's vfio device as owner (same container): EACCES", n0, n1);
+	owner_fd_ = ctx->fd;
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EACCES,
+	    "MAP into %s with the module's own file as owner: EACCES", n0);
+	/* what the pages may be */
+	source_ = c0;
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_source) == -EPERM,
+	    "vram pages named as memory of %s (not in its BARs): EPERM", n0);
+	{
+		uint64_t msix = 0, bar0p = 0;
+		unsigned bir = 9;
+
+		if (!tk_msix_table(&c1, &bir, &msix)) {
+			struct upcie_pci_resource res[UPCIE_PCI_NUM_RES];
+
+			upcie_pci_func_resources(&c1, res);
+			bar0p = res[bir].start + (msix & ~UINT64_C(4095));
+			source_ = c1;
+			TAP(raw_map(ctx, &c0, win_free, &bar0p, 1, 4096, tw_source) == -EPERM,
+			    "the page of %s's MSI-X table (BAR%u + 0x%" PRIx64 "), as its memory: "
+			    "EPERM",
+			    n1, bir, msix);
+		} else {
+			TAP(0, "%s's MSI-X table from its config space", n1);
+		}
+	}
 	if (!upcie_dmamem_hugepage_lut(&hp, 2 * MiB, NULL)) {
 		ram = hp.lut[0];
 		TAP(raw_map(ctx, &c0, win_free, &ram, 1, 4096, NULL) == -EPERM,
-		    "MAP of a system RAM page (a hugepage at 0x%" PRIx64 "): EPERM", ram);
+		    "MAP of a system RAM page (a hugepage at 0x%" PRIx64 ") as vram's memory: "
+		    "EPERM",
+		    ram);
 		upcie_dmamem_destroy(&hp);
 	} else {
 		TAP(0, "hugepage for the RAM refusal");
@@ -322,7 +399,8 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	{
 		struct upcie_pci_bdf none = { .domain = 0, .bus = 0xfe, .dev = 31, .fn = 7 };
 
-		TAP(raw_map(ctx, &none, win_free, pages, 4, 4096, NULL) == -ENODEV,
+		owner_fd_ = own0;
+		TAP(raw_map(ctx, &none, win_free, pages, 4, 4096, tw_owner) == -ENODEV,
 		    "a function that does not exist: ENODEV");
 	}
 	TAP(tk_ioctl(ctx->fd, _IOWR(UPCIE_IOMMU_MAP_PA_IOC_TYPE, 0x1f, uint64_t), &h) == -ENOTTY,
@@ -349,8 +427,12 @@ static void test_child(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 
 		for (int i = 0; i < 16; i++)
 			pages[i] = vbar->phys + V_CHILD + (uint64_t)i * 4096;
+		struct upcie_kmod_iommu_target t0 = target(&c0);
+
+		/* the child inherited the parent's vfio device descriptor: a proof it holds too */
 		if (upcie_kmod_iommu_map_pa_open(&mine) ||
-		    upcie_kmod_iommu_map_pa_map(&mine, &c0, iova, pages, 16, 4096, 0, -1, &h, NULL))
+		    upcie_kmod_iommu_map_pa_map(&mine, &t0, &vram, iova, pages, 16, 4096, 0, -1, &h,
+						NULL))
 			_exit(1);
 		_exit(xlate(&mine, &c0, iova + 4096, NULL) == pages[1] ? 0 : 2);
 	}
@@ -365,38 +447,39 @@ static void test_child(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *bar0)
 {
 	struct upcie_kmod_bar_map bm, b2, b3;
-	uint64_t was = live(ctx), h;
-	unsigned type;
+	const uint64_t db = bar0->phys + UPCIE_KMOD_NVME_DOORBELL_OFFSET;
+	uint64_t was = live(ctx), msix = 0;
+	unsigned type, bir = 9;
 	int err;
 
-	err = upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, 0, 0, &bm);
-	TAP(!err && bm.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED && bm.iova == bar0->phys &&
-		bm.size == bar0->size && bm.in_host_window,
-	    "MAP_BAR: %s BAR0 (0x%" PRIx64 ", %zu KiB) identity-mapped into %s's DMA domain, "
+	/* c0 has 2 I/O queue pairs and CAP.DSTRD 0 under QEMU: one doorbell page */
+	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm);
+	TAP(!err && bm.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED && bm.iova == db &&
+		bm.size == 4096 && bm.in_host_window,
+	    "doorbells: %s's doorbell page (0x%" PRIx64 ") identity-mapped into %s's DMA domain, "
 	    "inside the host-bridge window",
-	    n0, bar0->phys, bar0->size / 1024, nv);
-	TAP(xlate(ctx, &vram, bar0->phys + 0x1000, &type) == bar0->phys + 0x1000 &&
-		type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
-	    "the doorbell page translates to itself in %s's domain", nv);
-	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, 0, 0, &b2) == -EEXIST,
+	    n0, db, nv);
+	TAP(xlate(ctx, &vram, db, &type) == db && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA &&
+		xlate(ctx, &vram, bar0->phys, NULL) == 0 && xlate(ctx, &vram, db + 4096, NULL) == 0,
+	    "only the doorbell page translates: not the registers before it, nothing after it");
+	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0x1000, 0x1000, 0, &b2) == -EEXIST,
 	    "again: the range is taken, -EEXIST");
-	TAP(!upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, 0, UPCIE_KMOD_BAR_SHARE, &b2) &&
+	TAP(!upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0x1000, 0x1000,
+					     UPCIE_KMOD_BAR_SHARE, &b2) &&
 		b2.result == UPCIE_IOMMU_MAP_PA_BAR_BORROWED && b2.handle,
 	    "again with the share flag: BORROWED");
 	setenv("UPCIE_DOORBELL_SHARE", "1", 1);
-	TAP(!upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, &b3) &&
+	TAP(!upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &b3) &&
 		b3.result == UPCIE_IOMMU_MAP_PA_BAR_BORROWED,
 	    "the doorbell helper with UPCIE_DOORBELL_SHARE=1: BORROWED");
 	unsetenv("UPCIE_DOORBELL_SHARE");
 	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, b2.handle) &&
-		!upcie_kmod_iommu_map_pa_unmap(ctx, b3.handle) &&
-		xlate(ctx, &vram, bar0->phys, NULL) == bar0->phys,
+		!upcie_kmod_iommu_map_pa_unmap(ctx, b3.handle) && xlate(ctx, &vram, db, NULL) == db,
 	    "unmapping the borrowed handles leaves the mapping");
-	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) &&
-		xlate(ctx, &vram, bar0->phys, NULL) == 0,
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && xlate(ctx, &vram, db, NULL) == 0,
 	    "unmapping the owner's handle removes it");
 	TAP(upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) == -ENOENT, "unmap again: -ENOENT");
-	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &c1, &c0, 0, 0, 0, 0, &b2) == -EPERM,
+	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &c1, &c0, 0, 0x1000, 0x1000, 0, &b2) == -EPERM,
 	    "MAP_BAR into %s (vfio: user-owned domain): -EPERM", n1);
 	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 6, 0, 0, 0, &b2) == -EINVAL &&
 		upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 1, 0, 0, 0, &b2) == -EINVAL &&
@@ -404,19 +487,32 @@ static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 		upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, bar0->size + 4096, 0, &b2) ==
 		    -EINVAL,
 	    "MAP_BAR of BAR 6, of the upper half of a 64-bit BAR, unaligned, too long: -EINVAL");
+	if (!tk_msix_table(&c0, &bir, &msix)) {
+		TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, bir, msix & ~UINT64_C(4095),
+						    4096, 0, &b2) == -EPERM &&
+			xlate(ctx, &vram, bar0->phys + (msix & ~UINT64_C(4095)), NULL) == 0,
+		    "MAP_BAR of the page of %s's MSI-X table (BAR%u + 0x%" PRIx64 "): -EPERM", n0,
+		    bir, msix);
+		if (bir == 0)
+			TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, 0, 0, &b2) ==
+				-EPERM,
+			    "MAP_BAR of the whole BAR0, which holds the MSI-X table: -EPERM");
+	} else {
+		TAP(0, "%s's MSI-X table from its config space", n0);
+	}
 
 	/* the target's driver binding changes under a live mapping */
-	err = upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0, 0, 0, &bm);
-	TAP(!err && upcie_pci_driver_bind(&vram, "vfio-pci") == 0 && live(ctx) == was &&
-		xlate(ctx, &vram, bar0->phys, &type) == 0,
+	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm);
+	TAP(!err && upcie_pci_driver_bind(&vram, "vfio-pci") == 0 && live(ctx) == was + 1 &&
+		xlate(ctx, &vram, db, &type) == 0,
 	    "%s bound to vfio-pci while mapped: the mapping went with its DMA domain", nv);
-	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle), "its handle unmaps (once)");
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && live(ctx) == was,
+	    "its handle unmaps (once)");
 	upcie_pci_driver_unbind(&vram);
 	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", nv);
 	TAP(xlate(ctx, &vram, 0, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA &&
 		live(ctx) == was,
 	    "%s unbound again: back in its DMA domain, nothing left", nv);
-	(void)h;
 }
 
 static void cpl_done(void *arg, const struct upcie_nvme_cqe *cqe, int err)
@@ -562,9 +658,9 @@ static void test_identity_dma(struct upcie_kmod_iommu_map_pa *ctx, const struct 
 	TAP(!err && bm.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED && bm.iova == vbar->phys + V_IDENT,
 	    "MAP_BAR: %s BAR2 +%" PRIu64 " MiB (1 MiB) into %s's DMA domain", nv, V_IDENT / MiB,
 	    n1);
-	err = upcie_kmod_iommu_map_pa_map_bar(ctx, &c1, &c0, 0, 0, 0, 0, &db);
+	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &c1, &c0, 3, 0, &db);
 	TAP(!err && xlate(ctx, &c1, bar0->phys + 0x1000, NULL) == bar0->phys + 0x1000,
-	    "and %s BAR0 (the doorbells) into the same domain", n0);
+	    "and %s's doorbell page into the same domain", n0);
 
 	err = upcie_kmod_dmabuf_import_open(&imp);
 	if (!err)
@@ -597,7 +693,7 @@ static void test_identity_dma(struct upcie_kmod_iommu_map_pa *ctx, const struct 
 		    n1, nv, diff);
 		INFO("ident_vram", "%" PRIu64 "+%" PRIu64 "+c1n1+0", V_IDENT, 64 * KiB);
 		if (db.result == UPCIE_IOMMU_MAP_PA_BAR_MAPPED)
-			test_doorbell(ctx, &nv1, &imp, db.iova);
+			test_doorbell(ctx, &nv1, &imp, db.iova - UPCIE_KMOD_NVME_DOORBELL_OFFSET);
 		else
 			TAP(0, "doorbell: %s BAR0 identity-mapped into %s's domain", n0, n1);
 		tk_nvme_down(&nv1);
@@ -650,6 +746,7 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	TAP(!err, "iommufd: %s bound through its cdev and attached to an IOAS", n0);
 	if (err)
 		goto out;
+	own0 = dev.fd; /* the bound cdev is the owner here */
 	TAP(xlate(ctx, &c0, 0, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_USER,
 	    "iommufd: the IOAS's page table is a user-owned domain");
 	memset(&r, 0, sizeof(r));
@@ -706,8 +803,13 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 		goto out_win;
 	for (int i = 0; i < 256; i++)
 		pages[i] = vbar->phys + V_IOMMUFD + (uint64_t)i * 4096;
-	err = upcie_dmamem_iommu_map_pa(&m, ctx, &win, &c0, 1, (char *)vbar->addr + V_IOMMUFD,
-					pages, 256, 4096, -1);
+	{
+		struct upcie_kmod_iommu_target t0 = { c0, dev.fd };
+
+		err =
+		    upcie_dmamem_iommu_map_pa(&m, ctx, &win, &t0, 1, &vram,
+					      (char *)vbar->addr + V_IOMMUFD, pages, 256, 4096, -1);
+	}
 	TAP(!err && xlate(ctx, &c0, m.iova + 4096, NULL) == pages[1],
 	    "iommufd: vram [52, 53) MiB mapped into the IOAS's domain at 0x%" PRIx64,
 	    err ? 0 : m.iova);
@@ -736,9 +838,67 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 out_win:
 	upcie_kmod_iova_window_fini(&win);
 out:
+	own0 = -1;
 	upcie_vfio_device_close(&dev);
 	upcie_vfio_ioas_destroy(&ioas);
 	upcie_vfio_iommufd_close(&fd);
+}
+
+/*
+ * The module keeps the owner's vfio device open while it maps into its domain, and that keeps a
+ * type1 domain alive: with the user's own descriptor closed, the group still cannot leave its
+ * container (vfio answers EBUSY while a device is open), so the domain cannot be freed under the
+ * mapping, nor reused for another owner; once unmapped, it can.
+ */
+static void test_owner_holds(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *vbar)
+{
+	struct upcie_vfio_container cont = { .fd = -1 };
+	struct upcie_vfio_group g = { .fd = -1 };
+	struct upcie_vfio_device d = { .fd = -1 };
+	uint64_t pages[4], h = 0, phys = 1;
+	int err;
+
+	for (int i = 0; i < 4; i++)
+		pages[i] = vbar->phys + V_REFUSE + (uint64_t)i * 4096;
+	err = upcie_vfio_container_open(&cont);
+	if (!err)
+		err = upcie_vfio_group_open(&g, &cont, upcie_vfio_group_id(&c1));
+	if (!err)
+		err = upcie_vfio_device_open(&d, &g, &c1);
+	if (!err) {
+		struct upcie_kmod_iommu_target t = { c1, d.fd };
+
+		err = upcie_kmod_iommu_map_pa_map(ctx, &t, &vram, UPCIE_KMOD_IOVA_WINDOW_BASE,
+						  pages, 4, 4096, 0, -1, &h, NULL);
+	}
+	TAP(!err, "%s in its own container, 4 vram pages mapped with its device as owner", n1);
+	if (err)
+		goto out;
+	upcie_vfio_device_close(&d);
+	err = ioctl(g.fd, VFIO_GROUP_UNSET_CONTAINER) ? -errno : 0;
+	TAP(err == -EBUSY,
+	    "the user's device descriptor closed: the group still cannot leave its container "
+	    "(EBUSY: the module holds the device, the domain stays) (%d)",
+	    err);
+	if (!err) {
+		/* the domain went under the mapping: put things back so that the rest can run */
+		ioctl(g.fd, VFIO_GROUP_SET_CONTAINER, &cont.fd);
+		ioctl(cont.fd, VFIO_SET_IOMMU, VFIO_TYPE1v2_IOMMU);
+	}
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, h), "unmapped");
+	err = ioctl(g.fd, VFIO_GROUP_UNSET_CONTAINER) ? -errno : 0;
+	TAP(!err, "now the group leaves its container (%d)", err);
+	if (!err) {
+		g.container->ngroups--;
+		g.container->iommu_set = 0;
+		g.container = NULL;
+	}
+	upcie_kmod_iommu_map_pa_translate(ctx, &c1, -1, UPCIE_KMOD_IOVA_WINDOW_BASE, &phys, NULL);
+	TAP(phys == 0, "and nothing of the mapping is left where %s is now", n1);
+out:
+	upcie_vfio_device_close(&d);
+	upcie_vfio_group_close(&g);
+	upcie_vfio_container_close(&cont);
 }
 
 static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *vbar)
@@ -772,9 +932,12 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		uint64_t page = vbar->phys + V_REFUSE;
 
 		xlate(ctx, &c0, 0, &type);
-		TAP(raw_map(ctx, &c0, UPCIE_KMOD_IOVA_WINDOW_BASE, &page, 1, 4096, NULL) == -EPERM,
+		owner_fd_ = open("/dev/null", O_RDONLY);
+		TAP(raw_map(ctx, &c0, UPCIE_KMOD_IOVA_WINDOW_BASE, &page, 1, 4096, tw_owner) ==
+			-EPERM,
 		    "MAP into %s on vfio-pci before user space opened it (domain type %u): EPERM",
 		    n0, type);
+		close(owner_fd_);
 	}
 	err = upcie_vfio_container_open(&cont);
 	if (!err)
@@ -801,6 +964,7 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	    "window carved out of the container's allocator");
 
 	err = vctl_up(&v0, &g0, &cont, &c0, 1);
+	own0 = v0.dev.fd;
 	TAP(!err, "%s up through vfio (queues in type1-mapped hugepages at 0x%" PRIx64 ")", n0,
 	    v0.host.iova);
 	if (err)
@@ -808,16 +972,18 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	TAP(v0.host.iova + v0.host.size <= win.base || v0.host.iova >= win.base + win.size,
 	    "vfio's own IOVAs stay outside the window");
 	err = vctl_up(&v1, &g1, &cont, &c1, 1);
+	own1 = v1.dev.fd;
 	TAP(!err, "%s up through vfio", n1);
 
 	for (int i = 0; i < 1024; i++)
 		pages[i] = vbar->phys + V_MAP4K + (uint64_t)i * 4096;
 	{
-		struct upcie_pci_bdf both[2] = { c0, c1 };
+		struct upcie_kmod_iommu_target both[2] = { target(&c0), target(&c1) };
 
 		was = live(ctx);
-		err = upcie_dmamem_iommu_map_pa(
-		    &m4k, ctx, &win, both, 2, (char *)vbar->addr + V_MAP4K, pages, 1024, 4096, -1);
+		err =
+		    upcie_dmamem_iommu_map_pa(&m4k, ctx, &win, both, 2, &vram,
+					      (char *)vbar->addr + V_MAP4K, pages, 1024, 4096, -1);
 	}
 	TAP(!err && m4k.iova >= win.base && m4k.iova + m4k.size <= win.base + win.size &&
 		live(ctx) == was + 2,
@@ -858,8 +1024,12 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	/* 2 MiB pages, one controller */
 	big[0] = vbar->phys + V_MAP2M;
 	big[1] = big[0] + 2 * MiB;
-	err = upcie_dmamem_iommu_map_pa(&m2m, ctx, &win, &c0, 1, (char *)vbar->addr + V_MAP2M, big,
-					2, 2 * MiB, -1);
+	{
+		struct upcie_kmod_iommu_target t0 = target(&c0);
+
+		err = upcie_dmamem_iommu_map_pa(&m2m, ctx, &win, &t0, 1, &vram,
+						(char *)vbar->addr + V_MAP2M, big, 2, 2 * MiB, -1);
+	}
 	TAP(!err && upcie_is_aligned(m2m.iova, 2 * MiB) &&
 		xlate(ctx, &c0, m2m.iova + 3 * MiB + 0x1000, NULL) == big[1] + MiB + 0x1000,
 	    "vram [16, 20) MiB as 2 x 2 MiB pages into %s at 0x%" PRIx64, n0, m2m.iova);
@@ -883,6 +1053,28 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		upcie_kmod_iova_window_free(&win, free_iova, 16 * 4096);
 		tk_buf_free(&vg);
 	}
+	{
+		/*
+		 * Overlap at the domain's smallest page: a 4 KiB page vfio mapped itself, 4 KiB into
+		 * a 2 MiB range, must stop a 2 MiB MAP there (a check at 2 MiB steps misses it).
+		 */
+		void *pg =
+		    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		uint64_t w2 = 0, big2 = vbar->phys + V_REFUSE; /* 2 MiB aligned */
+
+		memset(pg, 0, 4096);
+		err = upcie_kmod_iova_window_alloc(&win, 2 * MiB, 2 * MiB, &w2);
+		if (!err)
+			err = upcie_vfio_dma_map(&cont, pg, 4096, w2 + 4096);
+		TAP(!err && raw_map(ctx, &c0, w2, &big2, 1, 2 * MiB, NULL) == -EEXIST &&
+			xlate(ctx, &c0, w2, NULL) == 0,
+		    "a 2 MiB MAP over a 4 KiB page vfio mapped 4 KiB into the range: EEXIST "
+		    "(checked at the domain's smallest page)");
+		if (!err)
+			upcie_vfio_dma_unmap(&cont, 4096, w2 + 4096);
+		upcie_kmod_iova_window_free(&win, w2, 2 * MiB);
+		munmap(pg, 4096);
+	}
 	test_map_bar(ctx, &bar0);
 
 	/* unload with mappings live */
@@ -902,12 +1094,14 @@ out1:
 	if (v1.nv.up || v1.dev.fd > 0)
 		vctl_down(&v1);
 	vctl_down(&v0);
+	own0 = own1 = -1;
 out:
 	upcie_kmod_iova_window_fini(&win);
 	upcie_vfio_group_close(&g1);
 	upcie_vfio_group_close(&g0);
 	upcie_vfio_container_close(&cont);
 	test_iommufd(ctx, vbar);
+	test_owner_holds(ctx, vbar);
 	test_identity_dma(ctx, vbar, &bar0);
 }
 
@@ -944,6 +1138,15 @@ int main(int argc, char **argv)
 		!upcie_kmod_iommu_map_pa_open(&ctx),
 	    "closed: rmmod works, loaded again, opens");
 	upcie_kmod_iommu_map_pa_close(&ctx);
+	/* last: kernel lockdown (one way) closes the module to new users */
+	tk_sh("mountpoint -q /sys/kernel/security || mount -t securityfs securityfs "
+	      "/sys/kernel/security");
+	if (access("/sys/kernel/security/lockdown", W_OK))
+		SKIPPED("no lockdown LSM on this kernel", "open under kernel lockdown: EPERM");
+	else
+		TAP(!tk_sh("echo integrity > /sys/kernel/security/lockdown") &&
+			upcie_kmod_iommu_map_pa_open(&ctx) == -EPERM,
+		    "open under kernel lockdown (integrity): -EPERM");
 	upcie_pci_bar_unmap(&vbar);
 	return tap_done();
 }
