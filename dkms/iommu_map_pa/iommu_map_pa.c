@@ -887,6 +887,11 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		goto abort;
 
 	mutex_lock(&tf->lock); /* the driver (vfio-pci) stays bound, the domain stays current */
+	if (h->torn) {
+		/* the source's driver changed since it was registered: its memory is not ours */
+		ret = -ENODEV;
+		goto unlock;
+	}
 	switch (imp_domain_kind(tf->pdev, &d)) {
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_USER:
 		ret = imp_owner_check(tf->pdev, h->owner);
@@ -1071,6 +1076,10 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 			       : 0;
 
 	mutex_lock(&tf->lock);
+	if (h->torn) {
+		ret = -ENODEV; /* the source's driver changed since it was registered */
+		goto unlock;
+	}
 	switch (imp_domain_kind(tf->pdev, &d)) {
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_NONE:
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_IDENTITY:
