@@ -297,6 +297,18 @@ static void dbi_mask_put(struct dbi_att *att)
 	device_unlock(&func->pdev->dev);
 }
 
+/*
+ * Is the function fully added and not being removed? PCI_DEV_ADDED (drivers/pci/pci.h: bit 0 of
+ * priv_flags from 6.1 through 7.x) is set by pci_bus_add_device() after the IOMMU probe and DMA
+ * setup that device_add() triggers, and cleared first thing by pci_stop_dev(). Before it the
+ * function is already visible to pci_get_domain_bus_and_slot() but may still use dma-direct:
+ * a mapping made then would later be unmapped through the IOMMU.
+ */
+static bool dbi_pci_added(const struct pci_dev *pdev)
+{
+	return test_bit(0, &pdev->priv_flags);
+}
+
 /* May this driver be bound to a function named as importer? */
 static bool dbi_driver_ok(const struct device_driver *drv)
 {
@@ -369,6 +381,10 @@ static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_
 	group = iommu_group_get(&pdev->dev);
 	device_lock(&pdev->dev);
 	drv = pdev->dev.driver;
+	if (!dbi_pci_added(pdev)) {
+		ret = -ENODEV; /* being added or removed */
+		goto out;
+	}
 	if (!dbi_driver_ok(drv)) {
 		pci_info(pdev, "dmabuf_import: %s %s; refused\n",
 			 to_pci_driver(pdev->dev.driver)->driver_managed_dma

@@ -218,6 +218,17 @@ static struct imp_func *imp_func_find_locked(struct device *dev)
 	return NULL;
 }
 
+/*
+ * Is the function fully added and not being removed? PCI_DEV_ADDED (drivers/pci/pci.h: bit 0 of
+ * priv_flags from 6.1 through 7.x) is set by pci_bus_add_device() after the IOMMU probe that
+ * device_add() triggers, and cleared first thing by pci_stop_dev(); before it the function is
+ * visible to pci_get_domain_bus_and_slot() without its IOMMU state.
+ */
+static bool imp_pci_added(const struct pci_dev *pdev)
+{
+	return test_bit(0, &pdev->priv_flags);
+}
+
 /* The record of the function at `p`, referenced; ERR_PTR on failure. */
 static struct imp_func *imp_func_get(const struct upcie_iommu_map_pa_pci *p)
 {
@@ -229,6 +240,10 @@ static struct imp_func *imp_func_get(const struct upcie_iommu_map_pa_pci *p)
 	pdev = pci_get_domain_bus_and_slot(p->segment, p->bus, p->devfn);
 	if (!pdev)
 		return ERR_PTR(-ENODEV);
+	if (!imp_pci_added(pdev)) {
+		pci_dev_put(pdev);
+		return ERR_PTR(-ENODEV);
+	}
 	mutex_lock(&imp_lock);
 	func = imp_func_find_locked(&pdev->dev);
 	if (func) {
@@ -1458,7 +1473,7 @@ static int __init imp_init(void)
 {
 	int ret;
 
-	imp_wq = alloc_workqueue("iommu_map_pa", 0, 0);
+	imp_wq = alloc_workqueue("iommu_map_pa", WQ_UNBOUND, 0);
 	if (!imp_wq)
 		return -ENOMEM;
 	ret = bus_register_notifier(&pci_bus_type, &imp_pci_nb);
