@@ -106,11 +106,11 @@ MODULE_PARM_DESC(max_total_attachments, "attachments all files together may hold
 static unsigned long max_total_mib = 1UL << 20;
 module_param(max_total_mib, ulong, 0644);
 MODULE_PARM_DESC(max_total_mib, "MiB of dma-bufs all attachments together may pin (default 1 TiB)");
-static char static_exporters[256] = "udmabuf,drm,nv_dmabuf";
+static char static_exporters[256] = "udmabuf,drm,nvidia,nv_dmabuf";
 module_param_string(static_exporters, static_exporters, sizeof(static_exporters), 0444);
 MODULE_PARM_DESC(static_exporters,
 		 "exporters (dma-buf exp_name) without a pin op whose buffers never move or get "
-		 "revoked, comma separated (default udmabuf,drm,nv_dmabuf)");
+		 "revoked, comma separated (default udmabuf,drm,nvidia,nv_dmabuf)");
 #ifdef UPCIE_KMOD_TEST
 /* The negative control of the revocation test: the rule removed, the test must see it. */
 static bool test_ignore_revocation;
@@ -417,7 +417,7 @@ static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_
 	if (!ret) {
 		att->func = func;
 		list_add_tail(&att->fnode, &func->atts);
-		func->busy++;
+		WRITE_ONCE(func->busy, func->busy + 1);
 		func = NULL;
 	}
 	mutex_unlock(&dbi_lock);
@@ -434,7 +434,7 @@ static void dbi_func_setup_done(struct dbi_att *att)
 	if (!att->func)
 		return;
 	mutex_lock(&dbi_lock);
-	att->func->busy--;
+	WRITE_ONCE(att->func->busy, att->func->busy - 1);
 	mutex_unlock(&dbi_lock);
 	wake_up_all(&dbi_wq);
 }
@@ -930,14 +930,8 @@ static void dbi_func_teardown(struct dbi_func *func, const char *why, bool resto
 
 	if (restore_mask)
 		device_lock_assert(&func->pdev->dev);
-	wait_event(dbi_wq, ({
-			   bool idle;
-
-			   mutex_lock(&dbi_lock);
-			   idle = !func->busy;
-			   mutex_unlock(&dbi_lock);
-			   idle;
-		   }));
+	/* busy changes under dbi_lock; no sleeping lock in a wait condition */
+	wait_event(dbi_wq, !READ_ONCE(func->busy));
 	mutex_lock(&dbi_lock);
 	list_for_each_entry(att, &func->atts, fnode)
 		n++;

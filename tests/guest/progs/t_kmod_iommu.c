@@ -1045,6 +1045,33 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	}
 
 	if (!tk_buf_vgem(&vg, 64 * KiB)) {
+		/*
+		 * The dmamem keeps its own duplicate of the lifetime descriptor: a controller added
+		 * after the caller closed (or reused) its number still gets the right dma-buf.
+		 */
+		struct upcie_kmod_iommu_target t0 = target(&c0), t1 = target(&c1);
+		struct upcie_dmamem ml;
+		uint64_t lp[4];
+		int lfd = dup(vg.fd);
+
+		for (int i = 0; i < 4; i++)
+			lp[i] = vbar->phys + V_REFUSE + 64 * KiB + (uint64_t)i * 4096;
+		err = upcie_dmamem_iommu_map_pa(&ml, ctx, &win, &t0, 1, &vram, NULL, lp, 4, 4096,
+						lfd);
+		close(lfd);
+		lfd = open("/dev/null",
+			   O_RDONLY); /* most likely the same number, now not a dma-buf */
+		TAP(!err && !upcie_dmamem_iommu_map_pa_add(&ml, &t1) &&
+			xlate(ctx, &c1, ml.iova + 4096, NULL) == lp[1],
+		    "a dmamem with a lifetime dma-buf whose descriptor the caller closed: a "
+		    "controller "
+		    "added later still maps (the dmamem holds its own duplicate)");
+		close(lfd);
+		if (!err)
+			upcie_dmamem_destroy(&ml);
+		tk_buf_free(&vg);
+	}
+	if (!tk_buf_vgem(&vg, 64 * KiB)) {
 		uint64_t free_iova;
 
 		upcie_kmod_iova_window_alloc(&win, 16 * 4096, 0, &free_iova);
