@@ -141,6 +141,8 @@ struct dbi_func {
 	/* device_lock of pdev: */
 	unsigned int mask_users;
 	u64 old_mask, old_coherent;
+	unsigned int old_max_seg;
+	unsigned long old_boundary;
 };
 
 struct dbi_att {
@@ -174,6 +176,11 @@ static bool dbi_ready;			/* set once the module is complete */
 static atomic64_t dbi_live = ATOMIC64_INIT(0);
 static atomic64_t dbi_bytes = ATOMIC64_INIT(0);
 static struct miscdevice dbi_misc;
+/* The own device: dma-direct, no IOMMU, no segment limits (see dbi_mask_get()). */
+static struct device_dma_parameters dbi_dma_parms = {
+	.max_segment_size = UINT_MAX,
+	.segment_boundary_mask = ULONG_MAX,
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* exporters */
@@ -251,7 +258,13 @@ static struct dbi_func *dbi_func_get_locked(struct pci_dev *pdev)
 	return func;
 }
 
-/* The DMA mask, raised to 64 bits while a function has attachments. device_lock held. */
+/*
+ * The DMA mask, raised to 64 bits while a function has attachments, and its segment limits
+ * lifted: a device user space programs has none the kernel knows of (an NVMe takes PRP lists
+ * and SGLs of any length), and exporters build their scatter lists without asking the importer
+ * (the PCI core's default of 64 KiB segments would make the DMA API's checks object to every
+ * large buffer). device_lock held.
+ */
 static int dbi_mask_get(struct dbi_func *func, struct dbi_att *att)
 {
 	struct device *dev = &func->pdev->dev;
@@ -265,6 +278,12 @@ static int dbi_mask_get(struct dbi_func *func, struct dbi_att *att)
 			ret = dma_set_mask_and_coherent(dev, DMA_BIT_MASK(64));
 		if (ret)
 			return ret;
+		if (dev->dma_parms) {
+			func->old_max_seg = dev->dma_parms->max_segment_size;
+			func->old_boundary = dev->dma_parms->segment_boundary_mask;
+			dev->dma_parms->max_segment_size = UINT_MAX;
+			dev->dma_parms->segment_boundary_mask = ULONG_MAX;
+		}
 	}
 	func->mask_users++;
 	att->mask_ref = true;
@@ -280,6 +299,10 @@ static void dbi_mask_restore(struct dbi_func *func)
 		dma_set_mask(dev, func->old_mask);
 	if (dev->coherent_dma_mask != func->old_coherent)
 		dma_set_coherent_mask(dev, func->old_coherent);
+	if (dev->dma_parms) {
+		dev->dma_parms->max_segment_size = func->old_max_seg;
+		dev->dma_parms->segment_boundary_mask = func->old_boundary;
+	}
 }
 
 static void dbi_mask_put(struct dbi_att *att)
@@ -1059,6 +1082,7 @@ static int __init dbi_init(void)
 	ret = dma_coerce_mask_and_coherent(dbi_misc.this_device, DMA_BIT_MASK(64));
 	if (ret)
 		goto err_misc;
+	dbi_misc.this_device->dma_parms = &dbi_dma_parms;
 	smp_store_release(&dbi_ready, true);
 	pr_info("version %s, ABI %d, /dev/%s\n", DBI_VERSION, UPCIE_DMABUF_IMPORT_ABI,
 		dbi_misc.name);
