@@ -22,7 +22,9 @@
  *
  * The function's state: its DMA mask is 64 bits only while it has attachments (vram, which no
  * driver claims, keeps the default 32 otherwise); uio_pci_generic binding keeps them, vfio-pci
- * binding ends them before it probes. Capability: GET without CAP_SYS_ADMIN works, DETACH is
+ * binding ends them before it probes. The IOMMU group: with another function of the group on
+ * vfio-pci (q35's ICH9 functions share one) the attachment is refused, and that function binding
+ * vfio-pci later ends it. Capability: GET without CAP_SYS_ADMIN works, DETACH is
  * EPERM. Bounds over all files: max_total_attachments (ENFILE), max_total_mib (EDQUOT). Last,
  * kernel lockdown closes the module (EPERM on open).
  *
@@ -30,6 +32,7 @@
  */
 #include <upcie/base/feature.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -640,6 +643,93 @@ static void test_function_state(struct upcie_kmod_dmabuf_import *ctx, const stru
 	free(segs);
 }
 
+/*
+ * Two functions of one IOMMU group, neither bound to a driver (q35's ICH9 functions share one
+ * without ACS). 0 and their names, or -ENOENT.
+ */
+static int find_group_pair(struct upcie_pci_bdf *a, struct upcie_pci_bdf *b)
+{
+	char path[512], drv[512];
+	struct dirent *g, *d;
+	DIR *groups, *devs;
+	int n;
+
+	groups = opendir("/sys/kernel/iommu_groups");
+	if (!groups)
+		return -ENOENT;
+	while ((g = readdir(groups))) {
+		if (g->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/kernel/iommu_groups/%s/devices", g->d_name);
+		devs = opendir(path);
+		if (!devs)
+			continue;
+		n = 0;
+		while (n < 2 && (d = readdir(devs))) {
+			if (d->d_name[0] == '.')
+				continue;
+			snprintf(drv, sizeof(drv), "/sys/bus/pci/devices/%s/driver", d->d_name);
+			if (!access(drv, F_OK) || tk_bdf(d->d_name, n ? b : a))
+				continue;
+			n++;
+		}
+		closedir(devs);
+		if (n == 2) {
+			closedir(groups);
+			return 0;
+		}
+	}
+	closedir(groups);
+	return -ENOENT;
+}
+
+/*
+ * The IOMMU group, not just the function: a sibling under vfio-pci owns the group's DMA, so an
+ * attachment for the other function is refused, and a sibling binding vfio-pci later ends the
+ * attachments (before vfio-pci probes).
+ */
+static void test_group(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
+{
+	struct upcie_sg_seg segs[1024];
+	struct upcie_pci_bdf fn, sib;
+	char fn_name[UPCIE_PCI_BDF_STRLEN], sib_name[UPCIE_PCI_BDF_STRLEN];
+	uint64_t h = 0, was = live(ctx);
+	size_t n = 0, got;
+	int err;
+
+	if (!iommu) {
+		SKIPPED("no IOMMU groups without an IOMMU",
+			"a sibling in the IOMMU group on vfio-pci");
+		return;
+	}
+	if (find_group_pair(&fn, &sib)) {
+		SKIPPED("no IOMMU group with two unbound functions",
+			"a sibling in the IOMMU group on vfio-pci");
+		return;
+	}
+	upcie_pci_bdf_format(&fn, fn_name, sizeof(fn_name));
+	upcie_pci_bdf_format(&sib, sib_name, sizeof(sib_name));
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h);
+	TAP(!err, "%s (its group's other functions unbound) as importer (%d)", fn_name, err);
+	if (!err) {
+		err = upcie_pci_driver_bind(&sib, "vfio-pci");
+		TAP(!err && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got) == -ENODEV,
+		    "%s of the same IOMMU group bound to vfio-pci: %s's attachment torn down, the "
+		    "handle answers -ENODEV (%d)",
+		    sib_name, fn_name, err);
+		TAP(!upcie_kmod_dmabuf_detach(ctx, h) && live(ctx) == was, "its handle detaches");
+	}
+	err = upcie_pci_driver_bind(&sib, "vfio-pci");
+	TAP(!err && upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h) == -EBUSY &&
+		live(ctx) == was,
+	    "attach for %s while %s of its IOMMU group is on vfio-pci: -EBUSY", fn_name, sib_name);
+	upcie_pci_driver_unbind(&sib);
+	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", sib_name);
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h);
+	TAP(!err && !upcie_kmod_dmabuf_detach(ctx, h) && live(ctx) == was,
+	    "%s unbound again: the attachment for %s is accepted (%d)", sib_name, fn_name, err);
+}
+
 /* GET changes nothing; DETACH does and needs the capability, like ATTACH. */
 static void test_capability(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
 {
@@ -780,6 +870,7 @@ int main(int argc, char **argv)
 	test_files(&ctx, &bufs[0]);
 	test_function(&ctx, bufs, nbufs);
 	test_function_state(&ctx, &bufs[0]);
+	test_group(&ctx, &bufs[0]);
 	test_capability(&ctx, &bufs[0]);
 	test_limits(&ctx, &bufs[0]);
 	upcie_kmod_dmabuf_import_close(&ctx);

@@ -444,6 +444,42 @@ static void test_child(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	    "the child exits without unmapping: its mappings are gone");
 }
 
+/* UNMAP changes a domain: like MAP it needs CAP_SYS_ADMIN, also on an inherited file. */
+static void test_unmap_capability(struct upcie_kmod_iommu_map_pa *ctx,
+				  const struct upcie_pci_bar *vbar, uint64_t iova)
+{
+	struct upcie_kmod_iommu_target t0 = target(&c0);
+	uint64_t pages[4], h = 0, was = live(ctx);
+	pid_t pid;
+	int status, err;
+
+	for (int i = 0; i < 4; i++)
+		pages[i] = vbar->phys + V_CHILD + (uint64_t)i * 4096;
+	err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 4, 4096, 0, -1, &h, NULL);
+	if (err) {
+		TAP(0, "map for the capability test (%d)", err);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		uint64_t hh = h;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(99);
+		if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_UNMAP, &hh) == 0)
+			_exit(1);
+		_exit(errno == EPERM ? 0 : 2);
+	}
+	waitpid(pid, &status, 0);
+	TAP(WIFEXITED(status) && !WEXITSTATUS(status) && xlate(ctx, &c0, iova, NULL) == pages[0],
+	    "without CAP_SYS_ADMIN on the inherited file: UNMAP is EPERM, the mapping stays "
+	    "(status %d)",
+	    WEXITSTATUS(status));
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, h) && live(ctx) == was,
+	    "with it, the same handle unmaps");
+}
+
 static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *bar0)
 {
 	struct upcie_kmod_bar_map bm, b2, b3;
@@ -1077,6 +1113,7 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		upcie_kmod_iova_window_alloc(&win, 16 * 4096, 0, &free_iova);
 		test_refusals(ctx, vbar, &m4k, &v0.host, &vg, free_iova);
 		test_child(ctx, vbar, free_iova);
+		test_unmap_capability(ctx, vbar, free_iova);
 		upcie_kmod_iova_window_free(&win, free_iova, 16 * 4096);
 		tk_buf_free(&vg);
 	}
