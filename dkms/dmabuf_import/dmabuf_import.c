@@ -24,8 +24,10 @@
  * attachment exists. A PCI function named as importer (struct dbi_func) is referenced while it
  * has attachments; it must stay fit for it: no driver but uio_pci_generic on it or on any
  * function of its IOMMU group, and the group in a kernel DMA domain. A bus notifier tears its
- * attachments down when any function of the group binds another driver and when the function
- * is removed (before the IOMMU core releases it); the handles then answer ENODEV. Its DMA mask
+ * attachments down when any function of the group binds another driver, when the function's own
+ * driver unbinds (mappings belong to the bound driver: the DMA API's checks count any left as a
+ * leak) and when the function is removed (before the IOMMU core releases it); the handles then
+ * answer ENODEV. Its DMA mask
  * is raised to 64 bits while it has attachments and restored after the last one (or before
  * another driver probes it).
  *
@@ -1023,6 +1025,27 @@ static void dbi_notify_bind(struct device *dev)
 	iommu_group_put(group);
 }
 
+/*
+ * The function's own driver (uio_pci_generic) is leaving: its attachments end now, while the
+ * driver is still bound. A mapping made for a device belongs to the driver bound to it; the DMA
+ * API's checks report any left at BUS_NOTIFY_UNBOUND_DRIVER as a leak, and the user-space driver
+ * that programmed the function with these addresses goes with the binding.
+ */
+static void dbi_notify_unbind(struct device *dev)
+{
+	struct dbi_func *func;
+
+	mutex_lock(&dbi_lock);
+	func = dbi_func_find_locked(dev);
+	if (func)
+		kref_get(&func->ref);
+	mutex_unlock(&dbi_lock);
+	if (!func)
+		return;
+	dbi_func_teardown(func, "its driver unbinds", true);
+	dbi_func_put(func);
+}
+
 static int dbi_pci_notify(struct notifier_block *nb, unsigned long action, void *data)
 {
 	struct device *dev = data;
@@ -1031,6 +1054,9 @@ static int dbi_pci_notify(struct notifier_block *nb, unsigned long action, void 
 	switch (action) {
 	case BUS_NOTIFY_BIND_DRIVER:
 		dbi_notify_bind(dev);
+		break;
+	case BUS_NOTIFY_UNBIND_DRIVER:
+		dbi_notify_unbind(dev);
 		break;
 	case BUS_NOTIFY_DEL_DEVICE:
 		/*

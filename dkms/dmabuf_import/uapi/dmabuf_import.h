@@ -24,8 +24,9 @@
  *   other function of its IOMMU group must be unbound or on uio_pci_generic (a PCIe port may be
  *   on pcieport), in a kernel DMA domain: under vfio-pci the addresses would belong to a domain
  *   the function is not attached to, under another kernel driver the domain is that driver's.
- *   A driver binding later in the group ends the attachment (GET answers ENODEV). The
- *   function's DMA mask is 64 bits while it has attachments, restored after.
+ *   A driver binding later in the group, or the function's own driver unbinding, ends the
+ *   attachment (GET answers ENODEV). The function's DMA mask is 64 bits while it has
+ *   attachments, restored after.
  *
  * The attachment is a dynamic, peer-to-peer capable importer (allow_peer2peer). It pins the
  * buffer where the exporter can (a pin op), so its addresses stay valid until DETACH. An

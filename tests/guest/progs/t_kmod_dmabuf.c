@@ -21,12 +21,12 @@
  * data) is in dma-bufs attached for the controller itself.
  *
  * The function's state: its DMA mask is 64 bits only while it has attachments (vram, which no
- * driver claims, keeps the default 32 otherwise); uio_pci_generic binding keeps them, vfio-pci
- * binding ends them before it probes. The IOMMU group: with another function of the group on
- * vfio-pci (q35's ICH9 functions share one) the attachment is refused, and that function binding
- * vfio-pci later ends it. Capability: GET without CAP_SYS_ADMIN works, DETACH is
- * EPERM. Bounds over all files: max_total_attachments (ENFILE), max_total_mib (EDQUOT). Last,
- * kernel lockdown closes the module (EPERM on open).
+ * driver claims, keeps the default 32 otherwise); uio_pci_generic binding keeps them, its
+ * unbinding ends them, vfio-pci binding ends them before it probes. The IOMMU group: with
+ * another function of the group on vfio-pci (q35's ICH9 functions share one) the attachment is
+ * refused, and that function binding vfio-pci later ends it. Capability: GET without
+ * CAP_SYS_ADMIN works, DETACH is EPERM. Bounds over all files: max_total_attachments (ENFILE),
+ * max_total_mib (EDQUOT). Last, kernel lockdown closes the module (EPERM on open).
  *
  * Usage: t_kmod_dmabuf NVME_BDF VRAM_BDF   (modules dmabuf_import, vgem, uio_pci_generic)
  */
@@ -639,6 +639,19 @@ static void test_function_state(struct upcie_kmod_dmabuf_import *ctx, const stru
 		upcie_kmod_dmabuf_detach(ctx, h);
 	}
 	upcie_pci_driver_unbind(&vram);
+	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", vram_name);
+
+	err = upcie_kmod_dmabuf_attach_pci(ctx, &vram, b->fd, segs, 1024, &n, &h);
+	if (!err)
+		err = upcie_pci_driver_bind(&vram, "uio_pci_generic");
+	if (!err)
+		err = upcie_pci_driver_unbind(&vram);
+	TAP(!err && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got) == -ENODEV &&
+		mask_bits(vram_name) == before && !upcie_kmod_dmabuf_detach(ctx, h) &&
+		live(ctx) == was,
+	    "uio_pci_generic unbinding from %s: the attachment ends with it (the handle answers "
+	    "-ENODEV, mask %d bits) and detaches",
+	    vram_name, mask_bits(vram_name));
 	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", vram_name);
 	free(segs);
 }
