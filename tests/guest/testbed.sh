@@ -28,8 +28,10 @@ readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
 readonly CONFIGS=(A B C D)  # what 'run' boots by default
 readonly ALL_CONFIGS=(A B C D K) # K: the debug kernel, an extra tier (build-debug; run --config K)
-# dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE")
-readonly DMESG_BAD='WARNING:|BUG:|Oops|DMAR: \[DMA|general protection fault|Kernel panic'
+# dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE"): warnings and
+# BUG reports (KASAN, lockdep, sleeping in atomic context, DMA-API debugging, soft lockups),
+# oopses, IOMMU faults, panics, hung tasks
+readonly DMESG_BAD='WARNING:|BUG:|Oops|DMAR: \[DMA|general protection fault|Kernel panic|INFO: task .* blocked for more than'
 # kernel modules put into every initramfs (with their dependencies), where they exist
 readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udmabuf ext4"
 
