@@ -21,92 +21,24 @@
 #include <string.h>
 
 #include "check.h"
-#include "nvme_ctrl_model.h"
+#include "nvme_ctrl_rig.h"
 
-#define MiB	   (UINT64_C(1) << 20)
-#define HOST_IOVA  UINT64_C(0x40000000)
-#define DATA_IOVA  UINT64_C(0x80000000)
-#define NS_BLOCKS  8192u
-#define LBA	   512u
-#define DATA_SIZE  (4 * MiB)
+#define MiB	   RIG_MiB
+#define HOST_IOVA  RIG_HOST_IOVA
+#define NS_BLOCKS  RIG_NS_BLOCKS
+#define LBA	   RIG_LBA
 #define SHORT_WAIT (50 * UPCIE_NSEC_PER_MSEC)
-
-struct rig {
-	struct nvme_cmodel cm;
-	struct nvme_model_iomap im;
-	struct nvme_model_rng rng;
-	uint8_t *ns;
-	void *host_va, *data_va;
-	struct upcie_dmamem host, data; /* data: 4 KiB granules, shuffled */
-	struct upcie_nvme_ctrl c;
-	bool started;
-};
-
-static void quiet(enum upcie_log_level level, const char *msg, void *ctx)
-{
-	(void)level;
-	(void)ctx;
-	printf("#   log: %s\n", msg);
-}
-
-static void rig_setup(struct rig *r)
-{
-	memset(r, 0, sizeof(*r));
-	r->rng.s = 0x1234567;
-	r->ns = (uint8_t *)calloc(NS_BLOCKS, LBA);
-	r->host_va = aligned_alloc(2 * MiB, 16 * MiB);
-	r->data_va = aligned_alloc(2 * MiB, DATA_SIZE);
-	memset(r->host_va, 0, 16 * MiB);
-	upcie_dmamem_init_arith(&r->host, r->host_va, 16 * MiB, HOST_IOVA);
-	nvme_model_mem_lut(&r->data, r->data_va, DATA_SIZE, 12, DATA_IOVA, true, &r->rng);
-	nvme_model_iomap_add(&r->im, &r->host);
-	nvme_model_iomap_add(&r->im, &r->data);
-	nvme_cmodel_init(&r->cm, &r->im, r->ns, NS_BLOCKS, LBA);
-}
-
-static int rig_start(struct rig *r)
-{
-	r->started = nvme_cmodel_start(&r->cm) == 0;
-	return r->started ? 0 : -1;
-}
-
-static int rig_ctrl(struct rig *r, const struct upcie_nvme_ctrl_opts *o)
-{
-	return upcie_nvme_ctrl_init(&r->c, r->cm.regs, r->cm.regs_size, &r->host, o);
-}
-
-static void rig_teardown(struct rig *r)
-{
-	upcie_nvme_ctrl_close(&r->c);
-	if (r->started)
-		nvme_cmodel_stop(&r->cm);
-	nvme_cmodel_fini(&r->cm);
-	upcie_dmamem_destroy(&r->data);
-	upcie_dmamem_destroy(&r->host);
-	nvme_model_iomap_fini(&r->im);
-	free(r->ns);
-	free(r->host_va);
-	free(r->data_va);
-}
-
-/* Pattern byte of (tag, byte offset). */
-static uint8_t pat(uint32_t tag, uint64_t off)
-{
-	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull + tag;
-
-	return (uint8_t)((x >> 29) ^ off);
-}
 
 static void fill(void *p, uint64_t len, uint32_t tag, uint64_t base)
 {
 	for (uint64_t i = 0; i < len; i++)
-		((uint8_t *)p)[i] = pat(tag, base + i);
+		((uint8_t *)p)[i] = rig_pat(tag, base + i);
 }
 
 static bool same(const void *p, uint64_t len, uint32_t tag, uint64_t base)
 {
 	for (uint64_t i = 0; i < len; i++)
-		if (((const uint8_t *)p)[i] != pat(tag, base + i))
+		if (((const uint8_t *)p)[i] != rig_pat(tag, base + i))
 			return false;
 	return true;
 }
@@ -469,7 +401,7 @@ static void t_io(void)
 	err = upcie_nvme_ioq_sync(&q, upcie_nvme_ioq_write_zeroes(&q, &ns, 1000, 8, 0, &req), &req,
 				  0, NULL);
 	CHECK(err == 0 && r.ns[1000 * LBA] == 0 && r.ns[1008 * LBA - 1] == 0 &&
-		  r.ns[1008 * LBA] == pat(5, 8 * 512),
+		  r.ns[1008 * LBA] == rig_pat(5, 8 * 512),
 	      "write zeroes of 8 blocks (%d)", err);
 	rg = (struct upcie_nvme_dsm_range *)(d + 3 * MiB);
 	upcie_nvme_dsm_range_set(&rg[0], 1010, 4, 0);
@@ -782,7 +714,7 @@ static void t_threads(void)
 
 int main(void)
 {
-	upcie_log_set_handler(quiet, NULL);
+	upcie_log_set_handler(rig_log, NULL);
 	t_bringup();
 	t_bringup_errors();
 	t_queues();
