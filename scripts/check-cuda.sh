@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Compile every CUDA source in the tree with nvcc for sm_90 (the H200), -Werror on warnings.
 # CI machines have nvcc but no GPU: this proves the device code builds; tests/gpu runs it on the
-# lent H200. TAP output; a single SKIP line when nvcc is absent.
+# H200. TAP output; a single SKIP line when nvcc is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=${NVCC:-$(command -v nvcc || true)}

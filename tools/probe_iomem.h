@@ -10,7 +10,7 @@
  * started unprivileged: --as UID[:GID]), or from a sysfs resource file (--sysfs BDF, root). Reads
  * only, at --offset (default 0: an NVMe controller's CAP); nothing ever stores to the BAR. A GPU
  * does not read its own BAR (sysfs on the GPU machine) unless --self-read: that is PCIe loopback,
- * which says nothing about a peer and on a lent machine may end in an uncorrectable error.
+ * which says nothing about a peer and on a machine that is not yours may end in an uncorrectable error.
  */
 #ifndef UPCIE_TOOLS_PROBE_IOMEM_H
 #define UPCIE_TOOLS_PROBE_IOMEM_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Negative controls of the GPU ordering tests, for a CUDA machine (the lent H200), from the
+# Negative controls of the GPU ordering tests, for a CUDA machine (an H200), from the
 # repository root: test_gpu built with one ordering rule removed must fail the test that guards
 # that rule. Builds into build-gpu/ what is not there yet (nvcc), runs each control and prints TAP:
 # "ok" when the control was caught (its guarding test reported "not ok").

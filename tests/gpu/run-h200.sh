@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Run the GPU tests and benchmarks on a CUDA machine (the lent H200), from the repository root.
+# Run the GPU tests and benchmarks on a CUDA machine (an H200), from the repository root.
 # Uses binaries in build-gpu/ when they run here, else builds them with nvcc. Writes logs to
 # $OUT (or build-gpu/out). Usage: tests/gpu/run-h200.sh [test] [bench] [bench-parts...]
 set -uo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The runs behind docs/results/gpu-queues.md ("Completion -> data ordering") and gpu-tests.md, on
-# a CUDA machine (the lent H200), from the repository root, with binaries prebuilt in $BIN
+# a CUDA machine (an H200), from the repository root, with binaries prebuilt in $BIN
 # (default build-gpu; see the docs for the nvcc lines): the ordering probe, the SASS of the
 # completion paths (cuobjdump), test_gpu (all groups), the negative controls
 # (tests/gpu/run-controls.sh), and the benchmarks built twice, against these headers (bench_gpu)

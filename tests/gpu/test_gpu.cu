@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * GPU tests on a real CUDA driver (the lent H200): the provider (context choice, BAR1 check,
+ * GPU tests on a real CUDA driver (an H200): the provider (context choice, BAR1 check,
  * heaps, dma-buf export of whole allocations and of sub-ranges, base recovery from interior
  * pointers, the registry), GPU-resident queue pairs against the GPU null controller (wrap-around
  * and phase, out-of-order completions, error status, dropped completions and timeouts, delays, SQ
