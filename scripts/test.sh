@@ -165,7 +165,10 @@ for cfg in "gcc build-gcc" "clang build-clang" "gcc build-asan -Db_sanitize=addr
 			UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 			tap "$(basename "$dir") nvme_soak (bounded)" "$dir/bench/nvme_soak" --ops 8000 --seconds 120
 	else
-		tap "build $(basename "$dir")" sh -c "tail -30 '$logdir/setup-$(basename "$dir").log' '$logdir/build-$(basename "$dir").log'; exit 1"
+		# the failing commands with their first errors, as "# " lines that the summary shows
+		tap "build $(basename "$dir")" sh -c "grep -h -A8 -E '^(FAILED|ERROR)|meson.build:[0-9]+:[0-9]+: ERROR' \
+			'$logdir/setup-$(basename "$dir").log' '$logdir/build-$(basename "$dir").log' |
+			head -n 36 | sed 's/^/# /'; echo 'not ok 1 - build $(basename "$dir") failed'; exit 1"
 	fi
 done
 
