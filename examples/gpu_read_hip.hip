@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/*
+ * gpu_read_hip: NVMe reads straight into AMD GPU memory, two ways, each checked by a kernel that
+ * reads the data as ordinary code would. The HIP counterpart of examples/gpu_read_cuda.cu.
+ *
+ *   gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] [--queues Q] [--rounds R]
+ *                [--direct] BDF
+ *
+ * 1. GPU-issued (nvme/gqp_hip.h): Q queue pairs driven by GPU threads, one thread per queue pair
+ *    (the queue-pair core of nvme/qpair.h compiled for the GPU: one owner, as on the CPU). Each
+ *    thread keeps 32 Reads of 4 KiB in flight into its part of a VRAM buffer, R rounds, reaps
+ *    them, then compares what arrived with plain loads. Bridged by default (the SQ in host
+ *    memory, doorbells and completions relayed by a host thread: GPUs whose runtime cannot map a
+ *    peer's BAR, consumer RDNA), or --direct (the controller's doorbells mapped for the GPU and
+ *    the CQ in device memory: CDNA, e.g. gfx90a).
+ * 2. Completion mirror (nvme/cqmirror_host_hip.h): a CPU queue pair whose completions the
+ *    controller writes into VRAM beside the data; a resident kernel copies them to the host CQ
+ *    the CPU reaps, and after reaping the CPU launches a kernel that compares the data.
+ * Both compare with the same blocks read beforehand by the CPU into host memory, copied to VRAM;
+ * the destination is filled with a marker first, so data that never arrived cannot pass. Only
+ * reads: the namespace is not changed.
+ *
+ * The controller is taken as examples/nvme_driver.c does (root); the queues are created by admin
+ * commands on the top queue identifiers. VRAM is reached through the dmabuf_import module
+ * (package upcie-dmabuf-import-dkms): device addresses are bus addresses, so the uio path or an
+ * IOMMU in passthrough. Free device memory only after the mirror's kernel has exited: hipFree()
+ * waits for the device to go idle.
+ *
+ * Build: hipcc -std=c++17 -O2 --offload-arch=gfx90a -Iinclude examples/gpu_read_hip.hip
+ *        -o gpu_read_hip -lpthread
+ */
+#include <upcie/base/feature.h>
+
+#include <hip/hip_runtime.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <upcie/base/clock.h>
+#include <upcie/gpu/heap_hip.h>
+#include <upcie/nvme/cqmirror_host_hip.h>
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/gqp_hip.h>
+#include <upcie/nvme/gqp_host_hip.h>
+#include <upcie/nvme/ns.h>
+#include <upcie/nvme/qpair.h>
+
+#define BS	   4096u
+#define MAXQ	   16u
+#define DEPTH	   64u
+#define QD	   32u
+#define MARKER	   0xa5
+#define TIMEOUT_NS (2 * UPCIE_NSEC_PER_SEC)
+
+#define CK(call)                                                                                   \
+	do {                                                                                       \
+		hipError_t e_ = (call);                                                            \
+		if (e_ != hipSuccess) {                                                            \
+			fprintf(stderr, "gpu_read_hip: %s: %s\n", #call, hipGetErrorString(e_));   \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+struct target {
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ns ns;
+	struct upcie_gpu_hip gpu;
+	uint64_t slba;
+	uint32_t lba_shift;
+	hipStream_t s;
+};
+
+static volatile uint32_t *db(struct target *t, uint16_t qid, bool cq)
+{
+	return (volatile uint32_t *)(t->c.regs + (cq ? upcie_nvme_cq_hdbl_off(qid, t->c.dstrd)
+						     : upcie_nvme_sq_tdbl_off(qid, t->c.dstrd)));
+}
+
+static uint16_t qid_of(struct target *t, unsigned i)
+{
+	return (uint16_t)(t->c.nqueues - i);
+}
+
+/* Create I/O CQ, then SQ; on failure nothing stays created. */
+static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova)
+{
+	struct upcie_nvme_sqe sqe;
+	int err;
+
+	memset(&sqe, 0, sizeof(sqe));
+	upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
+	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (err)
+		return err;
+	upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
+	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (err) {
+		upcie_nvme_cmd_delete_io_cq(&sqe, qid);
+		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	}
+	return err;
+}
+
+/* SQ first, then CQ: before the queue's memory goes. */
+static void queue_del(struct target *t, uint16_t qid)
+{
+	struct upcie_nvme_sqe sqe;
+
+	memset(&sqe, 0, sizeof(sqe));
+	upcie_nvme_cmd_delete_io_sq(&sqe, qid);
+	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	upcie_nvme_cmd_delete_io_cq(&sqe, qid);
+	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+}
+
+/* ---- part 1: GPU-issued reads, one thread per queue pair ---- */
+
+struct gq_args {
+	struct upcie_nvme_gqp_hip **qs;
+	const uint64_t *iova; /* device address of each 4 KiB block of dst */
+	uint8_t *dst;
+	const uint8_t *ref;
+	struct upcie_nvme_gqp_hip_cpl *cpl; /* QD per queue */
+	uint64_t slba;
+	uint32_t nsid, lba_shift, per_q, nq;
+	unsigned long long *bad; /* host-mapped: [0] data mismatches, [1] failed commands */
+};
+
+__global__ void gq_kernel(struct gq_args a)
+{
+	/* the builtins, not blockIdx/threadIdx, which ROCm 5.2 implements in its device library */
+	uint32_t q = __builtin_amdgcn_workgroup_id_x(), nq = a.nq;
+	struct upcie_nvme_gqp_hip *qp = a.qs[q];
+	struct upcie_nvme_gqp_hip_cpl *cpl = a.cpl + (size_t)q * QD;
+	unsigned long long bad = 0, failed = 0;
+
+	if (__builtin_amdgcn_workitem_id_x())
+		return; /* the queue pair's one owner */
+	for (uint32_t done = 0; done < a.per_q; done += QD) {
+		uint32_t n = a.per_q - done < QD ? a.per_q - done : QD, sent = 0;
+
+		for (uint32_t k = 0; k < n; k++) {
+			uint64_t blk = (uint64_t)(done + k) * nq + q;
+			struct upcie_nvme_sqe sqe;
+
+			upcie_nvme_cmd_read(&sqe, a.nsid, a.slba + (blk * BS >> a.lba_shift),
+					    BS >> a.lba_shift, 0);
+			sqe.prp1 = a.iova[blk]; /* 4 KiB, page aligned: PRP1 alone */
+			if (upcie_nvme_gqp_hip_enqueue(qp, &sqe, &cpl[k], NULL))
+				break;
+			sent++;
+		}
+		upcie_nvme_gqp_hip_ring(qp);
+		if (upcie_nvme_gqp_hip_drain(qp, TIMEOUT_NS)) {
+			failed += n; /* not all ended: stop here, the host tears down */
+			break;
+		}
+		failed += n - sent;
+		for (uint32_t k = 0; k < sent; k++) {
+			uint64_t blk = (uint64_t)(done + k) * nq + q;
+			const uint4 *d = (const uint4 *)(a.dst + blk * BS);
+			const uint4 *f = (const uint4 *)(a.ref + blk * BS);
+
+			if (cpl[k].err || !upcie_nvme_cqe_ok(&cpl[k].cqe)) {
+				failed++;
+				continue;
+			}
+			/* the data, with plain loads, after the reap that found its completion */
+			for (uint32_t i = 0; i < BS / 16; i++)
+				bad += d[i].x != f[i].x || d[i].y != f[i].y || d[i].z != f[i].z ||
+				       d[i].w != f[i].w;
+		}
+	}
+	if (bad)
+		atomicAdd(&a.bad[0], bad);
+	if (failed)
+		atomicAdd(&a.bad[1], failed);
+}
+
+static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, uint8_t *dst,
+		    const uint8_t *ref, const uint64_t *iova, unsigned long long *bad)
+{
+	static struct upcie_nvme_gqp_hip_host gq[MAXQ];
+	struct upcie_nvme_gqp_hip *dq[MAXQ], **qs = NULL;
+	struct upcie_nvme_gqp_hip_cpl *cpl = NULL;
+	uint64_t bytes = (uint64_t)nq * per_q * BS, t0;
+	unsigned made = 0;
+	struct gq_args a;
+	int err = 0;
+
+	CK(hipMalloc((void **)&qs, sizeof(dq)));
+	CK(hipMalloc((void **)&cpl, (size_t)MAXQ * QD * sizeof(*cpl)));
+	for (unsigned i = 0; i < nq && !err; i++) {
+		struct upcie_nvme_gqp_hip_cfg cfg;
+		uint16_t qid = qid_of(t, i);
+
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.qid = qid;
+		cfg.depth = DEPTH;
+		cfg.flags = direct ? UPCIE_NVME_GQP_HIP_DIRECT : 0;
+		cfg.sqdb = db(t, qid, false);
+		cfg.cqdb = db(t, qid, true);
+		err = upcie_nvme_gqp_hip_create(&gq[i], &t->gpu, &cfg);
+		if (err)
+			break;
+		err = queue_add(t, qid, gq[i].sq_iova, gq[i].cq_iova);
+		if (err) {
+			upcie_nvme_gqp_hip_destroy(&gq[i]);
+			break;
+		}
+		dq[i] = gq[i].dq;
+		made++;
+	}
+	if (!err) {
+		CK(hipMemcpyAsync(qs, dq, nq * sizeof(dq[0]), hipMemcpyHostToDevice, t->s));
+		CK(hipMemsetAsync(dst, MARKER, bytes, t->s));
+		CK(hipStreamSynchronize(t->s));
+		bad[0] = bad[1] = 0;
+		memset(&a, 0, sizeof(a));
+		a.qs = qs;
+		a.iova = iova;
+		a.dst = dst;
+		a.ref = ref;
+		a.cpl = cpl;
+		a.slba = t->slba;
+		a.nsid = t->ns.nsid;
+		a.lba_shift = t->lba_shift;
+		a.per_q = per_q;
+		a.nq = nq;
+		CK(hipHostGetDevicePointer((void **)&a.bad, bad, 0));
+		t0 = upcie_time_ns();
+		hipLaunchKernelGGL(gq_kernel, dim3(nq), dim3(1), 0, t->s, a);
+		CK(hipGetLastError());
+		CK(hipStreamSynchronize(t->s));
+		printf("GPU-issued (%s): %u queue pairs, %" PRIu64 " 4 KiB Reads into VRAM "
+		       "(%.1f ms): %llu failed commands, %llu of %" PRIu64 " 16-byte chunks differ\n",
+		       direct ? "direct" : "bridged", nq, (uint64_t)nq * per_q,
+		       (double)(upcie_time_ns() - t0) / 1e6, bad[1], bad[0], bytes / 16);
+		if (bad[0] || bad[1])
+			err = -EIO;
+	}
+	for (unsigned i = 0; i < made; i++) {
+		queue_del(t, qid_of(t, i));
+		upcie_nvme_gqp_hip_destroy(&gq[i]);
+	}
+	CK(hipFree(cpl));
+	CK(hipFree(qs));
+	return err;
+}
+
+/* ---- part 2: CPU queue pairs, completions mirrored out of VRAM ---- */
+
+#define CHECK_BLOCKS  64u
+#define CHECK_THREADS 256u
+
+__global__ void check_kernel(const uint8_t *dst, const uint8_t *ref, uint64_t bytes,
+			     unsigned long long *bad)
+{
+	const uint4 *d = (const uint4 *)dst, *f = (const uint4 *)ref;
+	unsigned long long n = 0;
+
+	for (uint64_t i = (uint64_t)__builtin_amdgcn_workgroup_id_x() * CHECK_THREADS +
+			  __builtin_amdgcn_workitem_id_x();
+	     i < bytes / 16; i += (uint64_t)CHECK_BLOCKS * CHECK_THREADS)
+		n += d[i].x != f[i].x || d[i].y != f[i].y || d[i].z != f[i].z || d[i].w != f[i].w;
+	if (n)
+		atomicAdd(bad, n);
+}
+
+struct mq {
+	struct upcie_nvme_cqmirror_hip_cq m;
+	struct upcie_heap_buf sq;
+	struct upcie_nvme_qpair qp;
+	unsigned long long failed;
+};
+
+static void on_cpl(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct mq *q = (struct mq *)ctx;
+
+	if (err || !upcie_nvme_cqe_ok(cqe))
+		q->failed++;
+}
+
+static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *dst,
+		       const uint8_t *ref, const uint64_t *iova_h, unsigned long long *bad)
+{
+	static struct mq q[MAXQ];
+	uint64_t bytes = (uint64_t)nq * per_q * BS, t0, next[MAXQ] = { 0 }, left = nq * per_q;
+	unsigned long long failed = 0, *bad_dev;
+	unsigned made = 0;
+	int err = 0;
+
+	for (unsigned i = 0; i < nq && !err; i++) {
+		struct upcie_nvme_qpair_cfg cfg;
+		uint16_t qid = qid_of(t, i);
+
+		memset(&q[i], 0, sizeof(q[i]));
+		err = upcie_nvme_cqmirror_hip_attach(&q[i].m, &t->gpu, DEPTH);
+		if (err)
+			break;
+		err = upcie_gpu_hip_host_alloc(&t->gpu, DEPTH * 64, 4096, &q[i].sq);
+		if (!err) {
+			memset(&cfg, 0, sizeof(cfg));
+			cfg.sq = q[i].sq.vaddr;
+			cfg.cq = q[i].m.host_cq; /* the CPU reaps the host copy */
+			cfg.sqdb = db(t, qid, false);
+			cfg.cqdb = db(t, qid, true);
+			cfg.sq_depth = DEPTH;
+			cfg.qid = qid;
+			err = upcie_nvme_qpair_init(&q[i].qp, &cfg);
+			if (err)
+				upcie_gpu_hip_host_free(&t->gpu, &q[i].sq);
+		}
+		if (!err) { /* the controller writes its completions into VRAM */
+			err = queue_add(t, qid, q[i].sq.iova, q[i].m.dev_cq_iova);
+			if (err) {
+				upcie_nvme_qpair_fini(&q[i].qp);
+				upcie_gpu_hip_host_free(&t->gpu, &q[i].sq);
+			}
+		}
+		if (err) {
+			upcie_nvme_cqmirror_hip_detach(&q[i].m);
+			break;
+		}
+		made++;
+	}
+	if (!err) {
+		CK(hipMemsetAsync(dst, MARKER, bytes, t->s));
+		CK(hipStreamSynchronize(t->s));
+		t0 = upcie_time_ns();
+		while (left && !err) {
+			for (unsigned i = 0; i < nq && !err; i++) {
+				int n;
+
+				while (next[i] < per_q && upcie_nvme_qpair_inflight(&q[i].qp) < QD) {
+					uint64_t blk = next[i] * nq + i;
+					struct upcie_nvme_sqe sqe;
+
+					upcie_nvme_cmd_read(&sqe, t->ns.nsid,
+							    t->slba + (blk * BS >> t->lba_shift),
+							    BS >> t->lba_shift, 0);
+					sqe.prp1 = iova_h[blk];
+					if (upcie_nvme_qpair_enqueue(&q[i].qp, &sqe, on_cpl, &q[i],
+								     NULL))
+						break;
+					next[i]++;
+				}
+				upcie_nvme_qpair_ring(&q[i].qp);
+				n = upcie_nvme_qpair_reap(&q[i].qp, 64);
+				if (n < 0)
+					err = n;
+				else
+					left -= (unsigned)n;
+			}
+			if (upcie_time_ns() - t0 > 10 * UPCIE_NSEC_PER_SEC) {
+				fprintf(stderr, "gpu_read_hip: mirrored reads not done after 10 s\n");
+				err = -ETIMEDOUT;
+			}
+		}
+		/* every completion reaped: now GPU work may read the data, with plain loads */
+		bad[0] = 0;
+		CK(hipHostGetDevicePointer((void **)&bad_dev, bad, 0));
+		hipLaunchKernelGGL(check_kernel, dim3(CHECK_BLOCKS), dim3(CHECK_THREADS), 0, t->s, dst, ref, bytes,
+				   bad_dev);
+		CK(hipGetLastError());
+		CK(hipStreamSynchronize(t->s));
+		for (unsigned i = 0; i < nq; i++)
+			failed += q[i].failed;
+		printf("mirrored: %u CPU queue pairs, completions written into VRAM and mirrored, "
+		       "%" PRIu64 " 4 KiB Reads into VRAM (%.1f ms): %llu failed commands, %llu of "
+		       "%" PRIu64 " 16-byte chunks differ\n",
+		       nq, (uint64_t)nq * per_q, (double)(upcie_time_ns() - t0) / 1e6, failed, bad[0],
+		       bytes / 16);
+		if (!err && (failed || bad[0]))
+			err = -EIO;
+	}
+	for (unsigned i = 0; i < made; i++) {
+		queue_del(t, qid_of(t, i)); /* the controller drops the queue first */
+		upcie_nvme_qpair_fini(&q[i].qp);
+		upcie_gpu_hip_host_free(&t->gpu, &q[i].sq);
+		upcie_nvme_cqmirror_hip_detach(&q[i].m);
+	}
+	return err;
+}
+
+int main(int argc, char **argv)
+{
+	static struct target t;
+	struct upcie_nvme_ctrl_opts co;
+	struct upcie_gpu_hip_opts go;
+	struct upcie_pci_bdf bdf;
+	struct upcie_heap_buf dbuf, rbuf;
+	struct upcie_nvme_ioq ioq;
+	struct upcie_dmamem mem;
+	const char *bdf_s = NULL;
+	unsigned long long *bad;
+	uint64_t *iova_h = NULL, *iova_d = NULL, bytes;
+	unsigned nq = 4;
+	uint32_t rounds = 8, nsid = 1, per_q;
+	bool direct = false;
+	int err, e2;
+
+	memset(&co, 0, sizeof(co));
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(argv[i], "--direct"))
+			direct = true;
+		else if (!strcmp(argv[i], "--path") && v && !upcie_nvme_path_parse(v, &co.dev.path))
+			i++;
+		else if (!strcmp(argv[i], "--nsid") && v)
+			nsid = (uint32_t)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--lba") && v)
+			t.slba = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--queues") && v)
+			nq = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--rounds") && v)
+			rounds = (uint32_t)strtoul(argv[++i], NULL, 0);
+		else if (argv[i][0] != '-' && !bdf_s)
+			bdf_s = argv[i];
+		else
+			nq = 0, i = argc;
+	}
+	if (!bdf_s || upcie_pci_bdf_parse(bdf_s, &bdf) || !nq || nq > MAXQ || !rounds ||
+	    rounds > 1024) {
+		fprintf(stderr, "usage: gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] "
+				"[--queues 1..16] [--rounds 1..1024] [--direct] BDF\n");
+		return 2;
+	}
+	per_q = QD * rounds;
+	bytes = (uint64_t)nq * per_q * BS;
+
+	/* 1. the controller and the namespace (read only) */
+	co.dev.bind = true;
+	err = upcie_nvme_ctrl_open(&t.c, &bdf, &co);
+	if (err) {
+		fprintf(stderr, "gpu_read_hip: cannot bring up %s: %s\n", bdf_s, strerror(-err));
+		return 1;
+	}
+	err = upcie_nvme_ns_open(&t.ns, &t.c, nsid);
+	if (!err && (BS % t.ns.lba_bytes || t.ns.ms || t.ns.zoned || t.slba > t.ns.nsze ||
+		     bytes / t.ns.lba_bytes > t.ns.nsze - t.slba || t.c.nqueues < nq)) {
+		fprintf(stderr, "gpu_read_hip: namespace %u: needs blocks dividing 4 KiB, no metadata, "
+				"not zoned, %" PRIu64 " bytes from LBA %" PRIu64 ", %u queues\n",
+			nsid, bytes, t.slba, nq);
+		err = -EINVAL;
+	}
+	if (err) {
+		upcie_nvme_ctrl_close(&t.c);
+		return 1;
+	}
+	t.lba_shift = (uint32_t)__builtin_ctz(t.ns.lba_bytes);
+	printf("%s on the %s path: %s, namespace %u\n", t.c.name,
+	       upcie_nvme_path_name(t.c.dev.path), t.c.mn, nsid);
+
+	/* 2. the GPU provider: device heap (VRAM for the controller) and host heap */
+	memset(&go, 0, sizeof(go));
+	go.device_heap_size = 2 * bytes + (64 << 20);
+	go.host_heap_size = 64 << 20;
+	err = upcie_gpu_hip_open(&t.gpu, &go);
+	if (err) {
+		fprintf(stderr, "gpu_read_hip: GPU provider (needs the dmabuf_import module): %s\n",
+			strerror(-err));
+		upcie_nvme_ctrl_close(&t.c);
+		return 1;
+	}
+	CK(hipStreamCreateWithFlags(&t.s, hipStreamNonBlocking));
+	CK(hipHostMalloc((void **)&bad, 4096, hipHostMallocMapped));
+	memset(&dbuf, 0, sizeof(dbuf));
+	err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &dbuf);
+	if (!err)
+		err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &rbuf);
+	/* each 4 KiB block's device address, for the PRPs */
+	iova_h = (uint64_t *)calloc(bytes / BS, sizeof(uint64_t));
+	if (!err && !iova_h)
+		err = -ENOMEM;
+	for (uint64_t b = 0; !err && b < bytes / BS; b++)
+		err = upcie_gpu_hip_iova(&t.gpu, (uint8_t *)dbuf.vaddr + b * BS, &iova_h[b]);
+	if (!err) {
+		CK(hipMalloc((void **)&iova_d, bytes / BS * sizeof(uint64_t)));
+		CK(hipMemcpy(iova_d, iova_h, bytes / BS * sizeof(uint64_t), hipMemcpyHostToDevice));
+	}
+	/* 3. the reference: the blocks as an ordinary CPU queue reads them into host memory */
+	if (!err)
+		err = upcie_nvme_dev_dmamem(&t.c.dev, bytes, &mem);
+	if (!err) {
+		err = upcie_nvme_ioq_create(&ioq, &t.c, NULL);
+		if (!err) {
+			err = upcie_nvme_ioq_read_sync(&ioq, &t.ns, t.slba, &mem, 0, bytes, NULL);
+			upcie_nvme_ioq_delete(&ioq);
+		}
+		if (!err)
+			CK(hipMemcpy(rbuf.vaddr, mem.vaddr, bytes, hipMemcpyHostToDevice));
+		upcie_dmamem_destroy(&mem);
+	}
+
+	/* 4. the two ways (they exclude each other in a process: one after the other) */
+	if (!err)
+		err = part_gqp(&t, nq, per_q, direct, (uint8_t *)dbuf.vaddr,
+			       (const uint8_t *)rbuf.vaddr, iova_d, bad);
+	if (!err) {
+		e2 = part_mirror(&t, nq, per_q, (uint8_t *)dbuf.vaddr, (const uint8_t *)rbuf.vaddr,
+				 iova_h, bad);
+		err = e2;
+	}
+
+	/* 5. the mirror's kernel has exited (last detach): memory can go */
+	if (iova_d)
+		CK(hipFree(iova_d));
+	free(iova_h);
+	CK(hipHostFree(bad));
+	CK(hipStreamDestroy(t.s));
+	upcie_gpu_hip_close(&t.gpu);
+	upcie_nvme_ctrl_close(&t.c);
+	printf("%s\n", err ? "FAILED" : "both ways verified");
+	return err ? 1 : 0;
+}
