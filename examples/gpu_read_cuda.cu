@@ -89,6 +89,7 @@ struct target {
 	uint32_t *stop_dev, *db_dev;
 	uint8_t *ns;
 	cudaStream_t s_ctl;
+	uint8_t *marker; /* host: `bytes` of MARKER */
 	/* a drive */
 	struct upcie_nvme_ctrl c;
 	struct upcie_nvme_ns ns_;
@@ -164,6 +165,22 @@ static uint16_t qid_of(struct target *t, unsigned i)
 	return (uint16_t)(t->null ? i + 1 : t->c.nqueues - i); /* top identifiers on a drive */
 }
 
+/*
+ * Copies in and out on our stream, never cudaMemset or a synchronous cudaMemcpy: the copy engine
+ * does them also while persistent kernels (the null controller, the mirror) hold their SMs.
+ */
+static void put(struct target *t, void *dev, const void *host, size_t n)
+{
+	CK(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, t->s));
+	CK(cudaStreamSynchronize(t->s));
+}
+
+static void get(struct target *t, void *host, const void *dev, size_t n)
+{
+	CK(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, t->s));
+	CK(cudaStreamSynchronize(t->s));
+}
+
 static void ctl_start(struct target *t)
 {
 	if (!t->null)
@@ -194,7 +211,7 @@ struct gq_args {
 	const uint8_t *ref;
 	uint64_t slba;
 	uint32_t nsid, lba_shift, rounds;
-	unsigned long long *bad; /* pinned: [0] data mismatches, [1] failed commands */
+	unsigned long long *bad; /* device: [0] data mismatches, [1] failed commands */
 };
 
 __global__ void gq_kernel(struct gq_args a)
@@ -220,8 +237,8 @@ __global__ void gq_kernel(struct gq_args a)
 		/* collective calls: every lane takes part, those without a command with CID_NONE */
 		we = upcie_nvme_gqp_wait(&w, e ? (uint16_t)UPCIE_NVME_GQP_CID_NONE : cid,
 					 TIMEOUT_NS, &cqe);
-		upcie_nvme_gqp_cancel(&w, !e && we == -ETIMEDOUT ? cid
-							      : (uint16_t)UPCIE_NVME_GQP_CID_NONE);
+		upcie_nvme_gqp_cancel(
+		    &w, !e && we == -ETIMEDOUT ? cid : (uint16_t)UPCIE_NVME_GQP_CID_NONE);
 		if (e || we || !upcie_nvme_cqe_ok(&cqe)) {
 			failed++;
 		} else {
@@ -278,10 +295,10 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t rounds, uint8_t *dst
 		made++;
 	}
 	if (!err) {
-		CK(cudaMemcpyAsync(qs, dq, nq * sizeof(dq[0]), cudaMemcpyHostToDevice, t->s));
-		CK(cudaMemsetAsync(dst, MARKER, bytes, t->s));
-		CK(cudaStreamSynchronize(t->s));
+		put(t, qs, dq, nq * sizeof(dq[0]));
+		put(t, dst, t->marker, bytes);
 		bad[0] = bad[1] = 0;
+		put(t, bad_dev, bad, 2 * sizeof(*bad));
 		a.qs = qs;
 		a.dst = dst;
 		a.ref = ref;
@@ -297,6 +314,7 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t rounds, uint8_t *dst
 		CK(cudaStreamSynchronize(t->s));
 		t0 = upcie_time_ns() - t0;
 		ctl_stop(t);
+		get(t, bad, bad_dev, 2 * sizeof(*bad));
 		printf("GPU-issued: %u queues x 32 lanes x %u rounds of 4 KiB Reads into VRAM "
 		       "(%.1f ms): %llu failed commands, %llu of %" PRIu64
 		       " 16-byte chunks differ\n",
@@ -353,6 +371,7 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 	unsigned long long failed = 0;
 	int err = 0;
 
+	put(t, dst, t->marker, bytes); /* before the mirror's kernel runs */
 	for (unsigned i = 0; i < nq && !err; i++) {
 		struct upcie_nvme_qpair_cfg cfg;
 		volatile uint32_t *sqh, *cqh;
@@ -392,8 +411,6 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 		made++;
 	}
 	if (!err) {
-		CK(cudaMemsetAsync(dst, MARKER, bytes, t->s));
-		CK(cudaStreamSynchronize(t->s));
 		ctl_start(t);
 		t0 = upcie_time_ns();
 		/* One thread drives every queue here; each queue still has one owner. */
@@ -403,7 +420,8 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 			for (unsigned i = 0; i < nq && !err; i++) {
 				int n;
 
-				while (next[i] < per_q && upcie_nvme_qpair_inflight(&q[i].qp) < 32) {
+				while (next[i] < per_q &&
+				       upcie_nvme_qpair_inflight(&q[i].qp) < 32) {
 					uint64_t blk = next[i] * nq + i, iova;
 					struct upcie_nvme_sqe sqe;
 
@@ -427,15 +445,18 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 					left -= (unsigned)n;
 			}
 			if (upcie_time_ns() - t0 > 10 * UPCIE_NSEC_PER_SEC) {
-				fprintf(stderr, "gpu_read_cuda: mirrored reads not done after 10 s\n");
+				fprintf(stderr,
+					"gpu_read_cuda: mirrored reads not done after 10 s\n");
 				err = -ETIMEDOUT;
 			}
 		}
 		/* Every completion reaped: now GPU work may read the data, with plain loads. */
 		bad[0] = 0;
+		put(t, bad_dev, bad, sizeof(*bad));
 		check_kernel<<<64, 256, 0, t->s>>>(dst, ref, bytes, bad_dev);
 		CK(cudaGetLastError());
 		CK(cudaStreamSynchronize(t->s));
+		get(t, bad, bad_dev, sizeof(*bad));
 		t0 = upcie_time_ns() - t0;
 		for (unsigned i = 0; i < nq; i++)
 			failed += q[i].failed;
@@ -511,7 +532,8 @@ int main(int argc, char **argv)
 	struct upcie_pci_bdf bdf;
 	struct upcie_heap_buf dbuf, rbuf;
 	const char *bdf_s = NULL;
-	unsigned long long *bad, *bad_dev;
+	static unsigned long long bad[2];
+	unsigned long long *bad_dev;
 	unsigned nq = 4;
 	uint32_t rounds = 8;
 	uint64_t bytes;
@@ -543,12 +565,17 @@ int main(int argc, char **argv)
 	}
 	if (t.null == !!bdf_s || (bdf_s && upcie_pci_bdf_parse(bdf_s, &bdf)) || !nq || nq > MAXQ ||
 	    !rounds || rounds > 1024) {
-		fprintf(stderr, "usage: gpu_read_cuda [--path uio|type1|iommufd] [--nsid N] [--lba L] "
-				"[--queues 1..16] [--rounds 1..1024] BDF\n"
-				"       gpu_read_cuda --null [--queues 1..16] [--rounds 1..1024]\n");
+		fprintf(stderr,
+			"usage: gpu_read_cuda [--path uio|type1|iommufd] [--nsid N] [--lba L] "
+			"[--queues 1..16] [--rounds 1..1024] BDF\n"
+			"       gpu_read_cuda --null [--queues 1..16] [--rounds 1..1024]\n");
 		return 2;
 	}
 	bytes = (uint64_t)nq * 32 * rounds * BS;
+	t.marker = (uint8_t *)malloc(bytes);
+	if (!t.marker)
+		return 1;
+	memset(t.marker, MARKER, bytes);
 
 	/* 1. the controller, real or null */
 	memset(&go, 0, sizeof(go));
@@ -568,10 +595,12 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		err = upcie_nvme_ns_open(&t.ns_, &t.c, t.nsid);
-		if (!err && (BS % t.ns_.lba_bytes || t.ns_.ms || t.ns_.zoned ||
-			     t.slba > t.ns_.nsze || bytes / t.ns_.lba_bytes > t.ns_.nsze - t.slba)) {
-			fprintf(stderr, "gpu_read_cuda: namespace %u: needs blocks dividing 4 KiB, no "
-					"metadata, not zoned, and %" PRIu64 " bytes from LBA %" PRIu64 "\n",
+		if (!err &&
+		    (BS % t.ns_.lba_bytes || t.ns_.ms || t.ns_.zoned || t.slba > t.ns_.nsze ||
+		     bytes / t.ns_.lba_bytes > t.ns_.nsze - t.slba)) {
+			fprintf(stderr,
+				"gpu_read_cuda: namespace %u: needs blocks dividing 4 KiB, no "
+				"metadata, not zoned, and %" PRIu64 " bytes from LBA %" PRIu64 "\n",
 				t.nsid, bytes, t.slba);
 			err = -EINVAL;
 		}
@@ -599,8 +628,7 @@ int main(int argc, char **argv)
 	/* before any persistent kernel: a later launch growing it would wait for them forever */
 	CK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
 	CK(cudaStreamCreateWithFlags(&t.s, cudaStreamNonBlocking));
-	CK(cudaHostAlloc((void **)&bad, 4096, cudaHostAllocMapped));
-	CK(cudaHostGetDevicePointer((void **)&bad_dev, bad, 0));
+	CK(cudaMalloc(&bad_dev, sizeof(bad)));
 	if (t.null) {
 		CK(cudaStreamCreateWithFlags(&t.s_ctl, cudaStreamNonBlocking));
 		CK(cudaMalloc(&t.nc_dev, sizeof(t.nc)));
@@ -629,8 +657,8 @@ int main(int argc, char **argv)
 	if (!err)
 		err = part_gqp(&t, nq, rounds, (uint8_t *)dbuf.vaddr, (const uint8_t *)rbuf.vaddr,
 			       bad, bad_dev);
-	e2 = part_mirror(&t, nq, rounds, (uint8_t *)dbuf.vaddr, (const uint8_t *)rbuf.vaddr,
-			 bad, bad_dev);
+	e2 = part_mirror(&t, nq, rounds, (uint8_t *)dbuf.vaddr, (const uint8_t *)rbuf.vaddr, bad,
+			 bad_dev);
 	if (!err)
 		err = e2;
 
@@ -642,7 +670,8 @@ int main(int argc, char **argv)
 		cudaFreeHost((void *)t.db);
 		cudaStreamDestroy(t.s_ctl);
 	}
-	cudaFreeHost(bad);
+	cudaFree(bad_dev);
+	free(t.marker);
 	cudaStreamDestroy(t.s);
 	upcie_gpu_cuda_close(&t.gpu);
 	if (!t.null)

@@ -70,7 +70,22 @@ struct target {
 	uint64_t slba;
 	uint32_t lba_shift;
 	hipStream_t s;
+	uint8_t *marker; /* host: `bytes` of MARKER */
+	unsigned long long *bad_dev;
 };
+
+/* Copies in and out on our stream (hipFree and device-wide waits would wait for the mirror). */
+static void put(struct target *t, void *dev, const void *host, size_t n)
+{
+	CK(hipMemcpyAsync(dev, host, n, hipMemcpyHostToDevice, t->s));
+	CK(hipStreamSynchronize(t->s));
+}
+
+static void get(struct target *t, void *host, const void *dev, size_t n)
+{
+	CK(hipMemcpyAsync(host, dev, n, hipMemcpyDeviceToHost, t->s));
+	CK(hipStreamSynchronize(t->s));
+}
 
 static volatile uint32_t *db(struct target *t, uint16_t qid, bool cq)
 {
@@ -125,7 +140,7 @@ struct gq_args {
 	struct upcie_nvme_gqp_hip_cpl *cpl; /* QD per queue */
 	uint64_t slba;
 	uint32_t nsid, lba_shift, per_q, nq;
-	unsigned long long *bad; /* host-mapped: [0] data mismatches, [1] failed commands */
+	unsigned long long *bad; /* device: [0] data mismatches, [1] failed commands */
 };
 
 __global__ void gq_kernel(struct gq_args a)
@@ -214,10 +229,10 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		made++;
 	}
 	if (!err) {
-		CK(hipMemcpyAsync(qs, dq, nq * sizeof(dq[0]), hipMemcpyHostToDevice, t->s));
-		CK(hipMemsetAsync(dst, MARKER, bytes, t->s));
-		CK(hipStreamSynchronize(t->s));
+		put(t, qs, dq, nq * sizeof(dq[0]));
+		put(t, dst, t->marker, bytes);
 		bad[0] = bad[1] = 0;
+		put(t, t->bad_dev, bad, 2 * sizeof(*bad));
 		memset(&a, 0, sizeof(a));
 		a.qs = qs;
 		a.iova = iova;
@@ -229,13 +244,15 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		a.lba_shift = t->lba_shift;
 		a.per_q = per_q;
 		a.nq = nq;
-		CK(hipHostGetDevicePointer((void **)&a.bad, bad, 0));
+		a.bad = t->bad_dev;
 		t0 = upcie_time_ns();
 		hipLaunchKernelGGL(gq_kernel, dim3(nq), dim3(1), 0, t->s, a);
 		CK(hipGetLastError());
 		CK(hipStreamSynchronize(t->s));
+		get(t, bad, t->bad_dev, 2 * sizeof(*bad));
 		printf("GPU-issued (%s): %u queue pairs, %" PRIu64 " 4 KiB Reads into VRAM "
-		       "(%.1f ms): %llu failed commands, %llu of %" PRIu64 " 16-byte chunks differ\n",
+		       "(%.1f ms): %llu failed commands, %llu of %" PRIu64
+		       " 16-byte chunks differ\n",
 		       direct ? "direct" : "bridged", nq, (uint64_t)nq * per_q,
 		       (double)(upcie_time_ns() - t0) / 1e6, bad[1], bad[0], bytes / 16);
 		if (bad[0] || bad[1])
@@ -289,10 +306,11 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *d
 {
 	static struct mq q[MAXQ];
 	uint64_t bytes = (uint64_t)nq * per_q * BS, t0, next[MAXQ] = { 0 }, left = nq * per_q;
-	unsigned long long failed = 0, *bad_dev;
+	unsigned long long failed = 0;
 	unsigned made = 0;
 	int err = 0;
 
+	put(t, dst, t->marker, bytes); /* before the mirror's kernel runs */
 	for (unsigned i = 0; i < nq && !err; i++) {
 		struct upcie_nvme_qpair_cfg cfg;
 		uint16_t qid = qid_of(t, i);
@@ -328,14 +346,13 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *d
 		made++;
 	}
 	if (!err) {
-		CK(hipMemsetAsync(dst, MARKER, bytes, t->s));
-		CK(hipStreamSynchronize(t->s));
 		t0 = upcie_time_ns();
 		while (left && !err) {
 			for (unsigned i = 0; i < nq && !err; i++) {
 				int n;
 
-				while (next[i] < per_q && upcie_nvme_qpair_inflight(&q[i].qp) < QD) {
+				while (next[i] < per_q &&
+				       upcie_nvme_qpair_inflight(&q[i].qp) < QD) {
 					uint64_t blk = next[i] * nq + i;
 					struct upcie_nvme_sqe sqe;
 
@@ -356,24 +373,26 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *d
 					left -= (unsigned)n;
 			}
 			if (upcie_time_ns() - t0 > 10 * UPCIE_NSEC_PER_SEC) {
-				fprintf(stderr, "gpu_read_hip: mirrored reads not done after 10 s\n");
+				fprintf(stderr,
+					"gpu_read_hip: mirrored reads not done after 10 s\n");
 				err = -ETIMEDOUT;
 			}
 		}
 		/* every completion reaped: now GPU work may read the data, with plain loads */
 		bad[0] = 0;
-		CK(hipHostGetDevicePointer((void **)&bad_dev, bad, 0));
-		hipLaunchKernelGGL(check_kernel, dim3(CHECK_BLOCKS), dim3(CHECK_THREADS), 0, t->s, dst, ref, bytes,
-				   bad_dev);
+		put(t, t->bad_dev, bad, sizeof(*bad));
+		hipLaunchKernelGGL(check_kernel, dim3(CHECK_BLOCKS), dim3(CHECK_THREADS), 0, t->s,
+				   dst, ref, bytes, t->bad_dev);
 		CK(hipGetLastError());
 		CK(hipStreamSynchronize(t->s));
+		get(t, bad, t->bad_dev, sizeof(*bad));
 		for (unsigned i = 0; i < nq; i++)
 			failed += q[i].failed;
 		printf("mirrored: %u CPU queue pairs, completions written into VRAM and mirrored, "
 		       "%" PRIu64 " 4 KiB Reads into VRAM (%.1f ms): %llu failed commands, %llu of "
 		       "%" PRIu64 " 16-byte chunks differ\n",
-		       nq, (uint64_t)nq * per_q, (double)(upcie_time_ns() - t0) / 1e6, failed, bad[0],
-		       bytes / 16);
+		       nq, (uint64_t)nq * per_q, (double)(upcie_time_ns() - t0) / 1e6, failed,
+		       bad[0], bytes / 16);
 		if (!err && (failed || bad[0]))
 			err = -EIO;
 	}
@@ -396,7 +415,7 @@ int main(int argc, char **argv)
 	struct upcie_nvme_ioq ioq;
 	struct upcie_dmamem mem;
 	const char *bdf_s = NULL;
-	unsigned long long *bad;
+	static unsigned long long bad[2];
 	uint64_t *iova_h = NULL, *iova_d = NULL, bytes;
 	unsigned nq = 4;
 	uint32_t rounds = 8, nsid = 1, per_q;
@@ -426,12 +445,17 @@ int main(int argc, char **argv)
 	}
 	if (!bdf_s || upcie_pci_bdf_parse(bdf_s, &bdf) || !nq || nq > MAXQ || !rounds ||
 	    rounds > 1024) {
-		fprintf(stderr, "usage: gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] "
-				"[--queues 1..16] [--rounds 1..1024] [--direct] BDF\n");
+		fprintf(stderr,
+			"usage: gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] "
+			"[--queues 1..16] [--rounds 1..1024] [--direct] BDF\n");
 		return 2;
 	}
 	per_q = QD * rounds;
 	bytes = (uint64_t)nq * per_q * BS;
+	t.marker = (uint8_t *)malloc(bytes);
+	if (!t.marker)
+		return 1;
+	memset(t.marker, MARKER, bytes);
 
 	/* 1. the controller and the namespace (read only) */
 	co.dev.bind = true;
@@ -443,8 +467,9 @@ int main(int argc, char **argv)
 	err = upcie_nvme_ns_open(&t.ns, &t.c, nsid);
 	if (!err && (BS % t.ns.lba_bytes || t.ns.ms || t.ns.zoned || t.slba > t.ns.nsze ||
 		     bytes / t.ns.lba_bytes > t.ns.nsze - t.slba || t.c.nqueues < nq)) {
-		fprintf(stderr, "gpu_read_hip: namespace %u: needs blocks dividing 4 KiB, no metadata, "
-				"not zoned, %" PRIu64 " bytes from LBA %" PRIu64 ", %u queues\n",
+		fprintf(stderr,
+			"gpu_read_hip: namespace %u: needs blocks dividing 4 KiB, no metadata, "
+			"not zoned, %" PRIu64 " bytes from LBA %" PRIu64 ", %u queues\n",
 			nsid, bytes, t.slba, nq);
 		err = -EINVAL;
 	}
@@ -468,7 +493,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	CK(hipStreamCreateWithFlags(&t.s, hipStreamNonBlocking));
-	CK(hipHostMalloc((void **)&bad, 4096, hipHostMallocMapped));
+	CK(hipMalloc((void **)&t.bad_dev, sizeof(bad)));
 	memset(&dbuf, 0, sizeof(dbuf));
 	err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &dbuf);
 	if (!err)
@@ -511,7 +536,8 @@ int main(int argc, char **argv)
 	if (iova_d)
 		CK(hipFree(iova_d));
 	free(iova_h);
-	CK(hipHostFree(bad));
+	CK(hipFree(t.bad_dev));
+	free(t.marker);
 	CK(hipStreamDestroy(t.s));
 	upcie_gpu_hip_close(&t.gpu);
 	upcie_nvme_ctrl_close(&t.c);

@@ -67,12 +67,12 @@ struct worker {
 	struct slot slots[MAX_QD];
 	unsigned inflight, max_inflight;
 	uint64_t ncpl, nsub;
-	int err;	    /* first error of the pass */
-	uint64_t err_lba;   /* where it happened */
-	bool stuck;	    /* a request the controller never gave back: keep the memory */
-	bool verified;	    /* pattern read back */
-	bool restored;	    /* saved data written back and read back */
-	int result;	    /* 0 or the first error */
+	int err;	  /* first error of the pass */
+	uint64_t err_lba; /* where it happened */
+	bool stuck;	  /* a request the controller never gave back: keep the memory */
+	bool verified;	  /* pattern read back */
+	bool restored;	  /* saved data written back and read back */
+	int result;	  /* 0 or the first error */
 };
 
 /* The request callback: runs inside upcie_nvme_ioq_poll() on the owner thread. */
@@ -283,9 +283,10 @@ int main(int argc, char **argv)
 	}
 	if (!bdf_s || upcie_pci_bdf_parse(bdf_s, &bdf) || !nq || nq > MAX_QUEUES || !qd ||
 	    qd > MAX_QD || !io || !bytes || bytes % io) {
-		fprintf(stderr, "usage: nvme_async [--path auto|uio|type1|iommufd] [--nsid N] "
-				"[--queues 1..64] [--qd 1..256] [--io-size S] [--bytes B] [--lba L] "
-				"BDF\n  (B per queue, a multiple of S)\n");
+		fprintf(stderr,
+			"usage: nvme_async [--path auto|uio|type1|iommufd] [--nsid N] "
+			"[--queues 1..64] [--qd 1..256] [--io-size S] [--bytes B] [--lba L] "
+			"BDF\n  (B per queue, a multiple of S)\n");
 		return 2;
 	}
 
@@ -309,8 +310,9 @@ int main(int argc, char **argv)
 	if (nq > c.nqueues)
 		nq = c.nqueues;
 	if (io % ns.lba_bytes || nq * bytes / ns.lba_bytes > ns.nsze) {
-		fprintf(stderr, "nvme_async: requests of %" PRIu64 " B on %u B blocks, or %u x %" PRIu64
-				" B on a namespace of %" PRIu64 " blocks: no\n",
+		fprintf(stderr,
+			"nvme_async: requests of %" PRIu64 " B on %u B blocks, or %u x %" PRIu64
+			" B on a namespace of %" PRIu64 " blocks: no\n",
 			io, ns.lba_bytes, nq, bytes, ns.nsze);
 		err = -EINVAL;
 		goto out;
@@ -356,9 +358,8 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < started; i++) {
 		printf("  queue %u (thread %u): LBA %" PRIu64 "+%" PRIu64 ": %" PRIu64
 		       " requests, %" PRIu64 " callbacks, up to %u in flight; %s, %s\n",
-		       w[i].qid, i, w[i].lba, bytes / ns.lba_bytes, w[i].nsub,
-		       w[i].ncpl, w[i].max_inflight,
-		       w[i].verified ? "read-back verified" : "NOT verified",
+		       w[i].qid, i, w[i].lba, bytes / ns.lba_bytes, w[i].nsub, w[i].ncpl,
+		       w[i].max_inflight, w[i].verified ? "read-back verified" : "NOT verified",
 		       w[i].restored ? "original data restored" : "NOT restored");
 		if (w[i].result) {
 			fprintf(stderr, "nvme_async: thread %u: %s (near LBA %" PRIu64 ")\n", i,

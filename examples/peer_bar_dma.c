@@ -54,10 +54,11 @@ static int peer_prepare(const struct upcie_pci_bdf *peer, const char *name,
 	if (vfio ? !strcmp(drv, "vfio-pci") : !drv[0])
 		return 0;
 	if (!bind) {
-		fprintf(stderr,
-			"peer_bar_dma: %s is %s%s; the %s path needs it %s (--bind-peer does that)\n",
-			name, drv[0] ? "bound to " : "not bound", drv, upcie_nvme_path_name(path),
-			vfio ? "bound to vfio-pci" : "without a driver");
+		fprintf(
+		    stderr,
+		    "peer_bar_dma: %s is %s%s; the %s path needs it %s (--bind-peer does that)\n",
+		    name, drv[0] ? "bound to " : "not bound", drv, upcie_nvme_path_name(path),
+		    vfio ? "bound to vfio-pci" : "without a driver");
 		return -EBUSY;
 	}
 	printf("  %s: %s %s\n", name, drv[0] ? "was bound to" : "had no driver", drv[0] ? drv : "");
@@ -103,8 +104,9 @@ int main(int argc, char **argv)
 		else
 			nargs = 0, i = argc;
 	}
-	if (nargs != 2 || upcie_pci_bdf_parse(args[0], &bdf) || upcie_pci_bdf_parse(args[1], &pbdf) ||
-	    !bytes || bytes % 4096 || boff % 4096 || bar > 5) {
+	if (nargs != 2 || upcie_pci_bdf_parse(args[0], &bdf) ||
+	    upcie_pci_bdf_parse(args[1], &pbdf) || !bytes || bytes % 4096 || boff % 4096 ||
+	    bar > 5) {
 		fprintf(stderr, "usage: peer_bar_dma [--path auto|uio|type1|iommufd] [--nsid N] "
 				"[--lba L] [--bytes B] [--bar N] [--bar-offset O] [--bind-peer] "
 				"NVME_BDF PEER_BDF\n  (B and O multiples of 4096)\n");
@@ -124,13 +126,15 @@ int main(int argc, char **argv)
 	memset(&peer, 0, sizeof(peer));
 	err = upcie_nvme_ns_open(&ns, &c, nsid);
 	if (!err && ns.ms && !ns.pract) {
-		fprintf(stderr, "peer_bar_dma: namespace %u has metadata; take one without\n", nsid);
+		fprintf(stderr, "peer_bar_dma: namespace %u has metadata; take one without\n",
+			nsid);
 		err = -EOPNOTSUPP;
 	}
-	if (!err && (bytes % ns.lba_bytes || lba > ns.nsze ||
-		     bytes / ns.lba_bytes > ns.nsze - lba)) {
-		fprintf(stderr, "peer_bar_dma: %" PRIu64 " B at LBA %" PRIu64
-				" do not fit namespace %u (%" PRIu64 " blocks of %u B)\n",
+	if (!err &&
+	    (bytes % ns.lba_bytes || lba > ns.nsze || bytes / ns.lba_bytes > ns.nsze - lba)) {
+		fprintf(stderr,
+			"peer_bar_dma: %" PRIu64 " B at LBA %" PRIu64
+			" do not fit namespace %u (%" PRIu64 " blocks of %u B)\n",
 			bytes, lba, nsid, ns.nsze, ns.lba_bytes);
 		err = -EINVAL;
 	}
@@ -143,24 +147,28 @@ int main(int argc, char **argv)
 		goto out;
 	err = upcie_nvme_peer_open(&peer, &c.dev, &pbdf, bar, boff, bytes);
 	if (err) {
-		fprintf(stderr, "peer_bar_dma: %s BAR%u [0x%" PRIx64 ", +0x%" PRIx64
-				") as DMA memory: %s\n",
+		fprintf(stderr,
+			"peer_bar_dma: %s BAR%u [0x%" PRIx64 ", +0x%" PRIx64
+			") as DMA memory: %s\n",
 			args[1], bar, boff, bytes, strerror(-err));
 		goto out;
 	}
 	if (!peer.mem.vaddr) {
-		fprintf(stderr, "peer_bar_dma: BAR%u of %s cannot be mapped by the CPU: nothing "
-				"to compare with\n",
+		fprintf(stderr,
+			"peer_bar_dma: BAR%u of %s cannot be mapped by the CPU: nothing "
+			"to compare with\n",
 			bar, args[1]);
 		err = -EOPNOTSUPP;
 		goto out;
 	}
 	printf("  %s BAR%u [0x%" PRIx64 ", +%" PRIu64 " KiB): %s, device address 0x%" PRIx64 "\n",
-	       args[1], bar, boff, bytes >> 10, peer.mem.kind, upcie_dmamem_iova_fast(&peer.mem, 0));
+	       args[1], bar, boff, bytes >> 10, peer.mem.kind,
+	       upcie_dmamem_iova_fast(&peer.mem, 0));
 
 	/* 3. marker into the slice, then the read straight into it, and the same into host memory */
 	for (uint64_t i = 0; i < bytes; i += 8)
-		*(volatile uint64_t *)((uint8_t *)peer.mem.vaddr + i) = 0x0101010101010101ull * MARKER;
+		*(volatile uint64_t *)((uint8_t *)peer.mem.vaddr + i) =
+		    0x0101010101010101ull * MARKER;
 	err = upcie_nvme_dev_dmamem(&c.dev, bytes, &mem);
 	if (!err)
 		err = upcie_nvme_ioq_create(&q, &c, NULL);
@@ -185,8 +193,9 @@ int main(int argc, char **argv)
 		if (view[i] != ((uint8_t *)mem.vaddr)[i])
 			diff = i;
 	if (diff != UINT64_MAX) {
-		fprintf(stderr, "peer_bar_dma: the BAR differs from the host read at byte %" PRIu64
-				" (0x%02x, expected 0x%02x)\n",
+		fprintf(stderr,
+			"peer_bar_dma: the BAR differs from the host read at byte %" PRIu64
+			" (0x%02x, expected 0x%02x)\n",
 			diff, view[diff], ((uint8_t *)mem.vaddr)[diff]);
 		err = -EIO;
 		goto out;
