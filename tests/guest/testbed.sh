@@ -23,6 +23,7 @@ readonly OOT_CC=${UPCIE_TESTBED_OOT_CC:-kernel}          # kernel | host
 readonly QEMU=${UPCIE_TESTBED_QEMU:-qemu-system-x86_64}
 readonly BOOT_TIMEOUT=${UPCIE_TESTBED_BOOT_TIMEOUT:-90}  # seconds on top of the cases' own timeouts
 readonly CASE_TIMEOUT=${UPCIE_TESTBED_CASE_TIMEOUT:-120} # default per case, "# timeout: N" overrides
+readonly APPEND=${UPCIE_TESTBED_APPEND:-} # extra tb_KEY=VALUE words for the kernel command line
 readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 # guests never run in parallel on this machine, whatever the cache and work dirs
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
@@ -79,6 +80,15 @@ readonly NAMESPACES_D=(
 	"c5n1 c5 1 512 0 8M"
 )
 readonly VRM2_SIZE=16M C4_READ_BPS=262144
+# The faulty controller c2, only on boots of cases that ask for it ("# devices: faulty"): c2n1
+# fails reads and writes at fixed sectors (QEMU blkdebug, errno EIO: QEMU posts Unrecovered Read
+# Error and Write Fault), c2n2 is throttled to C2_IOPS commands per second (slow commands).
+readonly BDF_C2=0000:00:07.0 SN_C2=fa170001
+readonly NAMESPACES_FAULTY=(
+	"c2n1 c2 1 512 0 8M"
+	"c2n2 c2 2 512 0 8M"
+)
+readonly C2_RERR=8192 C2_WERR=12288 C2_IOPS=20 # 512-byte sectors; commands per second
 
 # ---------------------------------------------------------------------------
 # small helpers
@@ -1078,16 +1088,28 @@ all_cases() {
 
 img_var() { echo "TB_IMG_$(echo "$1" | tr '[:lower:]' '[:upper:]')"; }
 
-cfg_namespaces() { # CONFIG : the namespace lines of the configuration (into array CFG_NS)
+boot_faulty() { # CASE[,CASE...] : whether one of the cases asks for the faulty controller
+	local k
+	for k in ${1//,/ }; do
+		[ "$k" = shell ] && continue
+		case " $(case_header "$k" devices) " in *" faulty "*) return 0 ;; esac
+	done
+	return 1
+}
+
+cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
 	[ "$1" = D ] && CFG_NS+=("${NAMESPACES_D[@]}")
+	if boot_faulty "$2"; then
+		CFG_NS+=("${NAMESPACES_FAULTY[@]}")
+	fi
 	return 0
 }
 
-make_backing_files() { # RUNDIR NONCE CONFIG : fresh pattern-filled files for one boot
+make_backing_files() { # RUNDIR NONCE CONFIG CASES : fresh pattern-filled files for one boot
 	local dir=$1 nonce=$2 c=$3 ns name
 	local lbs ms extra bytes nlbas
-	cfg_namespaces "$c"
+	cfg_namespaces "$c" "$4"
 	for ns in "${CFG_NS[@]}"; do
 		read -r name _ _ lbs ms size extra <<<"$ns"
 		"$WORK/build/bin/tbpat" fill "$dir/$name.img" "$size" "$name$nonce"
@@ -1134,10 +1156,22 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	QARGS+=(-object "memory-backend-file,id=pmr,size=$PMR_SIZE,mem-path=$dir/pmr.img,share=on"
 		-device "nvme,id=c0,serial=$SN_C0,addr=${BDF_C0:8:2}.${BDF_C0:11:1}"
 		-device "nvme,id=c1,serial=$SN_C1,addr=${BDF_C1:8:2}.${BDF_C1:11:1},mdts=0,cmb_size_mb=16,pmrdev=pmr")
-	for ns in "${NAMESPACES[@]}"; do
+	local qns=("${NAMESPACES[@]}")
+	if boot_faulty "$cases"; then
+		qns+=("${NAMESPACES_FAULTY[@]}")
+		QARGS+=(-device "nvme,id=c2,serial=$SN_C2,addr=${BDF_C2:8:2}.${BDF_C2:11:1}")
+		printf '[inject-error]\nevent = "%s"\nerrno = "5"\nsector = "%s"\nonce = "off"\n\n' \
+			read_aio "$C2_RERR" write_aio "$C2_WERR" >"$dir/c2n1.blkdebug"
+	fi
+	for ns in "${qns[@]}"; do
 		read -r name ctrl nsid lbs ms size extra <<<"$ns"
-		QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw"
-			-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs$([ "$ms" = 0 ] || echo ",ms=$ms")${extra:+,$extra}")
+		case $name in
+		# raw over blkdebug over the file: blkdebug sees the read_aio/write_aio events raw raises
+		c2n1) QARGS+=(-drive "if=none,id=$name,driver=raw,file.driver=blkdebug,file.config=$dir/c2n1.blkdebug,file.image.driver=file,file.image.filename=$dir/$name.img") ;;
+		c2n2) QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw,throttling.iops-total=$C2_IOPS") ;;
+		*) QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw") ;;
+		esac
+		QARGS+=(-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs$([ "$ms" = 0 ] || echo ",ms=$ms")${extra:+,$extra}")
 		nsfacts+=("$name/$nsid/$lbs/$ms/$size")
 	done
 	QARGS+=(-object "memory-backend-file,id=vram,size=$VRAM_SIZE,mem-path=$dir/vram.img,share=on"
@@ -1171,6 +1205,10 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
+	if boot_faulty "$cases"; then
+		append+=" tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_rerr=$C2_RERR tb_c2_werr=$C2_WERR tb_c2_iops=$C2_IOPS"
+	fi
+	[ -n "$APPEND" ] && append+=" $APPEND"
 	QARGS+=(-append "$append")
 }
 
@@ -1265,7 +1303,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	nonce=$(od -An -N2 -tx2 /dev/urandom | tr -d ' \n')
-	make_backing_files "$dir" "$nonce" "$c"
+	make_backing_files "$dir" "$nonce" "$c" "$cases"
 	printf 'case\tallowed dmesg ERE\n' >"$dir/dmesg-allow"
 	for k in ${cases//,/ }; do
 		tmo=$((tmo + $(case_timeout "$k") * ${CFG_TSCALE[$c]}))
@@ -1293,7 +1331,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			retried=" retried: kernel died before /init"
 			cp "$dir/console.log" "$dir/console.first.log"
 			warn "[$c] $cases: the kernel died before /init (log $dir/console.first.log); booting once more"
-			make_backing_files "$dir" "$nonce" "$c"
+			make_backing_files "$dir" "$nonce" "$c" "$cases"
 			continue
 		fi
 		break
@@ -1315,7 +1353,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			export TB_CONFIG=$c TB_CASE=$k TB_NONCE=$nonce TB_RUN_DIR=$dir TB_KERNEL=$KV
 			export TB_CONSOLE=$dir/console.log TB_GUEST_OUTPUT=$dir/$k.guest.out
 			export TB_PAT=$WORK/build/bin/tbpat TB_LIB=$TB_DIR/lib TB_IOMMU=${CFG_IOMMU[$c]} TB_OOT=${CFG_OOT[$c]}
-			cfg_namespaces "$c"
+			cfg_namespaces "$c" "$cases"
 			[ "$c" = D ] && CFG_NS+=(vrm2)
 			for ns in "${CFG_NS[@]}" "vram" "pmr"; do
 				nsname=${ns%% *}
@@ -1362,7 +1400,7 @@ cmd_shell() { # [--config C] : an interactive guest on this terminal
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	nonce=$(od -An -N2 -tx2 /dev/urandom | tr -d ' \n')
-	make_backing_files "$dir" "$nonce" "$c"
+	make_backing_files "$dir" "$nonce" "$c" shell
 	qemu_args "$c" "$dir" "$nonce" shell
 	lock_guests
 	log "config $c ($KV); backing files in $dir; leave with 'poweroff -f' (or Ctrl-a x)"
@@ -1495,6 +1533,7 @@ environment:
   UPCIE_TESTBED_K7_SUITES   suites searched for the 7.x kernel ("$K7_SUITES")
   UPCIE_TESTBED_OOT_CC      kernel (the kernel's own gcc, unpacked) or host (gcc-12)
   UPCIE_TESTBED_MIRROR      Debian mirror (default: from /etc/apt/sources.list.d/debian.sources)
+  UPCIE_TESTBED_APPEND      extra tb_KEY=VALUE words for the guests' kernel command line
   UPCIE_TESTBED_CASE_TIMEOUT, UPCIE_TESTBED_BOOT_TIMEOUT   seconds ($CASE_TIMEOUT, +$BOOT_TIMEOUT per boot)
 EOF
 }

@@ -20,11 +20,13 @@
 #   TB_C0_BDF TB_C0_SN TB_C1_BDF TB_C1_SN TB_VRAM_BDF TB_VRAM_SIZE TB_PMR_SIZE
 #   D only: TB_IOMMU_PT (1) TB_NUMA_NODES (2) TB_C4_BDF TB_C4_SN TB_C4_READ_BPS TB_C5_BDF
 #           TB_C5_SN TB_VRM2_BDF TB_VRM2_SIZE
+#   TB_C2_BDF TB_C2_SN TB_C2_RERR TB_C2_WERR TB_C2_IOPS (faulty controller: boots of cases
+#     with "# devices: faulty" only)
 #   TB_NS = name/nsid/lba-size/metadata-size/image-size,...
 #   tb_tag NAME          pattern tag of a backing file: c0n1, c1n1, ..., vram, pmr (D: c4n1,
 #                        c5n1, vrm2)
 #   tb_ns NAME FIELD     nsid | lbs | ms | size of namespace NAME
-#   tb_ctrl_bdf NAME     PCI address of the controller of namespace NAME (or c0, c1)
+#   tb_ctrl_bdf NAME     PCI address of the controller of namespace NAME (or c0, c1, c2)
 #   tb_blockdev NAME     /dev/nvmeXnY of namespace NAME (kernel nvme driver bound)
 #   tb_modprobe MOD...   load modules and the softdeps kmod would load (vfio ->
 #                        vfio_iommu_type1); print a diagnostic on failure
@@ -130,6 +132,7 @@ tb_ctrl_bdf() { # NAME (c0n1 or c0) -> PCI address
 	c1*) echo "$TB_C1_BDF" ;;
 	c4*) [ -n "${TB_C4_BDF:-}" ] && echo "$TB_C4_BDF" ;;
 	c5*) [ -n "${TB_C5_BDF:-}" ] && echo "$TB_C5_BDF" ;;
+	c2*) echo "${TB_C2_BDF:?no faulty controller on this boot}" ;;
 	vram) echo "$TB_VRAM_BDF" ;;
 	vrm2) [ -n "${TB_VRM2_BDF:-}" ] && echo "$TB_VRM2_BDF" ;;
 	*) return 1 ;;
@@ -142,6 +145,7 @@ tb_ctrl_sn() {
 	c1*) echo "$TB_C1_SN" ;;
 	c4*) [ -n "${TB_C4_SN:-}" ] && echo "$TB_C4_SN" ;;
 	c5*) [ -n "${TB_C5_SN:-}" ] && echo "$TB_C5_SN" ;;
+	c2*) echo "${TB_C2_SN:?no faulty controller on this boot}" ;;
 	*) return 1 ;;
 	esac
 }
