@@ -98,7 +98,7 @@ note "hygiene"
 tap "headers compile alone (C11/C++17)" scripts/check-headers.sh
 tap "clang-format" scripts/check-format.sh
 tap "public names prefixed" scripts/check-names.sh
-tap "doc code excerpts compile (gcc, clang; with its negative control)" scripts/check-doc-snippets.sh
+tap "doc C excerpts compile (gcc, clang)" scripts/check-doc-snippets.sh
 tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
 tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
 tap "CQ mirror PTX matches its source" tests/gpu/gen-cqmirror-ptx.sh --check
