@@ -17,12 +17,16 @@
  * clock_gettime() costs microseconds (HPET); IOPS and mean latency come from timing whole
  * batches with CLOCK_MONOTONIC. Beside IOPS, each run reports CPU time per I/O twice: this
  * process's (CLOCK_PROCESS_CPUTIME_ID: user and system time, so the kernel side's syscalls
- * count) and the whole guest's busy time from /proc/stat (all vCPUs, interrupt and softirq
- * time included, so the kernel driver's completion work counts wherever it ran). IOPS alone
- * compares schedulers on an emulated machine: a poller spinning on a vCPU competes with the
- * emulator's threads that run the controller, while the kernel driver sleeps on interrupts. Offsets are uniformly random 4 KiB-aligned over the namespace;
- * every read's first unit is checked against the backing pattern (unit index and tag), on both
- * sides, so neither side can win by not moving data. Each run starts with a short warm-up.
+ * count) and the whole guest's busy time (all vCPUs, interrupt and softirq time included, so
+ * the kernel driver's completion work counts wherever it ran): the batch's wall time on every
+ * online CPU less the idle and iowait time /proc/stat reports. Those two come from clock
+ * readings at idle entry and exit (NO_HZ idle accounting); the user and system fields are sampled at timer ticks,
+ * which an emulated guest loses while a vCPU spins (they showed less busy time than this
+ * process alone used), so they are not used. IOPS alone compares schedulers on an emulated
+ * machine: a poller spinning on a vCPU competes with the emulator's threads that run the
+ * controller, while the kernel driver sleeps on interrupts. Offsets are uniformly random
+ * 4 KiB-aligned over the namespace; every read's first unit is checked against the backing
+ * pattern (unit index and tag), on both sides, so neither side can win by not moving data. Each run starts with a short warm-up.
  *
  * Usage: t_nvme_perf --dev /dev/nvmeXnY --bdf BDF [--path uio|type1|iommufd] [--qd1 N]
  *                    [--qd32 N] [--tag TAG]
@@ -58,7 +62,8 @@
 static double g_tsc_per_ns;
 static uint64_t g_blocks; /* 4 KiB blocks in the namespace */
 static char g_tag[9];
-static uint64_t g_cpu0, g_busy0; /* process CPU time (ns), guest busy time (ticks) at run start */
+/* at the start of a measured batch: process CPU time (ns), guest idle + iowait (ticks) */
+static uint64_t g_cpu0, g_idle0;
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static long g_bad;
 
@@ -124,43 +129,40 @@ static uint64_t cpu_ns(void)
 	return (uint64_t)ts.tv_sec * UPCIE_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
-/* Busy ticks of all CPUs (everything in /proc/stat's "cpu" line but idle and iowait). */
-static uint64_t busy_ticks(void)
+/* Idle and iowait ticks of all CPUs (fields 4 and 5 of /proc/stat's "cpu" line). */
+static uint64_t idle_ticks(void)
 {
-	unsigned long long v[10] = { 0 };
-	uint64_t busy = 0;
+	unsigned long long v[5] = { 0 };
 	FILE *f = fopen("/proc/stat", "r");
 	int got;
 
 	if (!f)
 		return 0;
-	got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
-		     &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+	got = fscanf(f, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
 	fclose(f);
-	for (int i = 0; i < got && i < 8; i++) /* guest and guest_nice are inside user/nice */
-		if (i != 3 && i != 4)
-			busy += v[i];
-	return busy;
+	return got == 5 ? v[3] + v[4] : 0;
 }
 
 /* Start of a measured batch (after warm-up): wall clock returned, CPU clocks kept. */
 static uint64_t run_start(void)
 {
 	g_cpu0 = cpu_ns();
-	g_busy0 = busy_ticks();
+	g_idle0 = idle_ticks();
 	return upcie_time_ns();
 }
 
 /* Percentiles of `lat` (TSC ticks), mean and IOPS from the batch time. */
 static void summarize(uint64_t *lat, uint64_t n, uint64_t batch_ns, struct result *r)
 {
-	uint64_t cpu = cpu_ns() - g_cpu0, busy = busy_ticks() - g_busy0;
-	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t cpu = cpu_ns() - g_cpu0, idle = idle_ticks() - g_idle0;
+	long hz = sysconf(_SC_CLK_TCK), ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	double busy_ns = (double)batch_ns * (double)(ncpu > 0 ? ncpu : 1) -
+			 (hz > 0 ? (double)idle * 1e9 / (double)hz : 0);
 
 	memset(r, 0, sizeof(*r));
 	r->n = n;
 	r->cpu_us = n ? (double)cpu / 1000.0 / (double)n : 0;
-	r->busy_us = n && hz > 0 ? (double)busy * 1e6 / (double)hz / (double)n : 0;
+	r->busy_us = n && busy_ns > 0 ? busy_ns / 1000.0 / (double)n : 0;
 	r->iops = batch_ns ? (double)n * 1e9 / (double)batch_ns : 0;
 	r->mean_us = n ? (double)batch_ns / 1000.0 / (double)n : 0;
 	if (lat && n) {
