@@ -106,6 +106,27 @@ tap "GPU completion ordering points in the PTX (with its negative control)" test
 tap "HIP sources, headers, bridge host tests" tests/hip/check-hip.sh
 tap "HIP device code disassembly (RDNA fences)" tests/hip/check-disasm.sh
 tap "aarch64 queue-pair barriers (disassembly)" scripts/check-arm64.sh
+tap "public functions documented (with its negative control)" scripts/check-doc-coverage.sh
+# The API reference builds, and Doxygen finds nothing wrong in the headers' comments.
+api_ref() {
+	local b=$root/build-docs
+	rm -rf "$b"
+	if meson setup "$b" -Ddocs=true -Dtests=false -Dcuda=disabled -Dhip=disabled -Dfuzz=disabled \
+		>"$logdir/setup-build-docs.log" 2>&1 && ninja -C "$b" docs/api/html >"$logdir/build-docs.log" 2>&1 &&
+		[ -f "$b/docs/api/html/index.html" ]; then
+		echo "ok 1 - API reference built: $(ls "$b"/docs/api/html/*_8h.html | wc -l) header pages"
+	else
+		echo "not ok 1 - API reference (meson -Ddocs=true) did not build"
+		tail -5 "$logdir/setup-build-docs.log" "$logdir/build-docs.log" | sed 's/^/# /'
+	fi
+	if [ -s "$b/docs/api/doxygen-warnings.log" ]; then
+		echo "not ok 2 - Doxygen warnings on the headers' comments"
+		head -10 "$b/docs/api/doxygen-warnings.log" | sed 's/^/# /'
+	else
+		echo "ok 2 - no Doxygen warning"
+	fi
+}
+tap "API reference (Doxygen)" api_ref
 
 note "fio (built from Debian's source, cached with the test bed)"
 # The fio ioengine compiles against a configured fio tree; the unit builds below build it.

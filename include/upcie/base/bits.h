@@ -32,26 +32,34 @@ UPCIE_HD static inline uint64_t upcie_bits_set(uint64_t val, unsigned shift, uns
 	return (val & ~(mask << shift)) | ((field & mask) << shift);
 }
 
+/* True for a power of two; 0 is not one (align and size checks rely on that). */
 UPCIE_HD static inline bool upcie_is_pow2(uint64_t x)
 {
 	return x && !(x & (x - 1));
 }
 
+/* `x` rounded down to a multiple of `align`, which must be a power of two. */
 UPCIE_HD static inline uint64_t upcie_align_down(uint64_t x, uint64_t align)
 {
 	return x & ~(align - 1);
 }
 
+/*
+ * `x` rounded up to a multiple of `align` (a power of two); wraps to 0 past UINT64_MAX, so
+ * callers that take sizes from outside check with upcie_add_overflow() first.
+ */
 UPCIE_HD static inline uint64_t upcie_align_up(uint64_t x, uint64_t align)
 {
 	return (x + align - 1) & ~(align - 1);
 }
 
+/* True when `x` is a multiple of `align` (a power of two). */
 UPCIE_HD static inline bool upcie_is_aligned(uint64_t x, uint64_t align)
 {
 	return (x & (align - 1)) == 0;
 }
 
+/* x / d rounded up, without the overflow of (x + d - 1) / d near UINT64_MAX; `d` non-zero. */
 UPCIE_HD static inline uint64_t upcie_div_round_up(uint64_t x, uint64_t d)
 {
 	return x / d + (x % d != 0);
@@ -69,6 +77,7 @@ static inline bool upcie_add_overflow(uint64_t a, uint64_t b, uint64_t *sum)
 	return __builtin_add_overflow(a, b, sum);
 }
 
+/* *prod = a * b; returns true when that overflowed (then *prod is unspecified). */
 static inline bool upcie_mul_overflow(uint64_t a, uint64_t b, uint64_t *prod)
 {
 	return __builtin_mul_overflow(a, b, prod);

@@ -25,6 +25,7 @@ struct upcie_deadline {
 	uint64_t end_ns; /* UINT64_MAX: never */
 };
 
+/* CLOCK_MONOTONIC in nanoseconds: unaffected by changes of the wall clock, so deadlines hold. */
 static inline uint64_t upcie_time_ns(void)
 {
 	struct timespec ts;
@@ -44,6 +45,7 @@ static inline void upcie_deadline_set(struct upcie_deadline *d, uint64_t timeout
 		d->end_ns = now + timeout_ns;
 }
 
+/* True once the deadline is reached; never for one set with UPCIE_TIMEOUT_INF. */
 static inline bool upcie_deadline_passed(const struct upcie_deadline *d)
 {
 	return d->end_ns != UINT64_MAX && upcie_time_ns() >= d->end_ns;
@@ -60,6 +62,7 @@ static inline uint64_t upcie_deadline_remaining_ns(const struct upcie_deadline *
 	return now >= d->end_ns ? 0 : d->end_ns - now;
 }
 
+/* Sleep `ns` nanoseconds, resuming after signals; for slow paths only (see above). */
 static inline void upcie_sleep_ns(uint64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / UPCIE_NSEC_PER_SEC), (long)(ns % UPCIE_NSEC_PER_SEC) };

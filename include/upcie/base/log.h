@@ -54,6 +54,10 @@ static inline int upcie_log_level_parse(const char *s)
 	return -EINVAL;
 }
 
+/*
+ * The current level: the one set, else UPCIE_LOG from the environment (a name or digit) at the
+ * first call, else UPCIE_LOG_ERROR.
+ */
 static inline int upcie_log_level(void)
 {
 	if (upcie_log_config_g.level < 0) {
@@ -64,6 +68,7 @@ static inline int upcie_log_level(void)
 	return upcie_log_config_g.level;
 }
 
+/* Set the level for the whole process, overriding UPCIE_LOG; messages above it are dropped. */
 static inline void upcie_log_set_level(enum upcie_log_level level)
 {
 	upcie_log_config_g.level = (int)level;
@@ -76,6 +81,10 @@ static inline void upcie_log_set_handler(upcie_log_handler_fn handler, void *ctx
 	upcie_log_config_g.ctx = ctx;
 }
 
+/*
+ * Hand one message to the handler (or stderr) when `level` is enabled, formatted into a
+ * 512-byte buffer on the stack (not the heap: error paths log too) and cut there.
+ */
 static inline void upcie_logv(enum upcie_log_level level, const char *fmt, va_list ap)
 {
 	char msg[512];
@@ -91,6 +100,7 @@ static inline void upcie_logv(enum upcie_log_level level, const char *fmt, va_li
 	fprintf(stderr, "upcie: %s: %s\n", tags[level], msg);
 }
 
+/* printf-style upcie_logv(); UPCIE_LOG() and UPCIE_FAIL() are the usual ways in. */
 UPCIE_PRINTF(2, 3) static inline void upcie_log(enum upcie_log_level level, const char *fmt, ...)
 {
 	va_list ap;

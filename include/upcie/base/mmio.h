@@ -16,21 +16,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One 32-bit load of the register at `off`. */
 static inline uint32_t upcie_mmio_read32(const volatile void *base, size_t off)
 {
 	return *(const volatile uint32_t *)((const volatile char *)base + off);
 }
 
+/* One 32-bit store to the register at `off`; not ordered after normal memory (upcie_wmb()). */
 static inline void upcie_mmio_write32(volatile void *base, size_t off, uint32_t val)
 {
 	*(volatile uint32_t *)((volatile char *)base + off) = val;
 }
 
+/* One 64-bit load; for devices that accept 64-bit accesses (else the _lohi variant). */
 static inline uint64_t upcie_mmio_read64(const volatile void *base, size_t off)
 {
 	return *(const volatile uint64_t *)((const volatile char *)base + off);
 }
 
+/* One 64-bit store; for devices that accept 64-bit accesses (else the _lohi variant). */
 static inline void upcie_mmio_write64(volatile void *base, size_t off, uint64_t val)
 {
 	*(volatile uint64_t *)((volatile char *)base + off) = val;

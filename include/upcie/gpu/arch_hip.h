@@ -182,11 +182,13 @@ typedef uint32_t upcie_gpu_hip_u32x4 __attribute__((ext_vector_type(4)));
 
 #if defined(__HIP_DEVICE_COMPILE__)
 
+/* What __threadfence_system() is: a sequentially consistent fence at system scope. */
 __device__ static inline void upcie_gpu_hip_threadfence_system(void)
 {
 	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
 }
 
+/* The fixed-frequency wall clock (rate: hipDeviceAttributeWallClockRate, kHz). */
 __device__ static inline uint64_t upcie_gpu_hip_wall_clock(void)
 {
 #if UPCIE_GPU_HIP_GFX >= 11
@@ -203,6 +205,10 @@ __device__ static inline uint64_t upcie_gpu_hip_wall_clock(void)
 #endif
 }
 
+/*
+ * Store `v` to the doorbell (or a flag another agent polls) so that it leaves the GPU now and
+ * after everything before it (see above for the RDNA sequence).
+ */
 __device__ static inline void upcie_gpu_hip_doorbell_store(volatile uint32_t *db, uint32_t v)
 {
 #if UPCIE_GPU_HIP_RDNA
@@ -222,6 +228,7 @@ __device__ static inline void upcie_gpu_hip_doorbell_store(volatile uint32_t *db
 #endif
 }
 
+/* Load a word another agent writes, past the GPU's caches (see above); waits for itself. */
 __device__ static inline uint32_t upcie_gpu_hip_poll_load32(const uint32_t *p)
 {
 	uint32_t v;
@@ -292,25 +299,30 @@ __device__ static inline void upcie_gpu_hip_acquire_system(void)
 
 #else /* the host pass of hipcc parses device functions but never emits them */
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline void upcie_gpu_hip_threadfence_system(void)
 {
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline uint64_t upcie_gpu_hip_wall_clock(void)
 {
 	return 0;
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline void upcie_gpu_hip_doorbell_store(volatile uint32_t *db, uint32_t v)
 {
 	*db = v;
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline uint32_t upcie_gpu_hip_poll_load32(const uint32_t *p)
 {
 	return *(const volatile uint32_t *)p;
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline void upcie_gpu_hip_poll_load32x2(const uint32_t *a, const uint32_t *b,
 							  uint32_t *va, uint32_t *vb)
 {
@@ -318,15 +330,18 @@ __device__ static inline void upcie_gpu_hip_poll_load32x2(const uint32_t *a, con
 	*vb = *(const volatile uint32_t *)b;
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline upcie_gpu_hip_u32x4 upcie_gpu_hip_poll_load128(const void *p)
 {
 	return *(const volatile upcie_gpu_hip_u32x4 *)p;
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline void upcie_gpu_hip_acquire_system(void)
 {
 }
 
+/* Host-pass stand-in, never emitted: hipcc's host pass needs a definition to parse callers. */
 __device__ static inline void upcie_gpu_hip_store128_sys(void *p, upcie_gpu_hip_u32x4 v)
 {
 	*(upcie_gpu_hip_u32x4 *)p = v;

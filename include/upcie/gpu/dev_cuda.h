@@ -307,6 +307,10 @@ static inline int upcie_gpu_cuda_dev_enter(const struct upcie_gpu_cuda_dev *d,
 	return 0;
 }
 
+/*
+ * Undo upcie_gpu_cuda_dev_enter(): pop the context it pushed, if it pushed one, so the
+ * calling thread gets back whatever context it had.
+ */
 static inline void upcie_gpu_cuda_dev_leave(const struct upcie_gpu_cuda_dev *d,
 					    struct upcie_gpu_cuda_ctx_save *save)
 {

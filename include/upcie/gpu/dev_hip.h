@@ -284,6 +284,7 @@ static inline int upcie_gpu_hip_dev_enter(const struct upcie_gpu_hip_dev *d,
 	return 0;
 }
 
+/* Undo upcie_gpu_hip_dev_enter(): restore the thread's previous device if it was changed. */
 static inline void upcie_gpu_hip_dev_leave(const struct upcie_gpu_hip_dev *d,
 					   struct upcie_gpu_hip_dev_save *save)
 {

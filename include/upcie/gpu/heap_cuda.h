@@ -539,16 +539,19 @@ static inline struct upcie_heap *upcie_gpu_cuda_heap(const struct upcie_gpu_cuda
 	return &gpu->p->dheap;
 }
 
+/* The host heap (pinned host memory the GPU maps), for allocations by offset. */
 static inline struct upcie_heap *upcie_gpu_cuda_host_heap(const struct upcie_gpu_cuda *gpu)
 {
 	return &gpu->p->hheap;
 }
 
+/* The registry resolving pointers into both heaps and registered buffers to device addresses. */
 static inline struct upcie_registry *upcie_gpu_cuda_registry(const struct upcie_gpu_cuda *gpu)
 {
 	return &gpu->p->reg;
 }
 
+/* The GPU and context the handle was opened on (for upcie_gpu_cuda_dev_enter()). */
 static inline const struct upcie_gpu_cuda_dev *
 upcie_gpu_cuda_device(const struct upcie_gpu_cuda *gpu)
 {
@@ -573,6 +576,10 @@ static inline int upcie_gpu_cuda_alloc(struct upcie_gpu_cuda *gpu, uint64_t size
 	return upcie_heap_alloc(&gpu->p->dheap, size, align, buf);
 }
 
+/*
+ * Return a device-heap buffer of upcie_gpu_cuda_alloc(). 0, or -EINVAL for a buffer not allocated
+ * there (nothing changed). Only once no device can still DMA into it.
+ */
 static inline int upcie_gpu_cuda_free(struct upcie_gpu_cuda *gpu, const struct upcie_heap_buf *buf)
 {
 	return upcie_heap_free(&gpu->p->dheap, buf->off);
@@ -585,6 +592,7 @@ static inline int upcie_gpu_cuda_host_alloc(struct upcie_gpu_cuda *gpu, uint64_t
 	return upcie_heap_alloc(&gpu->p->hheap, size, align, buf);
 }
 
+/* Return a host-heap buffer of upcie_gpu_cuda_host_alloc(); as upcie_gpu_cuda_free(). */
 static inline int upcie_gpu_cuda_host_free(struct upcie_gpu_cuda *gpu,
 					   const struct upcie_heap_buf *buf)
 {

@@ -666,16 +666,19 @@ static inline struct upcie_heap *upcie_gpu_hip_heap(const struct upcie_gpu_hip *
 	return &gpu->p->dheap;
 }
 
+/* The host heap (pinned host memory the GPU maps), for allocations by offset. */
 static inline struct upcie_heap *upcie_gpu_hip_host_heap(const struct upcie_gpu_hip *gpu)
 {
 	return &gpu->p->hheap;
 }
 
+/* The registry resolving pointers into both heaps and registered buffers to device addresses. */
 static inline struct upcie_registry *upcie_gpu_hip_registry(const struct upcie_gpu_hip *gpu)
 {
 	return &gpu->p->reg;
 }
 
+/* The GPU the handle was opened on (for upcie_gpu_hip_dev_enter()). */
 static inline const struct upcie_gpu_hip_dev *upcie_gpu_hip_device(const struct upcie_gpu_hip *gpu)
 {
 	return &gpu->p->dev;
@@ -698,6 +701,10 @@ static inline int upcie_gpu_hip_alloc(struct upcie_gpu_hip *gpu, uint64_t size, 
 	return upcie_heap_alloc(&gpu->p->dheap, size, align, buf);
 }
 
+/*
+ * Return a device-heap buffer of upcie_gpu_hip_alloc(). 0, or -EINVAL for a buffer not allocated
+ * there (nothing changed). Only once no device can still DMA into it.
+ */
 static inline int upcie_gpu_hip_free(struct upcie_gpu_hip *gpu, const struct upcie_heap_buf *buf)
 {
 	return upcie_heap_free(&gpu->p->dheap, buf->off);
@@ -710,6 +717,7 @@ static inline int upcie_gpu_hip_host_alloc(struct upcie_gpu_hip *gpu, uint64_t s
 	return upcie_heap_alloc(&gpu->p->hheap, size, align, buf);
 }
 
+/* Return a host-heap buffer of upcie_gpu_hip_host_alloc(); as upcie_gpu_hip_free(). */
 static inline int upcie_gpu_hip_host_free(struct upcie_gpu_hip *gpu,
 					  const struct upcie_heap_buf *buf)
 {

@@ -434,6 +434,10 @@ static inline int upcie_kmod_iova_window_init(struct upcie_kmod_iova_window *w, 
 	return 0;
 }
 
+/*
+ * Drop the window's allocator; a zeroed or unset window is a no-op. Mappings made in it are not
+ * undone: unmap them first.
+ */
 static inline void upcie_kmod_iova_window_fini(struct upcie_kmod_iova_window *w)
 {
 	if (!w || !w->ready)
@@ -509,6 +513,10 @@ static inline int upcie_kmod_iova_window_alloc(struct upcie_kmod_iova_window *w,
 	return 0;
 }
 
+/*
+ * Return a range of upcie_kmod_iova_window_alloc(). 0, -EINVAL (window not set up), or -ENOENT
+ * when [iova, +size) is not exactly one allocation.
+ */
 static inline int upcie_kmod_iova_window_free(struct upcie_kmod_iova_window *w, uint64_t iova,
 					      uint64_t size)
 {

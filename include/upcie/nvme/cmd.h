@@ -75,6 +75,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_identify_cs_ns(struct upcie_nvme_sqe *
 	return upcie_nvme_cmd_identify(sqe, UPCIE_NVME_CNS_CS_NS, nsid, 0, csi);
 }
 
+/* Identify the controller for command set `csi` (CNS 06h): the I/O command set's controller data. */
 UPCIE_HD static inline int upcie_nvme_cmd_identify_cs_ctrl(struct upcie_nvme_sqe *sqe, uint8_t csi)
 {
 	return upcie_nvme_cmd_identify(sqe, UPCIE_NVME_CNS_CS_CTRL, 0, 0, csi);
@@ -115,6 +116,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_set_num_queues(struct upcie_nvme_sqe *
 					   (nsq - 1) | ((ncq - 1) << 16), false);
 }
 
+/* Get Features Number of Queues (current value): decode dw0 with upcie_nvme_num_queues_sq/cq(). */
 UPCIE_HD static inline int upcie_nvme_cmd_get_num_queues(struct upcie_nvme_sqe *sqe)
 {
 	return upcie_nvme_cmd_get_features(sqe, UPCIE_NVME_FEAT_NUM_QUEUES,
@@ -127,6 +129,7 @@ UPCIE_HD static inline uint32_t upcie_nvme_num_queues_sq(uint32_t dw0)
 	return (dw0 & 0xffffu) + 1;
 }
 
+/* I/O CQs granted, from the Number of Queues completion dw0 (0's based in the field). */
 UPCIE_HD static inline uint32_t upcie_nvme_num_queues_cq(uint32_t dw0)
 {
 	return (dw0 >> 16) + 1;
@@ -188,6 +191,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_create_io_sq(struct upcie_nvme_sqe *sq
 	return 0;
 }
 
+/* Delete I/O SQ `qid`; -EINVAL for qid 0 (the admin queue is not deleted with a command). */
 UPCIE_HD static inline int upcie_nvme_cmd_delete_io_sq(struct upcie_nvme_sqe *sqe, uint16_t qid)
 {
 	if (!qid)
@@ -197,6 +201,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_delete_io_sq(struct upcie_nvme_sqe *sq
 	return 0;
 }
 
+/* Delete I/O CQ `qid` (after its SQs); -EINVAL for qid 0. */
 UPCIE_HD static inline int upcie_nvme_cmd_delete_io_cq(struct upcie_nvme_sqe *sqe, uint16_t qid)
 {
 	if (!qid)
@@ -249,12 +254,17 @@ UPCIE_HD static inline int upcie_nvme_cmd_read(struct upcie_nvme_sqe *sqe, uint3
 	return upcie_nvme_cmd_rw_(sqe, UPCIE_NVME_NVM_READ, nsid, slba, nlb, flags);
 }
 
+/* Write `nlb` blocks (1-based count) from `slba`, flags as for upcie_nvme_cmd_read(). */
 UPCIE_HD static inline int upcie_nvme_cmd_write(struct upcie_nvme_sqe *sqe, uint32_t nsid,
 						uint64_t slba, uint32_t nlb, uint32_t flags)
 {
 	return upcie_nvme_cmd_rw_(sqe, UPCIE_NVME_NVM_WRITE, nsid, slba, nlb, flags);
 }
 
+/*
+ * Compare `nlb` blocks (1-based count) at `slba` with the data buffer; a mismatch is the
+ * command's status (Compare Failure), not an error of this call.
+ */
 UPCIE_HD static inline int upcie_nvme_cmd_compare(struct upcie_nvme_sqe *sqe, uint32_t nsid,
 						  uint64_t slba, uint32_t nlb, uint32_t flags)
 {
@@ -268,6 +278,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_write_zeroes(struct upcie_nvme_sqe *sq
 	return upcie_nvme_cmd_rw_(sqe, UPCIE_NVME_NVM_WRITE_ZEROES, nsid, slba, nlb, flags);
 }
 
+/* Flush namespace `nsid`'s volatile write cache (0xffffffff: all, where the controller allows). */
 UPCIE_HD static inline int upcie_nvme_cmd_flush(struct upcie_nvme_sqe *sqe, uint32_t nsid)
 {
 	upcie_nvme_cmd_init_(sqe, UPCIE_NVME_NVM_FLUSH, nsid);

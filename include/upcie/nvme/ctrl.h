@@ -253,16 +253,19 @@ static inline uint32_t upcie_nvme_ctrl_rd32(const struct upcie_nvme_ctrl *c, siz
 	return upcie_mmio_read32(c->regs, off);
 }
 
+/* Write the 32-bit register at `off`. */
 static inline void upcie_nvme_ctrl_wr32(struct upcie_nvme_ctrl *c, size_t off, uint32_t v)
 {
 	upcie_mmio_write32(c->regs, off, v);
 }
 
+/* Read the 64-bit register at `off` as two 32-bit halves, low first. */
 static inline uint64_t upcie_nvme_ctrl_rd64(const struct upcie_nvme_ctrl *c, size_t off)
 {
 	return upcie_mmio_read64_lohi(c->regs, off);
 }
 
+/* Write the 64-bit register at `off` as two 32-bit halves, low first. */
 static inline void upcie_nvme_ctrl_wr64(struct upcie_nvme_ctrl *c, size_t off, uint64_t v)
 {
 	upcie_mmio_write64_lohi(c->regs, off, v);

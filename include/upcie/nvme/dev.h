@@ -150,6 +150,7 @@ struct upcie_nvme_peer {
 	enum upcie_nvme_path path;
 };
 
+/* The path's name as logs and tools print it ("uio", "vfio-type1", ...). */
 static inline const char *upcie_nvme_path_name(enum upcie_nvme_path path)
 {
 	switch (path) {
@@ -643,6 +644,10 @@ static inline int upcie_nvme_dev_bar_map(const struct upcie_nvme_dev *dev, uint3
 	return 0;
 }
 
+/*
+ * Unmap a BAR of upcie_nvme_dev_bar_map(), whichever way it was mapped; a zeroed one is a no-op.
+ * Only once no device DMAs to it.
+ */
 static inline void upcie_nvme_dev_bar_unmap(struct upcie_nvme_dev_bar *b)
 {
 	if (!b)
@@ -686,6 +691,10 @@ static inline int upcie_nvme_dev_addr_reserve(const struct upcie_nvme_dev *dev, 
 	return 0;
 }
 
+/*
+ * Give back a range of upcie_nvme_dev_addr_reserve() (type1 only holds anything; the other
+ * paths reserved nothing). Once the controller no longer decodes it.
+ */
 static inline void upcie_nvme_dev_addr_release(const struct upcie_nvme_dev *dev, uint64_t addr,
 					       uint64_t size)
 {
@@ -727,6 +736,10 @@ static inline int upcie_nvme_dev_addr_claim(const struct upcie_nvme_dev *dev, ui
 	return 0;
 }
 
+/*
+ * Give back a range of upcie_nvme_dev_addr_claim() (type1 only holds anything; the other paths
+ * claimed nothing). Once the controller no longer decodes it.
+ */
 static inline void upcie_nvme_dev_addr_unclaim(const struct upcie_nvme_dev *dev, uint64_t addr,
 					       uint64_t size)
 {

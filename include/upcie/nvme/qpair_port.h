@@ -121,6 +121,10 @@ UPCIE_HD static inline uint32_t upcie_nvme_port_load32(const uint32_t *p)
 #endif
 #endif
 
+/*
+ * Ring a doorbell: store `v` to `db` as the device layer defines it (UPCIE_NVME_PORT_DOORBELL),
+ * so one core serves host, CUDA and HIP queues. Ordering against the entries is the caller's.
+ */
 UPCIE_HD static inline void upcie_nvme_port_doorbell(volatile uint32_t *db, uint32_t v)
 {
 	UPCIE_NVME_PORT_DOORBELL(db, v);

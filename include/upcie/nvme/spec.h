@@ -104,6 +104,7 @@ UPCIE_HD static inline uint32_t upcie_nvme_cap_to_ms(uint64_t cap)
 	return upcie_nvme_cap_to(cap) * 500u;
 }
 
+/* Doorbell stride in bytes (4 << CAP.DSTRD). */
 UPCIE_HD static inline uint32_t upcie_nvme_cap_dstrd_bytes(uint64_t cap)
 {
 	return 4u << upcie_nvme_cap_dstrd(cap);
@@ -115,6 +116,7 @@ UPCIE_HD static inline unsigned upcie_nvme_cap_mpsmin_shift(uint64_t cap)
 	return 12u + upcie_nvme_cap_mpsmin(cap);
 }
 
+/* log2 of the maximum memory page size the controller supports. */
 UPCIE_HD static inline unsigned upcie_nvme_cap_mpsmax_shift(uint64_t cap)
 {
 	return 12u + upcie_nvme_cap_mpsmax(cap);
@@ -256,6 +258,7 @@ UPCIE_HD static inline uint64_t upcie_nvme_cmbsz_unit_bytes(uint32_t cmbsz)
 	return szu > 6 ? 0 : UINT64_C(4096) << (4 * szu);
 }
 
+/* CMB size in bytes (SZ units of the size unit; 0 for a reserved SZU). */
 UPCIE_HD static inline uint64_t upcie_nvme_cmbsz_bytes(uint32_t cmbsz)
 {
 	return upcie_nvme_cmbsz_unit_bytes(cmbsz) * upcie_nvme_cmbsz_sz(cmbsz);
@@ -326,6 +329,7 @@ UPCIE_HD static inline size_t upcie_nvme_sq_tdbl_off(uint16_t qid, uint32_t dstr
 	return UPCIE_NVME_REG_DBS + ((size_t)(2u * qid) << (2 + dstrd));
 }
 
+/* Offset of CQ `qid`'s head doorbell, `dstrd` being CAP.DSTRD. */
 UPCIE_HD static inline size_t upcie_nvme_cq_hdbl_off(uint16_t qid, uint32_t dstrd)
 {
 	return UPCIE_NVME_REG_DBS + ((size_t)(2u * qid + 1u) << (2 + dstrd));
@@ -382,26 +386,31 @@ UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_sqe, cdw15) == 60, "CDW15 at byte
 #define UPCIE_NVME_PSDT_SGL    1 /* SGL, MPTR is the address of a contiguous metadata buffer */
 #define UPCIE_NVME_PSDT_SGL_MS 2 /* SGL, MPTR is the address of an SGL segment for metadata */
 
+/* Command dword 0 as the controller sees it: opcode, flags (FUSE, PSDT) and CID. */
 UPCIE_HD static inline uint32_t upcie_nvme_sqe_cdw0(const struct upcie_nvme_sqe *sqe)
 {
 	return sqe->opc | ((uint32_t)sqe->flags << 8) | ((uint32_t)sqe->cid << 16);
 }
 
+/* The FUSE field (0: normal command; 1, 2: first, second of a fused pair). */
 UPCIE_HD static inline uint32_t upcie_nvme_sqe_fuse(const struct upcie_nvme_sqe *sqe)
 {
 	return sqe->flags & 3u;
 }
 
+/* The PSDT field: UPCIE_NVME_PSDT_PRP or one of the SGL kinds. */
 UPCIE_HD static inline uint32_t upcie_nvme_sqe_psdt(const struct upcie_nvme_sqe *sqe)
 {
 	return (uint32_t)(sqe->flags >> 6) & 3u;
 }
 
+/* Set FUSE, leaving the other flag bits alone. */
 UPCIE_HD static inline void upcie_nvme_sqe_set_fuse(struct upcie_nvme_sqe *sqe, uint32_t fuse)
 {
 	sqe->flags = (uint8_t)((sqe->flags & ~3u) | (fuse & 3u));
 }
 
+/* Set PSDT, leaving the other flag bits alone. */
 UPCIE_HD static inline void upcie_nvme_sqe_set_psdt(struct upcie_nvme_sqe *sqe, uint32_t psdt)
 {
 	sqe->flags = (uint8_t)((sqe->flags & 0x3fu) | ((psdt & 3u) << 6));
@@ -437,16 +446,19 @@ UPCIE_HD static inline void upcie_nvme_sqe_set_sgl1(struct upcie_nvme_sqe *sqe, 
 	upcie_nvme_sqe_set_psdt(sqe, UPCIE_NVME_PSDT_SGL);
 }
 
+/* SGL1's address, where PSDT selects SGLs (the same bytes as PRP1). */
 UPCIE_HD static inline uint64_t upcie_nvme_sqe_sgl1_addr(const struct upcie_nvme_sqe *sqe)
 {
 	return sqe->prp1;
 }
 
+/* SGL1's length in bytes (descriptor bytes 8-11, in PRP2's place). */
 UPCIE_HD static inline uint32_t upcie_nvme_sqe_sgl1_len(const struct upcie_nvme_sqe *sqe)
 {
 	return (uint32_t)sqe->prp2;
 }
 
+/* SGL1's identifier byte: type in bits 7:4, subtype in 3:0. */
 UPCIE_HD static inline uint8_t upcie_nvme_sqe_sgl1_id(const struct upcie_nvme_sqe *sqe)
 {
 	return (uint8_t)(sqe->prp2 >> 56);
@@ -465,21 +477,25 @@ struct upcie_nvme_cqe {
 };
 UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_cqe) == 16, "CQE is 16 bytes");
 
+/* SQ head pointer: how far the controller has consumed the SQ, which frees SQ slots. */
 UPCIE_HD static inline uint16_t upcie_nvme_cqe_sqhd(const struct upcie_nvme_cqe *cqe)
 {
 	return (uint16_t)cqe->dw2;
 }
 
+/* The SQ whose command this entry completes (a CQ may serve several SQs). */
 UPCIE_HD static inline uint16_t upcie_nvme_cqe_sqid(const struct upcie_nvme_cqe *cqe)
 {
 	return (uint16_t)(cqe->dw2 >> 16);
 }
 
+/* The command identifier; the controller wrote it, so check it is outstanding before use. */
 UPCIE_HD static inline uint16_t upcie_nvme_cqe_cid(const struct upcie_nvme_cqe *cqe)
 {
 	return (uint16_t)cqe->dw3;
 }
 
+/* The phase tag (0 or 1): the entry is new when it matches the phase the CQ expects. */
 UPCIE_HD static inline uint32_t upcie_nvme_cqe_phase(const struct upcie_nvme_cqe *cqe)
 {
 	return (cqe->dw3 >> 16) & 1u;
@@ -596,6 +612,7 @@ struct upcie_nvme_status {
 	bool phase;  /* phase tag of the entry */
 };
 
+/* Split dw3's status field (and phase tag) into its parts, for logs and retry decisions. */
 UPCIE_HD static inline struct upcie_nvme_status upcie_nvme_status_decode(uint32_t dw3)
 {
 	struct upcie_nvme_status s;
@@ -616,11 +633,13 @@ UPCIE_HD static inline uint16_t upcie_nvme_cqe_code(const struct upcie_nvme_cqe 
 	return (uint16_t)((cqe->dw3 >> 17) & 0x7ffu);
 }
 
+/* True for a successful completion (status code 0 of type 0). */
 UPCIE_HD static inline bool upcie_nvme_cqe_ok(const struct upcie_nvme_cqe *cqe)
 {
 	return upcie_nvme_cqe_code(cqe) == 0;
 }
 
+/* Do Not Retry: the controller says the same command would fail again. */
 UPCIE_HD static inline bool upcie_nvme_cqe_dnr(const struct upcie_nvme_cqe *cqe)
 {
 	return (cqe->dw3 >> 31) & 1u;

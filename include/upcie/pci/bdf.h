@@ -117,6 +117,7 @@ static inline int upcie_pci_bdf_format(const struct upcie_pci_bdf *bdf, char *bu
 	return n;
 }
 
+/* True when both name the same function. */
 static inline bool upcie_pci_bdf_equal(const struct upcie_pci_bdf *a, const struct upcie_pci_bdf *b)
 {
 	return a->domain == b->domain && a->bus == b->bus && a->dev == b->dev && a->fn == b->fn;

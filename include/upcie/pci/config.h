@@ -98,12 +98,14 @@ static inline int upcie_pci_config_write(const struct upcie_pci_bdf *bdf, uint32
 	return upcie_pci_config_io_(bdf, off, (void *)(uintptr_t)buf, len, true);
 }
 
+/* One config byte at `off`; returns as upcie_pci_config_read(). */
 static inline int upcie_pci_config_read8(const struct upcie_pci_bdf *bdf, uint32_t off,
 					 uint8_t *val)
 {
 	return upcie_pci_config_read(bdf, off, val, 1);
 }
 
+/* A little-endian 16-bit config register at `off`, in host order. */
 static inline int upcie_pci_config_read16(const struct upcie_pci_bdf *bdf, uint32_t off,
 					  uint16_t *val)
 {
@@ -115,6 +117,7 @@ static inline int upcie_pci_config_read16(const struct upcie_pci_bdf *bdf, uint3
 	return err;
 }
 
+/* A little-endian 32-bit config register at `off`, in host order. */
 static inline int upcie_pci_config_read32(const struct upcie_pci_bdf *bdf, uint32_t off,
 					  uint32_t *val)
 {
@@ -126,12 +129,14 @@ static inline int upcie_pci_config_read32(const struct upcie_pci_bdf *bdf, uint3
 	return err;
 }
 
+/* Write one config byte at `off` (root); returns as upcie_pci_config_write(). */
 static inline int upcie_pci_config_write8(const struct upcie_pci_bdf *bdf, uint32_t off,
 					  uint8_t val)
 {
 	return upcie_pci_config_write(bdf, off, &val, 1);
 }
 
+/* Write a 16-bit config register at `off`, little-endian as the bus wants it (root). */
 static inline int upcie_pci_config_write16(const struct upcie_pci_bdf *bdf, uint32_t off,
 					   uint16_t val)
 {
@@ -140,6 +145,7 @@ static inline int upcie_pci_config_write16(const struct upcie_pci_bdf *bdf, uint
 	return upcie_pci_config_write(bdf, off, &le, 2);
 }
 
+/* Write a 32-bit config register at `off`, little-endian as the bus wants it (root). */
 static inline int upcie_pci_config_write32(const struct upcie_pci_bdf *bdf, uint32_t off,
 					   uint32_t val)
 {
@@ -238,6 +244,10 @@ static inline int upcie_pci_bus_master_set(const struct upcie_pci_bdf *bdf, bool
 	return 0;
 }
 
+/*
+ * Let the function master the bus (DMA): upcie_pci_bus_master_set() with enable, the bit
+ * read back.
+ */
 static inline int upcie_pci_bus_master_enable(const struct upcie_pci_bdf *bdf)
 {
 	return upcie_pci_bus_master_set(bdf, true, NULL);

@@ -183,6 +183,7 @@ static inline int upcie_vfio_region_map(const struct upcie_vfio_device *dev, uin
 	return 0;
 }
 
+/* Unmap a region of upcie_vfio_region_map(); a zeroed one is a no-op. */
 static inline void upcie_vfio_region_unmap(struct upcie_vfio_region *r)
 {
 	if (r && r->addr)

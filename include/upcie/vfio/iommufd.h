@@ -234,6 +234,10 @@ static inline int upcie_vfio_ioas_iova_alloc(struct upcie_vfio_ioas *ioas, uint6
 	return upcie_vfio_iova_alloc(&ioas->iovas, size, align, iova);
 }
 
+/*
+ * Return a range of upcie_vfio_ioas_iova_alloc(): 0, -EINVAL (no allocator), or -ENOENT when
+ * [iova, +size) is not exactly one allocation. Unmap it first.
+ */
 static inline int upcie_vfio_ioas_iova_free(struct upcie_vfio_ioas *ioas, uint64_t iova,
 					    uint64_t size)
 {
