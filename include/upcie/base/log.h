@@ -181,10 +181,17 @@ static inline const char *upcie_errno_name(int err)
 /* Log an error and evaluate to `err` (a negative errno): `return UPCIE_FAIL(-EINVAL, "...");` */
 #define UPCIE_FAIL(err, fmt, ...) (UPCIE_ERR(fmt, ##__VA_ARGS__), (err))
 
-/* The current errno as a negative value, never 0 (a failed call that left errno 0 gives -EIO). */
+/*
+ * The current errno as a negative value, never 0 (a failed call that left errno 0 gives -EIO).
+ * errno is read once: read twice (it is a function call's lvalue), the compiler cannot prove
+ * the result non-zero, and gcc then warns at -O1 that a caller's out-parameter "may be used
+ * uninitialized" on the path where an error looked like success.
+ */
 static inline int upcie_neg_errno(void)
 {
-	return errno ? -errno : -EIO;
+	int e = errno;
+
+	return e > 0 ? -e : -EIO;
 }
 
 #endif /* UPCIE_BASE_LOG_H */
