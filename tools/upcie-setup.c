@@ -89,7 +89,7 @@ static const char *class_name(uint32_t cls)
 static int list_one(const struct upcie_pci_func *fn, void *ctx)
 {
 	int only_nvme = *(int *)ctx;
-	char grp[16] = "-", node[16] = "-", type[32] = "none";
+	char grp[16] = "-", node[16] = "-", type[UPCIE_PCI_IOMMU_TYPE_LEN] = "none";
 	enum upcie_pci_iommu mode = UPCIE_PCI_IOMMU_NONE;
 
 	if (only_nvme && fn->class_code != UPCIE_PCI_CLASS_NVME)

@@ -255,7 +255,7 @@ static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev,
 static inline int upcie_nvme_dev_uio_iommu_check_(const struct upcie_nvme_dev *dev)
 {
 	enum upcie_pci_iommu mode;
-	char type[32];
+	char type[UPCIE_PCI_IOMMU_TYPE_LEN];
 	int group, err = upcie_pci_func_iommu(&dev->bdf, &mode, &group, type, sizeof(type));
 
 	if (err)

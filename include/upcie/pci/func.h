@@ -60,6 +60,12 @@ struct upcie_pci_func {
 
 #define UPCIE_PCI_CLASS_NVME 0x010802u
 
+/*
+ * Bytes for the domain type word of upcie_pci_func_iommu(): the kernel's words ("identity",
+ * "DMA-FQ", "unmanaged", ...) are short; longer text in the type file is cut to fit.
+ */
+#define UPCIE_PCI_IOMMU_TYPE_LEN 32
+
 /* How the IOMMU treats a function's DMA (upcie_pci_func_iommu()). */
 enum upcie_pci_iommu {
 	UPCIE_PCI_IOMMU_NONE = 0,	  /* no IOMMU group: the device sees physical addresses */
@@ -270,14 +276,15 @@ fail:
 /*
  * How the IOMMU treats the DMA of `bdf`, from its IOMMU group's name and type
  * (<sysfs>/kernel/iommu_groups/<n>/{name,type}); *group gets the group id or -1, and `type`
- * (optional, len bytes) the kernel's word for the domain ("identity", "DMA-FQ", ...). 0,
+ * (optional, len bytes: UPCIE_PCI_IOMMU_TYPE_LEN holds any) the kernel's word for the domain
+ * ("identity", "DMA-FQ", ...). 0,
  * -EINVAL when the iommu_group link does not name a group number, -ENODEV, or -errno reading
  * sysfs.
  */
 static inline int upcie_pci_func_iommu(const struct upcie_pci_bdf *bdf, enum upcie_pci_iommu *mode,
 				       int *group, char *type, size_t len)
 {
-	char path[PATH_MAX], buf[64], name[64] = "", t[64] = "";
+	char path[PATH_MAX], buf[64], name[64] = "", t[UPCIE_PCI_IOMMU_TYPE_LEN] = "";
 	int err = upcie_pci_func_exists(bdf);
 
 	if (err)
