@@ -136,6 +136,13 @@ fio_src=$(tools/fio/build-fio.sh --dir "$fio_dir" --print 2>/dev/null | sed 's/^
 fio_opt=()
 [ -n "$fio_src" ] && fio_opt=(-Dfio_src="$fio_src")
 
+note "optimisation levels"
+# What users build (unit tests, examples, benchmarks, tools, the fio engine), compiled as meson
+# does with gcc and clang at -O0, -O1, -O3 and -Os: the optimiser finds warnings the headers'
+# own check cannot. -O2 is the unit builds' level (build-gcc, build-clang below).
+UPCIE_OPT_LEVELS="0 1 3 s" tap "warnings at every optimisation level (gcc, clang)" \
+	scripts/check-optlevels.sh "${fio_opt[@]}"
+
 note "unit tests"
 # As root, give the unit tests real hugepages (and a hugetlbfs mount) so the pagemap and hugepage
 # checks run instead of skipping; the previous pool size is restored afterwards.
