@@ -38,4 +38,18 @@
 
 #define UPCIE_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/*
+ * For an out-of-line function that a hot loop calls only on an error path: with clang on x86-64
+ * the function preserves the general-purpose registers but r11 for its caller (calling
+ * convention preserve_most), so the mere presence of the call does not make the loop keep its
+ * values in callee-saved registers, or spill them to the stack, on the common path. Empty
+ * elsewhere (gcc has no such convention).
+ */
+#if defined(__clang__) && defined(__x86_64__) && !defined(__CUDA_ARCH__) &&                        \
+    !defined(__HIP_DEVICE_COMPILE__)
+#define UPCIE_COLD_CALL __attribute__((preserve_most))
+#else
+#define UPCIE_COLD_CALL
+#endif
+
 #endif /* UPCIE_BASE_COMPILER_H */

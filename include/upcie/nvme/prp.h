@@ -294,20 +294,33 @@ static inline int upcie_nvme_prp_mem_build(struct upcie_nvme_sqe *sqe,
 	if (UPCIE_LIKELY(sqe && pm && len - 1 < pm->lim && off <= pm->size - len)) {
 		uint64_t a = pm->lut[off >> pm->gshift] + (off & pm->gmask);
 		uint64_t pmask = pm->pmask;
-		uint64_t in = a & pmask;      /* start within its page */
-		uint64_t last = in + len - 1; /* last byte, from that page's start */
 
 		/* Dword-aligned start, at most two pages: PRP1 and PRP2 in the command. */
 		if (UPCIE_LIKELY(!(a & 3))) {
-			if (UPCIE_LIKELY(last <= pmask)) {
+			uint64_t in = a & pmask;      /* start within its page */
+			uint64_t last = in + len - 1; /* last byte, from that page's start */
+
+			/*
+			 * One page: first and last byte differ only in the offset bits. The same
+			 * test as last <= pmask, one instruction shorter; an a + len - 1 that
+			 * wraps past 2^64 (len <= 2^63) lands more than a page below a and fails
+			 * it, as last <= pmask does.
+			 */
+			if (UPCIE_LIKELY((a ^ (a + len - 1)) <= pmask)) {
 				upcie_nvme_prp_set_(sqe, a, 0);
 				return 0;
 			}
 			if (last <= pm->pmask2) {
 				uint64_t o2 = off + (pmask + 1) - in; /* second page */
 
-				upcie_nvme_prp_set_(sqe, a,
-						    pm->lut[o2 >> pm->gshift] + (o2 & pm->gmask));
+				/*
+				 * Stored in another order than prp_set_ does: a compiler that
+				 * merges both paths' stores into one (of a selected PRP2) costs
+				 * the one-page path the selection.
+				 */
+				sqe->flags = 0;
+				sqe->prp2 = pm->lut[o2 >> pm->gshift] + (o2 & pm->gmask);
+				sqe->prp1 = a;
 				return 0;
 			}
 		}

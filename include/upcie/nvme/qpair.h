@@ -437,7 +437,7 @@ UPCIE_HD static inline void upcie_nvme_qpair_refused_(const struct upcie_nvme_qp
 	(void)count;
 }
 #else
-__attribute__((noinline, cold, unused)) UPCIE_HD static void
+UPCIE_COLD_CALL __attribute__((noinline, cold, unused)) UPCIE_HD static void
 upcie_nvme_qpair_refused_(const struct upcie_nvme_qpair *qp, int what, uint32_t v, uint64_t count)
 {
 	if (count & (count - 1))
@@ -466,7 +466,7 @@ UPCIE_HD static inline void upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *
 	qp->nbad_sqhd++;
 }
 #else
-__attribute__((noinline, cold, unused)) UPCIE_HD static void
+UPCIE_COLD_CALL __attribute__((noinline, cold, unused)) UPCIE_HD static void
 upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *qp, uint32_t sqhd)
 {
 	qp->nbad_sqhd++;
