@@ -233,7 +233,7 @@ static void t_absurd_ns(void)
 	/* CC.CSS = NVM (CAP.CSS without bit 6): no descriptor list is asked for */
 	rig_setup(&r);
 	add_namespaces(&r);
-	nvme_cmodel_set_cap(&r.cm, nvme_cmodel_cap(2048, 1, 0x01, 0, 0));
+	nvme_cmodel_set_cap(&r.cm, nvme_cmodel_cap(2048, 8, 0x01, 0, 0));
 	rig_use_nsm(&r);
 	rig_start(&r);
 	rig_ctrl(&r, NULL);
