@@ -157,4 +157,16 @@ static inline void perf_print_json(FILE *o, const struct perf_result *r, bool fi
 		perf_hist_quantile(&r->lat, 0.999), r->lat.n ? r->lat.min : 0, r->lat.max);
 }
 
+/* One run's result in the chosen format, flushed at once (a sweep shows each run as it ends);
+ * *first tracks the separators of the JSON list. */
+static inline void perf_emit(FILE *o, const struct perf_result *r, bool json, bool *first)
+{
+	if (json)
+		perf_print_json(o, r, *first);
+	else
+		perf_print_text(o, r);
+	*first = false;
+	fflush(o);
+}
+
 #endif /* UPCIE_TOOLS_PERF_STATS_H */

@@ -376,12 +376,7 @@ static int pg_main_null(const struct perf_opts *o)
 							failed = true;
 						if (err)
 							continue;
-						if (o->json)
-							perf_print_json(stdout, &res, first);
-						else
-							perf_print_text(stdout, &res);
-						first = false;
-						fflush(stdout);
+						perf_emit(stdout, &res, o->json, &first);
 					}
 	if (o->json)
 		printf("\n]}\n");
@@ -540,12 +535,7 @@ static int pg_main_ctrl(const struct perf_opts *o)
 							failed = true;
 						if (err || made < nq)
 							continue;
-						if (o->json)
-							perf_print_json(stdout, &res, first);
-						else
-							perf_print_text(stdout, &res);
-						first = false;
-						fflush(stdout);
+						perf_emit(stdout, &res, o->json, &first);
 					}
 	if (o->json)
 		printf("\n]}\n");

@@ -499,12 +499,7 @@ int main(int argc, char **argv)
 								strerror(-err));
 							continue;
 						}
-						if (o.json)
-							perf_print_json(stdout, &r, first);
-						else
-							perf_print_text(stdout, &r);
-						first = false;
-						fflush(stdout);
+						perf_emit(stdout, &r, o.json, &first);
 					}
 	if (o.json)
 		printf("\n]}\n");
