@@ -80,6 +80,8 @@ struct nvme_cmodel {
 	uint16_t fail_delete_sq;  /* status for Delete I/O SQ, 0: succeed */
 	uint16_t fail_delete_cq;  /* status for Delete I/O CQ, 0: succeed */
 	uint8_t hold_opc;	  /* I/O opcode held until aborted or released; 0: none */
+	uint32_t io_delay_us;	  /* I/O commands complete (and move data) this long after fetch */
+	bool abort_on_sq_delete;  /* Delete I/O SQ posts "aborted: SQ deleted" for what it held */
 	uint8_t hold_admin_opc;	  /* admin opcode held likewise; 0: none */
 	uint8_t delay_admin_opc;  /* admin opcode completed (and effective) only after ... */
 	uint32_t delay_admin_ms;  /* ... this many ms */
@@ -410,6 +412,8 @@ static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe
 	cm->io_fetched++;
 	if (cm->hold_opc && sqe->opc == cm->hold_opc)
 		act->hold = true;
+	if (cm->io_delay_us)
+		act->due_ns = upcie_time_ns() + (uint64_t)cm->io_delay_us * 1000;
 }
 
 static inline uint16_t nvme_cmodel_create_sq_(struct nvme_cmodel *cm,
@@ -526,6 +530,20 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 			return cm->fail_delete_sq;
 		if (!qid || qid > NVME_CMODEL_MAXQ || !cm->q[qid].sq)
 			return UPCIE_NVME_SC_QID_INVALID;
+		if (cm->abort_on_sq_delete) {
+			/* what it fetched ends in its CQ before the deletion completes */
+			struct nvme_model *qm = &cm->q[qid].m;
+
+			nvme_model_release_held(qm);
+			for (uint32_t i = 0; i < qm->npend; i++) {
+				qm->pend[i].exec = false;
+				qm->pend[i].code = UPCIE_NVME_SC_ABORT_SQ_DELETED;
+				qm->pend[i].dnr = false;
+				qm->pend[i].due = qm->steps;
+				qm->pend[i].due_ns = 0;
+			}
+			nvme_model_post_(qm);
+		}
 		nvme_model_fini(&cm->q[qid].m);
 		cm->q[qid].sq = false;
 		return 0;

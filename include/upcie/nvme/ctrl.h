@@ -244,6 +244,22 @@ struct upcie_nvme_ioq {
 	struct upcie_heap_buf sqb, cqb, lb;
 	void *tables;
 	bool live;
+	bool ext;  /* rings in memory given by upcie_nvme_ioq_create_ext(), driven elsewhere */
+	bool lost; /* ext: a reset took the queue from the controller; only deletion is left */
+};
+
+/*
+ * A queue pair whose rings live in memory the caller mapped for the controller and whose
+ * commands another party drives (another process, through its own upcie_nvme_qpair on the same
+ * memory): nvme/served_server.h creates its clients' queues with it.
+ */
+struct upcie_nvme_ioq_ext {
+	uint32_t depth;	  /* SQ and CQ entries, 2..CAP.MQES + 1 */
+	uint64_t sq_iova; /* device address of the SQ (depth * 64 bytes, controller-page aligned) */
+	uint64_t cq_iova; /* device address of the CQ (depth * 16 bytes, controller-page aligned) */
+	void *sq; /* CPU view of the SQ and CQ, where the caller has one; the CQ is zeroed */
+	void *cq;
+	uint16_t qid; /* 0: the lowest free identifier */
 };
 
 /* Register access. 64-bit registers as two 32-bit halves (low first), as every controller
@@ -1272,8 +1288,9 @@ static inline int upcie_nvme_ioq_hw_delete_(struct upcie_nvme_ioq *q, bool sq)
 		if (sq) {
 			upcie_nvme_cmd_delete_io_sq(&sqe, q->qid);
 			err = upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL);
-			/* completions the deletion produced (commands aborted with the SQ) */
-			if (!err)
+			/* completions the deletion produced (commands aborted with the SQ); an
+			 * ext queue's belong to whoever drives it */
+			if (!err && !q->ext)
 				upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
 		}
 		if (!err) {
@@ -1529,6 +1546,92 @@ fail:
 }
 
 /*
+ * Create, on `c`, a queue pair whose rings the caller placed at device addresses x->sq_iova and
+ * x->cq_iova (memory mapped for the controller, which must stay mapped until the queue is
+ * deleted) and whose commands are driven elsewhere: this object holds the identifier and the
+ * controller's side of the queue, its own queue pair core stays idle. The CQ must be zeroed
+ * before the first command (done here through x->cq when given). A reset of the controller
+ * does not bring such a queue back: it marks it `lost`, and the driver must stop using it.
+ * Delete it with upcie_nvme_ioq_delete(): 0 means the controller confirmed the deletion or let
+ * go of everything (then, and only then, the memory may go). Returns 0; -EINVAL (depth, an
+ * address not aligned to the controller page); -ENOSPC (no identifier); -ENOMEM; or the create
+ * commands' errors. `q` is zeroed on failure; -EBUSY means the CQ could not be deleted again
+ * and its memory stays the controller's.
+ */
+static inline int upcie_nvme_ioq_create_ext(struct upcie_nvme_ioq *q, struct upcie_nvme_ctrl *c,
+					    const struct upcie_nvme_ioq_ext *x)
+{
+	static uint32_t dummy_db[2];
+	struct upcie_nvme_qpair_cfg qc;
+	uint64_t page;
+	int err;
+
+	if (!q)
+		return UPCIE_FAIL(-EINVAL, "nvme: ioq create_ext: NULL queue");
+	memset(q, 0, sizeof(*q));
+	if (!c || !c->lock_live || c->state != UPCIE_NVME_CTRL_READY || !x)
+		return UPCIE_FAIL(-EINVAL, "nvme: ioq create_ext: controller not ready");
+	page = UINT64_C(1) << c->page_shift;
+	if (x->depth < 2 || x->depth > c->mqes || x->depth > 65536)
+		return UPCIE_FAIL(-EINVAL, "nvme %s: I/O queue depth %u outside 2..%u (CAP.MQES)",
+				  c->name, x->depth, c->mqes);
+	if ((x->sq_iova | x->cq_iova) & (page - 1))
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: queue rings at 0x%" PRIx64 " / 0x%" PRIx64
+				  " are not aligned to the %" PRIu64 "-byte controller page",
+				  c->name, x->sq_iova, x->cq_iova, page);
+	q->ctrl = c;
+	q->ext = true;
+	q->depth = x->depth;
+	q->sqb.iova = x->sq_iova;
+	q->cqb.iova = x->cq_iova;
+	q->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(1));
+	if (!q->tables) {
+		memset(q, 0, sizeof(*q));
+		return UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
+	}
+	if (x->cq)
+		memset(x->cq, 0, (size_t)x->depth * sizeof(struct upcie_nvme_cqe));
+	/* the idle core: rings it never touches (no CPU view needed), doorbells it never rings */
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = x->sq ? x->sq : (void *)dummy_db;
+	qc.cq = x->cq ? x->cq : (void *)dummy_db;
+	qc.sqdb = &dummy_db[0];
+	qc.cqdb = &dummy_db[1];
+	qc.sq_depth = x->depth;
+	qc.ncids = 1;
+	qc.tables = q->tables;
+	qc.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR;
+
+	pthread_mutex_lock(&c->lock);
+	if (!c->nqueues) {
+		err = UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no I/O queues (admin-only controller)",
+				 c->name);
+		goto fail;
+	}
+	q->qid = upcie_nvme_ctrl_qid_get_(c, x->qid);
+	if (!q->qid) {
+		err = UPCIE_FAIL(-ENOSPC, "nvme %s: no free I/O queue identifier (%u granted)",
+				 c->name, c->nqueues);
+		goto fail;
+	}
+	qc.qid = q->qid;
+	c->ioqs[q->qid] = q;
+	err = upcie_nvme_qpair_init(&q->qp, &qc);
+	if (!err)
+		err = upcie_nvme_ioq_hw_create_(q);
+	if (err)
+		goto fail;
+	q->live = true;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+fail:
+	upcie_nvme_ioq_release_(q, true);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/*
  * Delete SQ then CQ on the controller and release `q`. A controller that is dead, stopped or not
  * ready is not sent the deletes; a deletion that fails resets the controller (the queue memory
  * is free only once the controller let go of it). Lock held. Returns 0, or the error of a
@@ -1538,7 +1641,8 @@ fail:
 static inline int upcie_nvme_ioq_delete_locked_(struct upcie_nvme_ioq *q)
 {
 	struct upcie_nvme_ctrl *c = q->ctrl;
-	int err = upcie_nvme_ioq_hw_delete_(q, true);
+	/* a lost ext queue went with a reset: the controller no longer has it */
+	int err = q->lost ? 0 : upcie_nvme_ioq_hw_delete_(q, true);
 
 	if (err && !c->stopped)
 		return UPCIE_FAIL(-EBUSY,
@@ -1575,7 +1679,7 @@ static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 	pthread_mutex_lock(&c->lock);
 	err = c->state == UPCIE_NVME_CTRL_READY && !c->stopped ? upcie_nvme_ctrl_dead_(c) : 1;
 	pthread_mutex_unlock(&c->lock);
-	if (!err)
+	if (!err && !q->ext)
 		upcie_nvme_qpair_drain(&q->qp, UPCIE_NVME_CTRL_DELETE_DRAIN);
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ioq_delete_locked_(q);
@@ -2104,7 +2208,8 @@ static inline int upcie_nvme_ctrl_flush_(struct upcie_nvme_ctrl *c)
 	}
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t k = 1; c->ioqs && k <= c->nslots && !q; k++)
-		if (c->ioqs[k] && c->ioqs[k]->live && upcie_nvme_qpair_room(&c->ioqs[k]->qp))
+		if (c->ioqs[k] && c->ioqs[k]->live && !c->ioqs[k]->ext &&
+		    upcie_nvme_qpair_room(&c->ioqs[k]->qp))
 			q = c->ioqs[k];
 	pthread_mutex_unlock(&c->lock);
 	memset(&tmp, 0, sizeof(tmp));
@@ -2184,6 +2289,12 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 
 		if (!io)
 			continue;
+		if (io->ext) {
+			/* its driver's ring state is not ours to restore: the queue is gone */
+			io->lost = true;
+			upcie_nvme_qpair_stop(&io->qp, false);
+			continue;
+		}
 		if (!err && q > c->nqueues) {
 			/* the controller now grants fewer queues than before the reset */
 			err = UPCIE_FAIL(-ENOSPC,

@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Served queue pairs, the client: I/O queue pairs of a controller another process owns
+ * (nvme/served_server.h, e.g. the upcie-served daemon), reached over its Unix socket. Headers
+ * only; nothing of the server is linked.
+ *
+ *   struct upcie_served_client cl;  struct upcie_served_mem mem;  struct upcie_served_qp qp;
+ *   upcie_served_connect(&cl, "/run/upcie/0000:01:00.0.sock", 0);
+ *   upcie_served_mem_alloc(&cl, 4 << 20, &mem);          // memfd, sealed, registered
+ *   struct upcie_served_qp_opts o = {.depth = 64, .sq_off = 0, .cq_off = 4096,
+ *                                    .list_off = 8192};  // rings and PRP lists in `mem`
+ *   upcie_served_qp_create(&cl, &qp, &mem, &o);
+ *   upcie_served_qp_rw(&qp, UPCIE_NVME_NVM_READ, 1, slba, nlb, &mem, 1 << 20, len, cb, ctx);
+ *   upcie_served_qp_wait(&qp, 1000000000);                  // or poll with _qp_poll()
+ *   upcie_served_qp_delete(&qp); upcie_served_mem_free(&mem); upcie_served_disconnect(&cl);
+ *
+ * The data path is the client's: commands go into the SQ in its memory, completions come into
+ * the CQ in its memory, with the queue pair core of nvme/qpair.h. Doorbell writes go to the
+ * relay page the server forwards from, or straight to the controller when the server granted a
+ * doorbell mapping (UPCIE_SERVED_DIRECT_DB, trusted clients only).
+ *
+ * Endings, each exactly once per command:
+ * - a completion from the controller (its status; 0 or -EIO in the callback's err as the core
+ *   reports it);
+ * - -ECANCELED from upcie_served_qp_delete() for what the deletion aborted or left;
+ * - -ECANCELED when the server reports the queue lost to a controller reset (the poll returns
+ *   -ENODEV: delete the queue);
+ * - -ECANCELED when the server process is gone (the poll or wait returns -ENOTCONN). The client
+ *   decides a server is gone from a pidfd of it, which becomes readable only after the kernel
+ *   has closed every file of the server: the vfio device (reset, bus mastering off) or
+ *   /dev/uioN (bus mastering off). Only then are buffers handed back. (A server whose files
+ *   another process still holds, e.g. a doorbell mapping of a trusted client on vfio, leaves
+ *   the device open until that process lets go; its pinned memory stays pinned meanwhile.)
+ *
+ * A server restarted on the same socket is a new server: connect again, register again.
+ */
+#ifndef UPCIE_NVME_SERVED_CLIENT_H
+#define UPCIE_NVME_SERVED_CLIENT_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <upcie/base/clock.h>
+#include <upcie/base/log.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/nvme/cmd.h>
+#include <upcie/nvme/dptr.h>
+#include <upcie/nvme/prp.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/served_proto.h>
+#include <upcie/nvme/spec.h>
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#endif
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#endif
+#ifndef F_SEAL_SHRINK
+#define F_SEAL_SHRINK 0x0002
+#endif
+#ifndef F_SEAL_GROW
+#define F_SEAL_GROW 0x0004
+#endif
+
+/* upcie_served_connect() flags */
+#define UPCIE_SERVED_DIRECT_DB 0x1u /* map the doorbells if the server grants it, else relay */
+
+struct upcie_served_info {
+	uint32_t path; /* enum upcie_nvme_path of the server's device */
+	unsigned page_shift;
+	uint32_t mqes, dstrd, max_qp, max_mem, max_depth;
+	uint64_t max_bytes, max_xfer;
+	bool hugetlb; /* memory must be hugetlb */
+	bool direct_db;
+	pid_t server_pid;
+};
+
+struct upcie_served_client {
+	int sock;
+	int pidfd; /* of the server, -1 where the kernel has no pidfd_open (< 5.3) */
+	uint32_t seq;
+	bool gone; /* the server is gone: no more requests */
+	uint32_t nqp, nmem;
+	struct upcie_served_info info;
+	struct upcie_served_relay *relay;
+	volatile uint8_t *db; /* doorbell mapping (direct), its offset 0 = BAR0 + 0x1000 */
+	size_t db_len;
+	uint8_t *buf; /* response buffer, UPCIE_SERVED_MSG_MAX bytes */
+};
+
+struct upcie_served_mem {
+	struct upcie_served_client *cl;
+	uint32_t id;
+	void *vaddr;
+	size_t size;
+	int fd;
+	bool own;		/* allocated by upcie_served_mem_alloc() */
+	struct upcie_dmamem dm; /* the client's view: its vaddr, the server's device addresses */
+};
+
+struct upcie_served_qp_opts {
+	uint32_t depth;	   /* SQ and CQ entries, 2..max_depth; 0: 64 */
+	uint64_t sq_off;   /* SQ ring in the region (depth * 64 bytes, controller-page aligned) */
+	uint64_t cq_off;   /* CQ ring (depth * 16 bytes, controller-page aligned) */
+	uint64_t list_off; /* PRP list pages: upcie_served_qp_list_bytes() from here */
+	uint64_t max_xfer; /* bytes per command; 0: min(MDTS, 128 KiB) */
+};
+
+struct upcie_served_qp {
+	struct upcie_nvme_qpair qp;
+	struct upcie_nvme_dptr_cfg dptr;
+	struct upcie_served_client *cl;
+	struct upcie_served_mem *mem;
+	uint32_t slot;
+	uint16_t qid;
+	uint32_t depth;
+	uint64_t list_off;
+	uint32_t lpages;
+	void *tables;
+	bool live;
+};
+
+/* The request/response exchange; resp in cl->buf. Returns the response's err or -errno. */
+static inline int upcie_served_call_(struct upcie_served_client *cl, struct upcie_served_req *rq,
+				     int pass_fd, int *got_fd, size_t *len)
+{
+	struct upcie_served_rsp *rp = (struct upcie_served_rsp *)cl->buf;
+	ssize_t n;
+	int err;
+
+	if (got_fd)
+		*got_fd = -1;
+	if (cl->gone)
+		return -ENOTCONN;
+	rq->magic = UPCIE_SERVED_MAGIC;
+	rq->seq = ++cl->seq;
+	err = upcie_served_send_(cl->sock, rq, sizeof(*rq), pass_fd);
+	if (!err) {
+		n = upcie_served_recv_(cl->sock, cl->buf, UPCIE_SERVED_MSG_MAX, got_fd, 0);
+		err = n < 0 ? (int)n : n == 0 ? -ENOTCONN : 0;
+		if (!err && ((size_t)n < sizeof(*rp) || rp->magic != UPCIE_SERVED_MAGIC ||
+			     rp->seq != rq->seq || rp->op != rq->op))
+			err = -EPROTO;
+		if (len)
+			*len = n > 0 ? (size_t)n : 0;
+	}
+	if (err == -EPIPE || err == -ECONNRESET || err == -ENOTCONN) {
+		cl->gone = true;
+		return UPCIE_FAIL(-ENOTCONN, "served: the server hung up");
+	}
+	if (err) {
+		if (got_fd && *got_fd >= 0) {
+			close(*got_fd);
+			*got_fd = -1;
+		}
+		return UPCIE_FAIL(err, "served: request %u: %s", rq->op, upcie_errno_name(err));
+	}
+	if (rp->err && got_fd && *got_fd >= 0) {
+		close(*got_fd);
+		*got_fd = -1;
+	}
+	return rp->err;
+}
+
+/*
+ * Is the server still there? 0: yes; -ENOTCONN: it is gone and the kernel has released its
+ * files (the device is stopped); -ESHUTDOWN: it says it is stopping (it deletes every queue).
+ * One poll() of the pidfd: not for every completion, for when commands are late.
+ */
+static inline int upcie_served_alive(struct upcie_served_client *cl)
+{
+	struct pollfd p;
+
+	if (!cl || cl->sock < 0)
+		return -EINVAL;
+	if (cl->pidfd >= 0) {
+		p.fd = cl->pidfd;
+		p.events = POLLIN;
+		p.revents = 0;
+		if (poll(&p, 1, 0) > 0) {
+			cl->gone = true;
+			return -ENOTCONN;
+		}
+	} else if (kill(cl->info.server_pid, 0) && errno == ESRCH) {
+		cl->gone = true;
+		return -ENOTCONN;
+	}
+	if (__atomic_load_n(&cl->relay->slot[0].state, __ATOMIC_ACQUIRE) ==
+	    UPCIE_SERVED_SLOT_STOPPING)
+		return -ESHUTDOWN;
+	return 0;
+}
+
+/* Close the connection (the server deletes what is left of this client's). */
+static inline void upcie_served_disconnect(struct upcie_served_client *cl)
+{
+	if (!cl)
+		return;
+	if (cl->db)
+		munmap((void *)cl->db, cl->db_len);
+	if (cl->relay)
+		munmap(cl->relay, sizeof(*cl->relay));
+	if (cl->sock >= 0)
+		close(cl->sock);
+	if (cl->pidfd >= 0)
+		close(cl->pidfd);
+	free(cl->buf);
+	memset(cl, 0, sizeof(*cl));
+	cl->sock = -1;
+	cl->pidfd = -1;
+}
+
+/*
+ * Connect to the server on socket `path`: version check, the controller's facts (cl->info), the
+ * relay page; with UPCIE_SERVED_DIRECT_DB a doorbell mapping when the server grants one.
+ * Returns 0; -ENOENT/-ECONNREFUSED (no server); -EACCES (socket permissions); -EPROTO or
+ * -EPROTONOSUPPORT (not a server of this version); -errno. `cl` is zeroed (fds -1) on failure.
+ */
+static inline int upcie_served_connect(struct upcie_served_client *cl, const char *path,
+				       unsigned flags)
+{
+	struct upcie_served_rsp *rp;
+	struct upcie_served_req rq;
+	struct sockaddr_un sa;
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	int err, fd = -1;
+	void *p;
+
+	if (!cl)
+		return UPCIE_FAIL(-EINVAL, "served: NULL client");
+	memset(cl, 0, sizeof(*cl));
+	cl->sock = -1;
+	cl->pidfd = -1;
+	if (!path || strlen(path) >= sizeof(sa.sun_path))
+		return UPCIE_FAIL(-EINVAL, "served: bad socket path");
+	cl->buf = (uint8_t *)malloc(UPCIE_SERVED_MSG_MAX);
+	if (!cl->buf)
+		return -ENOMEM;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, path, strlen(path));
+	cl->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (cl->sock < 0 || connect(cl->sock, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = UPCIE_FAIL(-errno, "served: connect to %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (getsockopt(cl->sock, SOL_SOCKET, SO_PEERCRED, &cr, &crl)) {
+		err = -errno;
+		goto fail;
+	}
+	/* the server as the kernel knows it, taken before anything can end it */
+#ifdef SYS_pidfd_open
+	cl->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+#endif
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_HELLO;
+	rq.u.hello.version = UPCIE_SERVED_VERSION;
+	rq.u.hello.flags = flags & UPCIE_SERVED_DIRECT_DB ? UPCIE_SERVED_HELLO_DIRECT_DB : 0;
+	err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
+	if (err)
+		goto fail;
+	rp = (struct upcie_served_rsp *)cl->buf;
+	if (fd < 0 || rp->u.hello.relay_size != sizeof(*cl->relay) ||
+	    rp->u.hello.server_pid != (int32_t)cr.pid) {
+		err = UPCIE_FAIL(-EPROTO,
+				 "served: HELLO without a relay page or from pid %d "
+				 "(socket peer %d)",
+				 (int)rp->u.hello.server_pid, (int)cr.pid);
+		goto fail;
+	}
+	cl->info.path = rp->u.hello.path;
+	cl->info.page_shift = rp->u.hello.page_shift;
+	cl->info.mqes = rp->u.hello.mqes;
+	cl->info.dstrd = rp->u.hello.dstrd;
+	cl->info.max_qp = rp->u.hello.max_qp;
+	cl->info.max_mem = rp->u.hello.max_mem;
+	cl->info.max_depth = rp->u.hello.max_depth;
+	cl->info.max_bytes = rp->u.hello.max_bytes;
+	cl->info.max_xfer = rp->u.hello.max_xfer;
+	cl->info.hugetlb = rp->u.hello.hugetlb != 0;
+	cl->info.direct_db = rp->u.hello.direct_db != 0;
+	cl->info.server_pid = (pid_t)cr.pid;
+	if (cl->info.page_shift < 12 || cl->info.page_shift > 27) {
+		err = UPCIE_FAIL(-EPROTO, "served: controller page shift %u", cl->info.page_shift);
+		goto fail;
+	}
+	p = mmap(NULL, sizeof(*cl->relay), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	fd = -1;
+	if (p == MAP_FAILED) {
+		err = UPCIE_FAIL(-errno, "served: relay page: %s", strerror(errno));
+		goto fail;
+	}
+	cl->relay = (struct upcie_served_relay *)p;
+	if ((flags & UPCIE_SERVED_DIRECT_DB) && cl->info.direct_db) {
+		memset(&rq, 0, sizeof(rq));
+		rq.op = UPCIE_SERVED_OP_DOORBELLS;
+		err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
+		if (!err && fd >= 0) {
+			rp = (struct upcie_served_rsp *)cl->buf;
+			cl->db_len = rp->u.doorbells.size;
+			p = mmap(NULL, cl->db_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+				 (off_t)rp->u.doorbells.offset);
+			/* the mapping holds the file: the descriptor can go */
+			close(fd);
+			fd = -1;
+			if (p == MAP_FAILED)
+				err = UPCIE_FAIL(-errno, "served: doorbell mapping: %s",
+						 strerror(errno));
+			else
+				cl->db = (volatile uint8_t *)p;
+		}
+		if (err)
+			goto fail;
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	upcie_served_disconnect(cl);
+	return err;
+}
+
+/* The server's Identify data (CNS 0 namespace, 1 controller, 2 active NSIDs, 3 NS
+ * descriptors) into buf (4096 bytes). Returns 0, -EIO (error status), -ENOTCONN, -errno. */
+static inline int upcie_served_identify(struct upcie_served_client *cl, uint8_t cns, uint32_t nsid,
+					void *buf)
+{
+	struct upcie_served_req rq;
+	size_t len = 0;
+	int err;
+
+	if (!cl || cl->sock < 0 || !buf)
+		return UPCIE_FAIL(-EINVAL, "served: identify: not connected or NULL buffer");
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_IDENTIFY;
+	rq.u.identify.cns = cns;
+	rq.u.identify.nsid = nsid;
+	err = upcie_served_call_(cl, &rq, -1, NULL, &len);
+	if (err)
+		return err;
+	if (len != sizeof(struct upcie_served_rsp) + 4096)
+		return UPCIE_FAIL(-EPROTO, "served: identify: %zu bytes", len);
+	memcpy(buf, cl->buf + sizeof(struct upcie_served_rsp), 4096);
+	return 0;
+}
+
+/*
+ * Register `size` bytes of the caller's memfd `fd` (sealed with F_SEAL_SHRINK; hugetlb when
+ * cl->info.hugetlb), mapped here at `vaddr`: mem->dm then translates offsets to the device
+ * addresses the server mapped them at. The fd and mapping stay the caller's (keep both until
+ * upcie_served_mem_free()). Returns 0, -EINVAL, -EPERM (not sealed), -ENOSPC (limits),
+ * -ENOTCONN, or the server's mapping error. `mem` is zeroed on failure.
+ */
+static inline int upcie_served_mem_register(struct upcie_served_client *cl, int fd, void *vaddr,
+					    size_t size, struct upcie_served_mem *mem)
+{
+	struct upcie_served_rsp *rp;
+	struct upcie_served_req rq;
+	size_t len = 0;
+	uint64_t *lut;
+	int err;
+
+	if (!mem)
+		return UPCIE_FAIL(-EINVAL, "served: NULL mem");
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	if (!cl || cl->sock < 0 || fd < 0 || !vaddr || !size)
+		return UPCIE_FAIL(-EINVAL, "served: register: not connected or bad memory");
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_MEM_REG;
+	rq.u.mem_reg.size = size;
+	err = upcie_served_call_(cl, &rq, fd, NULL, &len);
+	if (err)
+		return err;
+	rp = (struct upcie_served_rsp *)cl->buf;
+	if (!rp->u.mem_reg.granule_shift) {
+		err = upcie_dmamem_init_arith(&mem->dm, vaddr, size, rp->u.mem_reg.iova);
+	} else if (rp->u.mem_reg.nlut > UPCIE_SERVED_MAX_LUT ||
+		   len != sizeof(*rp) + rp->u.mem_reg.nlut * sizeof(uint64_t) ||
+		   rp->u.mem_reg.granule_shift > 30 ||
+		   rp->u.mem_reg.nlut !=
+		       upcie_div_round_up(size, UINT64_C(1) << rp->u.mem_reg.granule_shift)) {
+		err = UPCIE_FAIL(-EPROTO, "served: register: a LUT that does not fit the region");
+	} else {
+		lut = (uint64_t *)malloc(rp->u.mem_reg.nlut * sizeof(uint64_t));
+		err = lut ? 0 : -ENOMEM;
+		if (lut) {
+			memcpy(lut, cl->buf + sizeof(*rp), rp->u.mem_reg.nlut * sizeof(uint64_t));
+			err = upcie_dmamem_init_lut(&mem->dm, vaddr, size,
+						    rp->u.mem_reg.granule_shift, lut, true);
+		}
+	}
+	mem->cl = cl;
+	mem->id = rp->u.mem_reg.id;
+	mem->vaddr = vaddr;
+	mem->size = size;
+	mem->fd = fd;
+	cl->nmem++;
+	if (err) {
+		int e2;
+
+		memset(&rq, 0, sizeof(rq));
+		rq.op = UPCIE_SERVED_OP_MEM_UNREG;
+		rq.u.mem_unreg.id = mem->id;
+		e2 = upcie_served_call_(cl, &rq, -1, NULL, NULL);
+		(void)e2;
+		cl->nmem--;
+		memset(mem, 0, sizeof(*mem));
+		mem->fd = -1;
+	}
+	return err;
+}
+
+/*
+ * Allocate `size` bytes (rounded up to the page: 4 KiB, or the hugepage where the server needs
+ * hugetlb) as a sealed memfd, map it, zero it and register it. Returns as
+ * upcie_served_mem_register(), or -ENOMEM (no hugepages: reserve some).
+ */
+static inline int upcie_served_mem_alloc(struct upcie_served_client *cl, size_t size,
+					 struct upcie_served_mem *mem)
+{
+	unsigned mf = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	size_t page = 4096;
+	void *va;
+	int fd, err;
+
+	if (!mem)
+		return UPCIE_FAIL(-EINVAL, "served: NULL mem");
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	if (!cl || cl->sock < 0 || !size)
+		return UPCIE_FAIL(-EINVAL, "served: alloc: not connected or zero size");
+	if (cl->info.hugetlb) {
+		mf |= MFD_HUGETLB;
+		page = 2u << 20; /* the default hugepage size on x86-64 and arm64 (4 KiB pages) */
+	}
+	size = (size_t)upcie_align_up(size, page);
+	fd = memfd_create("upcie-served", mf);
+	if (fd < 0)
+		return UPCIE_FAIL(-errno, "served: memfd: %s", strerror(errno));
+	if (ftruncate(fd, (off_t)size) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		err = UPCIE_FAIL(-errno, "served: memfd of %zu bytes: %s", size, strerror(errno));
+		close(fd);
+		return err;
+	}
+	va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (va == MAP_FAILED) {
+		err = UPCIE_FAIL(-ENOMEM, "served: %zu bytes of %s: %s", size,
+				 cl->info.hugetlb ? "hugepages" : "memory", strerror(errno));
+		close(fd);
+		return err;
+	}
+	memset(va, 0, size);
+	err = upcie_served_mem_register(cl, fd, va, size, mem);
+	if (err) {
+		munmap(va, size);
+		close(fd);
+		return err;
+	}
+	mem->own = true;
+	return 0;
+}
+
+/*
+ * Unregister `mem` (the server unmaps it; refused with -EBUSY while a queue pair uses it) and,
+ * when upcie_served_mem_alloc() made it, free it. With the server gone (-ENOTCONN from calls),
+ * the memory is freed only once upcie_served_alive() says -ENOTCONN (the device stopped);
+ * before that this returns -EBUSY and keeps it.
+ */
+static inline int upcie_served_mem_free(struct upcie_served_mem *mem)
+{
+	struct upcie_served_req rq;
+	int err;
+
+	if (!mem || !mem->cl)
+		return 0;
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_MEM_UNREG;
+	rq.u.mem_unreg.id = mem->id;
+	err = upcie_served_call_(mem->cl, &rq, -1, NULL, NULL);
+	if (err == -ENOTCONN && upcie_served_alive(mem->cl) == -ENOTCONN)
+		err = 0; /* the server and its device are gone */
+	if (err)
+		return err == -ENOTCONN ? -EBUSY : err;
+	mem->cl->nmem--;
+	upcie_dmamem_destroy(&mem->dm);
+	if (mem->own) {
+		munmap(mem->vaddr, mem->size);
+		close(mem->fd);
+	}
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	return 0;
+}
+
+/* Bytes of PRP list pages a queue pair of these options needs at list_off. */
+static inline uint64_t upcie_served_qp_list_bytes(const struct upcie_served_client *cl,
+						  const struct upcie_served_qp_opts *o)
+{
+	uint64_t page = UINT64_C(1) << cl->info.page_shift;
+	uint64_t xfer = o->max_xfer ? o->max_xfer : 128 * 1024;
+	uint32_t depth = o->depth ? o->depth : 64;
+	uint32_t lp;
+
+	if (xfer > cl->info.max_xfer)
+		xfer = cl->info.max_xfer;
+	lp = upcie_nvme_prp_lists_needed(xfer / page + 1, cl->info.page_shift);
+	return (uint64_t)(depth - 1) * (lp ? lp : 1) * page;
+}
+
+/*
+ * Create a queue pair on the server's controller with its rings and list pages in `mem` as `o`
+ * says, and ready it here. Returns 0; -EINVAL (offsets, depth: the server's message says which);
+ * -ENOSPC (limits, identifiers); -ENOTCONN; or the controller's error. `qp` is zeroed on failure.
+ */
+static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct upcie_served_qp *qp,
+					 struct upcie_served_mem *mem,
+					 const struct upcie_served_qp_opts *o)
+{
+	struct upcie_served_qp_opts d;
+	struct upcie_nvme_qpair_cfg qc;
+	struct upcie_served_rsp *rp;
+	struct upcie_served_req rq;
+	uint64_t page, lbytes;
+	int err;
+
+	if (!qp)
+		return UPCIE_FAIL(-EINVAL, "served: NULL qp");
+	memset(qp, 0, sizeof(*qp));
+	if (!cl || cl->sock < 0 || !mem || mem->cl != cl || !o)
+		return UPCIE_FAIL(-EINVAL, "served: qp create: not connected or foreign memory");
+	d = *o;
+	if (!d.depth)
+		d.depth = 64;
+	page = UINT64_C(1) << cl->info.page_shift;
+	qp->dptr.page_shift = cl->info.page_shift;
+	qp->dptr.max_bytes = d.max_xfer ? d.max_xfer : 128 * 1024;
+	if (qp->dptr.max_bytes > cl->info.max_xfer)
+		qp->dptr.max_bytes = cl->info.max_xfer;
+	qp->lpages =
+	    upcie_nvme_prp_lists_needed(qp->dptr.max_bytes / page + 1, cl->info.page_shift);
+	if (!qp->lpages)
+		qp->lpages = 1;
+	lbytes = upcie_served_qp_list_bytes(cl, &d);
+	if ((d.list_off & (page - 1)) || d.list_off > mem->size || lbytes > mem->size - d.list_off)
+		return UPCIE_FAIL(-EINVAL,
+				  "served: list pages at +0x%" PRIx64 " (%" PRIu64
+				  " bytes) outside the region or not page aligned",
+				  d.list_off, lbytes);
+	qp->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(d.depth - 1));
+	if (!qp->tables)
+		return -ENOMEM;
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_QP_CREATE;
+	rq.u.qp_create.mem_id = mem->id;
+	rq.u.qp_create.depth = d.depth;
+	rq.u.qp_create.sq_off = d.sq_off;
+	rq.u.qp_create.cq_off = d.cq_off;
+	err = upcie_served_call_(cl, &rq, -1, NULL, NULL);
+	if (err) {
+		free(qp->tables);
+		memset(qp, 0, sizeof(*qp));
+		return err;
+	}
+	rp = (struct upcie_served_rsp *)cl->buf;
+	qp->cl = cl;
+	qp->mem = mem;
+	qp->slot = rp->u.qp_create.slot;
+	qp->qid = (uint16_t)rp->u.qp_create.qid;
+	qp->depth = d.depth;
+	qp->list_off = d.list_off;
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = (uint8_t *)mem->vaddr + d.sq_off;
+	qc.cq = (uint8_t *)mem->vaddr + d.cq_off;
+	if (cl->db) {
+		qc.sqdb =
+		    (volatile uint32_t *)(cl->db + upcie_nvme_sq_tdbl_off(qp->qid, cl->info.dstrd) -
+					  0x1000);
+		qc.cqdb =
+		    (volatile uint32_t *)(cl->db + upcie_nvme_cq_hdbl_off(qp->qid, cl->info.dstrd) -
+					  0x1000);
+	} else {
+		qc.sqdb = &cl->relay->slot[qp->slot].sq_tail;
+		qc.cqdb = &cl->relay->slot[qp->slot].cq_head;
+	}
+	qc.sq_depth = d.depth;
+	qc.qid = qp->qid;
+	qc.tables = qp->tables;
+	/* the server zeroed the CQ before creating the queue; the controller may post already */
+	qc.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR;
+	if (qp->slot < 1 || qp->slot > UPCIE_SERVED_MAX_QP ||
+	    (cl->db && upcie_nvme_cq_hdbl_off(qp->qid, cl->info.dstrd) + 4 - 0x1000 > cl->db_len))
+		err = UPCIE_FAIL(-EPROTO, "served: queue slot %u / qid %u out of range", qp->slot,
+				 qp->qid);
+	else
+		err = upcie_nvme_qpair_init(&qp->qp, &qc);
+	if (err) {
+		memset(&rq, 0, sizeof(rq));
+		rq.op = UPCIE_SERVED_OP_QP_DELETE;
+		rq.u.qp_delete.slot = qp->slot;
+		upcie_served_call_(cl, &rq, -1, NULL, NULL);
+		free(qp->tables);
+		memset(qp, 0, sizeof(*qp));
+		return err;
+	}
+	cl->nqp++;
+	qp->live = true;
+	return 0;
+}
+
+/* The queue's state in the relay page: 0 live, -ENODEV lost to a reset, -ENOTCONN server gone. */
+static inline int upcie_served_qp_state_(struct upcie_served_qp *qp, bool check_server)
+{
+	uint32_t st = __atomic_load_n(&qp->cl->relay->slot[qp->slot].state, __ATOMIC_ACQUIRE);
+
+	if (st == UPCIE_SERVED_SLOT_LOST)
+		return -ENODEV;
+	if (check_server && upcie_served_alive(qp->cl) == -ENOTCONN)
+		return -ENOTCONN;
+	return 0;
+}
+
+/*
+ * Reap up to `max` completions (callbacks run here). Returns how many, or -ENODEV when the
+ * server reported the queue lost to a controller reset (the controller let go: every command
+ * still outstanding has ended with -ECANCELED; delete the queue), -EINVAL.
+ */
+static inline int upcie_served_qp_poll(struct upcie_served_qp *qp, unsigned max)
+{
+	int n;
+
+	if (UPCIE_UNLIKELY(!qp || !qp->live))
+		return -EINVAL;
+	n = upcie_nvme_qpair_reap(&qp->qp, max);
+	if (n == 0 && UPCIE_UNLIKELY(upcie_served_qp_state_(qp, false))) {
+		upcie_nvme_qpair_stop(&qp->qp, false);
+		return -ENODEV;
+	}
+	return n;
+}
+
+/*
+ * Poll until no command is outstanding or timeout_ns passes; the server's presence is checked
+ * every millisecond of waiting. Returns 0; -ETIMEDOUT (commands still outstanding: they may
+ * still complete; wait again or delete the queue); -ENODEV (lost, see _qp_poll()); -ENOTCONN
+ * (the server is gone and the kernel released the device: every outstanding command ended with
+ * -ECANCELED, the buffers are the caller's again).
+ */
+static inline int upcie_served_qp_wait(struct upcie_served_qp *qp, uint64_t timeout_ns)
+{
+	uint64_t t0 = upcie_time_ns(), check = t0 + 1000000;
+
+	if (!qp || !qp->live)
+		return -EINVAL;
+	for (;;) {
+		int n = upcie_served_qp_poll(qp, 0xffffffffu);
+		uint64_t now;
+
+		if (n < 0)
+			return n;
+		if (!upcie_nvme_qpair_outstanding(&qp->qp, NULL, 0))
+			return 0;
+		if (n)
+			continue;
+		now = upcie_time_ns();
+		if (now >= check) {
+			check = now + 1000000;
+			if (upcie_served_qp_state_(qp, true) == -ENOTCONN) {
+				upcie_nvme_qpair_stop(&qp->qp, false);
+				return -ENOTCONN;
+			}
+		}
+		if (now - t0 >= timeout_ns)
+			return -ETIMEDOUT;
+		upcie_cpu_relax();
+	}
+}
+
+/*
+ * Enqueue command `sqe` (opcode, NSID, command dwords; the CID and, when len != 0, the data
+ * pointer are filled here from [off, off + len) of `mem`) to end through cb(ctx, cqe, err).
+ * Does not ring. Returns 0, -EBUSY (full: poll and retry), -EINVAL (memory not registered
+ * through this client, a range outside it, a length above the queue's max_xfer).
+ */
+static inline int upcie_served_qp_enqueue(struct upcie_served_qp *qp,
+					  const struct upcie_nvme_sqe *sqe,
+					  const struct upcie_served_mem *mem, uint64_t off,
+					  uint64_t len, upcie_nvme_cpl_fn cb, void *ctx)
+{
+	struct upcie_nvme_lists l;
+	struct upcie_nvme_sqe cmd;
+	uint16_t cid;
+	int err;
+
+	if (UPCIE_UNLIKELY(!qp || !qp->live || !sqe))
+		return -EINVAL;
+	if (UPCIE_UNLIKELY(upcie_nvme_qpair_next_cid(&qp->qp, &cid)))
+		return -EBUSY;
+	cmd = *sqe;
+	if (len) {
+		if (UPCIE_UNLIKELY(!mem || mem->cl != qp->cl || off > mem->size ||
+				   len > mem->size - off || len > qp->dptr.max_bytes))
+			return UPCIE_FAIL(-EINVAL, "served: data range outside registered memory "
+						   "or above max_xfer");
+		l.mem = &qp->mem->dm;
+		l.off = qp->list_off +
+			(((uint64_t)upcie_nvme_qpair_cid_index(&qp->qp, cid) * qp->lpages)
+			 << qp->dptr.page_shift);
+		l.npages = qp->lpages;
+		err = upcie_nvme_prp_build_buf(&cmd, &mem->dm, off, len, &qp->dptr, &l);
+		if (UPCIE_UNLIKELY(err < 0))
+			return err;
+	}
+	return upcie_nvme_qpair_enqueue(&qp->qp, &cmd, cb, ctx, NULL);
+}
+
+/* Make everything enqueued visible to the controller (one doorbell write). */
+static inline void upcie_served_qp_ring(struct upcie_served_qp *qp)
+{
+	upcie_nvme_qpair_ring(&qp->qp);
+}
+
+/*
+ * Read or Write (opc UPCIE_NVME_NVM_READ / _WRITE) of `nlb` blocks from `slba` of namespace
+ * `nsid`, data at [off, off + len) of `mem`; rings. Returns as upcie_served_qp_enqueue().
+ */
+static inline int upcie_served_qp_rw(struct upcie_served_qp *qp, uint8_t opc, uint32_t nsid,
+				     uint64_t slba, uint32_t nlb,
+				     const struct upcie_served_mem *mem, uint64_t off, uint64_t len,
+				     upcie_nvme_cpl_fn cb, void *ctx)
+{
+	struct upcie_nvme_sqe sqe;
+	int err;
+
+	if (UPCIE_UNLIKELY(!nlb || nlb > 65536))
+		return UPCIE_FAIL(-EINVAL, "served: %u blocks", nlb);
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = opc;
+	sqe.nsid = nsid;
+	sqe.cdw10 = (uint32_t)slba;
+	sqe.cdw11 = (uint32_t)(slba >> 32);
+	sqe.cdw12 = nlb - 1;
+	err = upcie_served_qp_enqueue(qp, &sqe, mem, off, len, cb, ctx);
+	if (!err)
+		upcie_nvme_qpair_ring(&qp->qp);
+	return err;
+}
+
+/*
+ * Delete the queue pair: the server deletes SQ then CQ on the controller; what the deletion
+ * aborted completes here, whatever is left ends with -ECANCELED. Wait for your commands first
+ * (upcie_served_qp_wait()) to have them complete normally. Returns 0; -EBUSY (the controller
+ * could not delete the queue nor be stopped: it keeps the rings and the server keeps the
+ * memory mapped; commands stay outstanding, buffers in use); -ENOTCONN handled as in
+ * upcie_served_qp_wait(): once the server is gone the queue is simply let go.
+ */
+static inline int upcie_served_qp_delete(struct upcie_served_qp *qp)
+{
+	struct upcie_served_req rq;
+	int err;
+
+	if (!qp || !qp->live) {
+		if (qp)
+			memset(qp, 0, sizeof(*qp));
+		return 0;
+	}
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_QP_DELETE;
+	rq.u.qp_delete.slot = qp->slot;
+	err = upcie_served_call_(qp->cl, &rq, -1, NULL, NULL);
+	if (err == -ENOTCONN && upcie_served_alive(qp->cl) == -ENOTCONN)
+		err = 0;
+	if (err == -ENOTCONN || err == -EBUSY)
+		return -EBUSY;
+	/* deleted (or never there after a reset): the CQ holds what the deletion aborted */
+	upcie_nvme_qpair_stop(&qp->qp, false);
+	upcie_nvme_qpair_fini(&qp->qp);
+	qp->cl->nqp--;
+	free(qp->tables);
+	memset(qp, 0, sizeof(*qp));
+	return err == -ENOENT ? 0 : err;
+}
+
+#endif /* UPCIE_NVME_SERVED_CLIENT_H */
