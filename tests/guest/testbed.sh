@@ -89,6 +89,13 @@ readonly NAMESPACES_FAULTY=(
 	"c2n2 c2 2 512 0 8M"
 )
 readonly C2_RERR=8192 C2_WERR=12288 C2_IOPS=20 # 512-byte sectors; commands per second
+# Seven more plain controllers s1..s7 (with c0: eight), only on boots of cases that ask for them
+# ("# devices: scale"): one namespace of 8 MiB, 512 B LBAs each, at slots 10..16 of the root bus.
+readonly SCALE_N=7
+readonly NAMESPACES_SCALE=(
+	"s1n1 s1 1 512 0 8M" "s2n1 s2 1 512 0 8M" "s3n1 s3 1 512 0 8M" "s4n1 s4 1 512 0 8M"
+	"s5n1 s5 1 512 0 8M" "s6n1 s6 1 512 0 8M" "s7n1 s7 1 512 0 8M"
+)
 
 # ---------------------------------------------------------------------------
 # small helpers
@@ -1088,20 +1095,25 @@ all_cases() {
 
 img_var() { echo "TB_IMG_$(echo "$1" | tr '[:lower:]' '[:upper:]')"; }
 
-boot_faulty() { # CASE[,CASE...] : whether one of the cases asks for the faulty controller
+boot_devices() { # CASE[,CASE...] NAME : whether one of the cases asks for devices NAME
 	local k
 	for k in ${1//,/ }; do
 		[ "$k" = shell ] && continue
-		case " $(case_header "$k" devices) " in *" faulty "*) return 0 ;; esac
+		case " $(case_header "$k" devices) " in *" $2 "*) return 0 ;; esac
 	done
 	return 1
 }
+boot_faulty() { boot_devices "$1" faulty; } # the faulty controller c2
+boot_scale() { boot_devices "$1" scale; }   # s1..s7
 
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
 	[ "$1" = D ] && CFG_NS+=("${NAMESPACES_D[@]}")
 	if boot_faulty "$2"; then
 		CFG_NS+=("${NAMESPACES_FAULTY[@]}")
+	fi
+	if boot_scale "$2"; then
+		CFG_NS+=("${NAMESPACES_SCALE[@]}")
 	fi
 	return 0
 }
@@ -1163,6 +1175,15 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		printf '[inject-error]\nevent = "%s"\nerrno = "5"\nsector = "%s"\nonce = "off"\n\n' \
 			read_aio "$C2_RERR" write_aio "$C2_WERR" >"$dir/c2n1.blkdebug"
 	fi
+	local scale_bdfs=
+	if boot_scale "$cases"; then
+		local i
+		qns+=("${NAMESPACES_SCALE[@]}")
+		for ((i = 1; i <= SCALE_N; i++)); do
+			QARGS+=(-device "nvme,id=s$i,serial=5ca1e00$i,addr=1$((i - 1)).0")
+			scale_bdfs+=${scale_bdfs:+,}0000:00:1$((i - 1)).0
+		done
+	fi
 	for ns in "${qns[@]}"; do
 		read -r name ctrl nsid lbs ms size extra <<<"$ns"
 		case $name in
@@ -1205,6 +1226,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
+	[ -n "$scale_bdfs" ] && append+=" tb_scale_bdfs=$scale_bdfs"
 	if boot_faulty "$cases"; then
 		append+=" tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_rerr=$C2_RERR tb_c2_werr=$C2_WERR tb_c2_iops=$C2_IOPS"
 	fi

@@ -674,6 +674,7 @@ static inline int upcie_served_qp_poll(struct upcie_served_qp *qp, unsigned max)
 static inline int upcie_served_qp_wait(struct upcie_served_qp *qp, uint64_t timeout_ns)
 {
 	uint64_t t0 = upcie_time_ns(), check = t0 + 1000000;
+	unsigned idle = 0;
 
 	if (!qp || !qp->live)
 		return -EINVAL;
@@ -683,10 +684,18 @@ static inline int upcie_served_qp_wait(struct upcie_served_qp *qp, uint64_t time
 
 		if (n < 0)
 			return n;
+		if (n) {
+			if (!upcie_nvme_qpair_outstanding(&qp->qp, NULL, 0))
+				return 0;
+			continue;
+		}
 		if (!upcie_nvme_qpair_outstanding(&qp->qp, NULL, 0))
 			return 0;
-		if (n)
+		/* the clock only now and then: a clock read can cost microseconds (VMs) */
+		if (++idle & 63) {
+			upcie_cpu_relax();
 			continue;
+		}
 		now = upcie_time_ns();
 		if (now >= check) {
 			check = now + 1000000;
@@ -697,7 +706,6 @@ static inline int upcie_served_qp_wait(struct upcie_served_qp *qp, uint64_t time
 		}
 		if (now - t0 >= timeout_ns)
 			return -ETIMEDOUT;
-		upcie_cpu_relax();
 	}
 }
 

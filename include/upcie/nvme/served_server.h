@@ -160,7 +160,9 @@ struct upcie_served {
 	int lfd;
 	struct upcie_served_conn_ **conns; /* max_clients */
 	uint32_t nconns;
-	pthread_mutex_t lock; /* conns' relay state, against the relay thread */
+	pthread_mutex_t lock;	 /* conns' relay state, against the relay thread */
+	pthread_cond_t relay_cv; /* signalled when a queue is put on the relay */
+	uint32_t nrelay;	 /* queues on the relay */
 	pthread_t relay;
 	bool relay_live;
 	volatile int relay_stop;
@@ -267,25 +269,37 @@ static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s)
 static inline void *upcie_served_relay_main_(void *arg)
 {
 	struct upcie_served *s = (struct upcie_served *)arg;
-	uint64_t last = upcie_time_ns();
+	uint64_t last = upcie_time_ns(), nap = 20000;
 
+	pthread_mutex_lock(&s->lock);
 	while (!__atomic_load_n(&s->relay_stop, __ATOMIC_ACQUIRE)) {
 		unsigned n;
 
-		pthread_mutex_lock(&s->lock);
+		if (!s->nrelay) {
+			/* nothing to forward (no queue, or every client maps its doorbells) */
+			pthread_cond_wait(&s->relay_cv, &s->lock);
+			last = upcie_time_ns();
+			continue;
+		}
 		n = upcie_served_relay_sweep_(s);
 		s->st.relayed += n;
 		pthread_mutex_unlock(&s->lock);
 		if (n) {
 			last = upcie_time_ns();
+			nap = 20000;
 		} else if (upcie_time_ns() - last > s->o.relay_spin_ns) {
-			struct timespec ts = { 0, 20000 };
+			/* idle: nap, longer each time up to 1 ms (a doorbell then waits that long) */
+			struct timespec ts = { 0, (long)nap };
 
 			nanosleep(&ts, NULL);
+			if (nap < 1000000)
+				nap *= 2;
 		} else {
 			upcie_cpu_relax();
 		}
+		pthread_mutex_lock(&s->lock);
 	}
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
@@ -376,8 +390,14 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 	err = -pthread_mutex_init(&s->lock, NULL);
 	if (err)
 		goto fail;
+	err = -pthread_cond_init(&s->relay_cv, NULL);
+	if (err) {
+		pthread_mutex_destroy(&s->lock);
+		goto fail;
+	}
 	err = -pthread_create(&s->relay, NULL, upcie_served_relay_main_, s);
 	if (err) {
+		pthread_cond_destroy(&s->relay_cv);
 		pthread_mutex_destroy(&s->lock);
 		goto fail;
 	}
@@ -399,6 +419,8 @@ fail:
 static inline void upcie_served_unrelay_(struct upcie_served *s, struct upcie_served_qp_ *qp)
 {
 	pthread_mutex_lock(&s->lock);
+	if (qp->relay)
+		s->nrelay--;
 	qp->relay = false;
 	pthread_mutex_unlock(&s->lock);
 }
@@ -761,7 +783,10 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 	pthread_mutex_lock(&s->lock);
 	qp->last_sq = 0;
 	qp->last_cq = 0;
-	qp->relay = true;
+	/* a client that maps its doorbells writes none here: nothing to forward */
+	qp->relay = !cn->direct;
+	if (qp->relay && !s->nrelay++)
+		pthread_cond_signal(&s->relay_cv);
 	pthread_mutex_unlock(&s->lock);
 	rp->u.qp_create.slot = slot;
 	rp->u.qp_create.qid = qp->q.qid;
@@ -985,8 +1010,12 @@ static inline void upcie_served_fini(struct upcie_served *s)
 		if (s->conns[i])
 			upcie_served_conn_drop_(s, i);
 	if (s->relay_live) {
+		pthread_mutex_lock(&s->lock);
 		__atomic_store_n(&s->relay_stop, 1, __ATOMIC_RELEASE);
+		pthread_cond_signal(&s->relay_cv);
+		pthread_mutex_unlock(&s->lock);
 		pthread_join(s->relay, NULL);
+		pthread_cond_destroy(&s->relay_cv);
 		pthread_mutex_destroy(&s->lock);
 	}
 	if (s->lfd >= 0) {

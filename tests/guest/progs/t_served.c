@@ -1,0 +1,692 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * t_served: a client of upcie-served (nvme/served_client.h) for the guest case `served`.
+ *
+ *   t_served io --socket S --tag NAME --lba L --blocks N [--seconds T] [--qd Q] [--as UID]
+ *               [--reconnect]
+ *       Writes the test bed pattern of NAME over [L, L + N) of namespace 1, then random
+ *       writes (the same pattern) and reads of 4..64 KiB until T seconds passed, every read
+ *       checked; ends by reading the whole range back. --as drops to that uid (and gid) before
+ *       connecting. --reconnect: when the server goes away, connect again (up to 30 s) and go
+ *       on. Exit 0: every read matched; 1: a mismatch; 2: an error.
+ *   t_served perf (--socket S [--direct] | --bdf BDF --path P) --qd Q --ops N
+ *       4 KiB random reads over the first 16 MiB, polled: a served client, or the same loop in
+ *       the process that owns the controller. Prints mean latency (QD 1) or IOPS. --direct:
+ *       ask the server for a doorbell mapping (else doorbells go through its relay).
+ *   t_served scale --bdfs B0,B1,... --dir D --ctrls N [--queues 4] [--qd 8] [--seconds T]
+ *       One process, one thread, driving N controllers (served on D/<bdf>.sock) with Q queue
+ *       pairs each: every slot writes 4 KiB of the pattern of "sk<k>" (k: the controller's
+ *       index) at a random LBA of its queue's 1 MiB range (queue j: LBA j * 2048), reads it back and checks it. Then
+ *       every queue fills its range (--fill). Prints IOPS and the guest's CPU time per I/O.
+ *   t_served sentinel --mb M --seconds T
+ *       Takes M MiB of free hugepages, fills them with a pattern, waits T seconds and checks
+ *       that nothing changed them: memory a killed client gave back must see no DMA.
+ */
+// testbed-ldflags: -lpthread
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <upcie/base/clock.h>
+#include <upcie/base/log.h>
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/dev.h>
+#include <upcie/nvme/ns.h>
+#include <upcie/nvme/served_client.h>
+#include <upcie/pci/bdf.h>
+
+#include "t_nvme_util.h"
+
+#define TS_LBA	   512u
+#define TS_BUF_OFF (1u << 20) /* data buffers from 1 MiB of the region */
+#define TS_REGION  (8u << 20)
+#define TS_MAXQ	   64u
+#define TS_CHUNK   (64u * 1024)
+
+struct ts_opts {
+	const char *socket, *tag, *bdf, *path, *bdfs, *dir;
+	unsigned ctrls, queues;
+	bool fill, direct;
+	uint64_t lba, blocks, ops;
+	double secs;
+	unsigned qd, mb;
+	long as;
+	bool reconnect;
+};
+
+struct ts_io {
+	bool busy;
+	bool rd;
+	int err;
+	uint64_t lba;
+	uint32_t nlb;
+	unsigned slot;
+};
+
+struct ts {
+	struct upcie_served_client cl;
+	struct upcie_served_mem mem;
+	struct upcie_served_qp qp;
+	bool up;
+};
+
+static uint64_t ts_rand(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static void ts_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct ts_io *io = (struct ts_io *)ctx;
+
+	io->busy = false;
+	io->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
+}
+
+static void ts_down(struct ts *t)
+{
+	upcie_served_qp_delete(&t->qp);
+	upcie_served_mem_free(&t->mem);
+	upcie_served_disconnect(&t->cl);
+	t->up = false;
+}
+
+static int ts_up(struct ts *t, const char *socket, unsigned depth, bool direct)
+{
+	struct upcie_served_qp_opts o;
+	int err = upcie_served_connect(&t->cl, socket, direct ? UPCIE_SERVED_DIRECT_DB : 0);
+
+	if (!err)
+		err = upcie_served_mem_alloc(&t->cl, TS_REGION, &t->mem);
+	if (!err) {
+		memset(&o, 0, sizeof(o));
+		o.depth = depth;
+		o.sq_off = 0;
+		o.cq_off = 64 * 1024;
+		o.list_off = 128 * 1024;
+		err = upcie_served_qp_create(&t->cl, &t->qp, &t->mem, &o);
+	}
+	if (err)
+		ts_down(t);
+	t->up = !err;
+	return err;
+}
+
+/* Submit io (a read or write of its lba/nlb from its slot's buffer). */
+static int ts_submit(struct ts *t, struct ts_io *io, const char *tag)
+{
+	uint64_t off = TS_BUF_OFF + (uint64_t)io->slot * TS_CHUNK;
+	uint8_t *buf = (uint8_t *)t->mem.vaddr + off;
+	uint64_t len = (uint64_t)io->nlb * TS_LBA;
+
+	if (io->rd)
+		memset(buf, 0, len);
+	else
+		tn_pat(buf, len, tag, io->lba * TS_LBA);
+	io->busy = true;
+	io->err = 0;
+	return upcie_served_qp_rw(&t->qp, io->rd ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE, 1,
+				  io->lba, io->nlb, &t->mem, off, len, ts_cb, io);
+}
+
+/* Wait for everything in flight; check the reads. 0, 1 (mismatch), or -errno. */
+static int ts_drain(struct ts *t, struct ts_io *io, unsigned qd, const char *tag, uint64_t *ops)
+{
+	int err = upcie_served_qp_wait(&t->qp, UINT64_C(20) * 1000000000);
+
+	if (err)
+		return err;
+	for (unsigned k = 0; k < qd; k++) {
+		uint64_t off = TS_BUF_OFF + (uint64_t)io[k].slot * TS_CHUNK;
+		int64_t d;
+
+		if (!io[k].nlb)
+			continue;
+		if (io[k].err)
+			return io[k].err;
+		(*ops)++;
+		if (!io[k].rd) {
+			io[k].nlb = 0;
+			continue;
+		}
+		d = tn_pat_diff((uint8_t *)t->mem.vaddr + off, (uint64_t)io[k].nlb * TS_LBA, tag,
+				io[k].lba * TS_LBA);
+		if (d >= 0) {
+			DIAG("read of LBA %" PRIu64 "+%u differs at byte %" PRId64, io[k].lba,
+			     io[k].nlb, d);
+			return 1;
+		}
+		io[k].nlb = 0;
+	}
+	return 0;
+}
+
+static int ts_io_main(const struct ts_opts *o)
+{
+	struct ts_io io[TS_MAXQ];
+	struct ts t;
+	char tag[9];
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ o->lba, ops = 0, end, reconnects = 0;
+	unsigned qd = o->qd ? o->qd : 8;
+	int err = 0;
+
+	if (!o->socket || !o->tag || !o->blocks || qd > TS_MAXQ || o->blocks < 128)
+		return 2;
+	if (o->as >= 0 && (setgid((gid_t)o->as) || setuid((uid_t)o->as))) {
+		DIAG("cannot become uid %ld", o->as);
+		return 2;
+	}
+	tn_tag(tag, o->tag);
+	memset(&t, 0, sizeof(t));
+	end = upcie_time_ns() + (uint64_t)(o->secs * 1e9);
+	for (int phase = 0; phase < 3;) {
+		memset(io, 0, sizeof(io));
+		if (!t.up) {
+			uint64_t give_up = upcie_time_ns() + UINT64_C(30) * 1000000000;
+
+			while ((err = ts_up(&t, o->socket, 2 * qd + 2, false)) && o->reconnect &&
+			       upcie_time_ns() < give_up)
+				usleep(50000);
+			if (err) {
+				DIAG("client %s: no server: %s", o->tag, upcie_errno_name(err));
+				return 2;
+			}
+		}
+		/* phase 0: fill; 1: random until the end; 2: read everything back */
+		if (phase == 0 || phase == 2) {
+			for (uint64_t b = 0; b < o->blocks && !err;) {
+				unsigned k;
+
+				for (k = 0; k < qd && b < o->blocks; k++) {
+					io[k].rd = phase == 2;
+					io[k].lba = o->lba + b;
+					io[k].nlb = (uint32_t)(o->blocks - b < TS_CHUNK / TS_LBA
+								   ? o->blocks - b
+								   : TS_CHUNK / TS_LBA);
+					io[k].slot = k;
+					b += io[k].nlb;
+					err = ts_submit(&t, &io[k], tag);
+					if (err)
+						break;
+				}
+				if (!err)
+					err = ts_drain(&t, io, qd, tag, &ops);
+			}
+		} else {
+			while (!err && upcie_time_ns() < end) {
+				for (unsigned k = 0; k < qd && !err; k++) {
+					uint32_t nlb = 8u << (ts_rand(&x) % 4); /* 4..32 KiB */
+
+					io[k].rd = ts_rand(&x) & 1;
+					io[k].nlb = nlb;
+					io[k].lba = o->lba + ts_rand(&x) % (o->blocks - nlb + 1);
+					io[k].slot = k;
+					err = ts_submit(&t, &io[k], tag);
+				}
+				if (!err)
+					err = ts_drain(&t, io, qd, tag, &ops);
+			}
+		}
+		if (err == 1) {
+			TAP(0, "client %s: data read back matches what was written", o->tag);
+			ts_down(&t);
+			return 1;
+		}
+		if (err == -ENOTCONN && o->reconnect) {
+			/* the server is gone and its device released: start the phase over */
+			DIAG("client %s: server gone, reconnecting", o->tag);
+			reconnects++;
+			ts_down(&t);
+			err = 0;
+			if (phase == 1)
+				continue;
+			continue;
+		}
+		if (err) {
+			DIAG("client %s: %s", o->tag, upcie_errno_name(err));
+			ts_down(&t);
+			return 2;
+		}
+		phase++;
+	}
+	ts_down(&t);
+	printf("# tb: served_io_%s=%" PRIu64 " ops, %" PRIu64 " reconnects\n", o->tag, ops,
+	       reconnects);
+	return 0;
+}
+
+/* ---- perf: the same polled loop, served or owned ---- */
+
+struct tp_slot {
+	bool busy;
+	int err;
+};
+
+static void tp_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct tp_slot *s = (struct tp_slot *)ctx;
+
+	s->busy = false;
+	s->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
+}
+
+static void tp_req_cb(struct upcie_nvme_req *r)
+{
+	struct tp_slot *s = (struct tp_slot *)r->ctx;
+
+	s->busy = false;
+	s->err = r->err;
+}
+
+static int ts_perf_main(const struct ts_opts *o)
+{
+	static struct upcie_nvme_req req[TS_MAXQ];
+	struct tp_slot sl[TS_MAXQ];
+	unsigned qd = o->qd ? o->qd : 1;
+	uint64_t x = 88172645463325252ull, done = 0, issued = 0, t0, t1;
+	uint64_t n = o->ops ? o->ops : 20000, span = (16u << 20) / 4096;
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_ns ns;
+	struct upcie_dmamem mem;
+	struct ts t;
+	bool served = o->socket != NULL;
+	int err = 0;
+
+	if (qd > TS_MAXQ)
+		return 2;
+	memset(&t, 0, sizeof(t));
+	memset(&c, 0, sizeof(c));
+	memset(&q, 0, sizeof(q));
+	memset(&mem, 0, sizeof(mem));
+	if (served) {
+		err = ts_up(&t, o->socket, 64, o->direct);
+		if (!err && o->direct && !t.cl.db)
+			DIAG("perf: doorbell mapping not granted, relayed");
+	} else {
+		struct upcie_nvme_ctrl_opts co;
+		struct upcie_nvme_ioq_opts qo;
+		struct upcie_pci_bdf bdf;
+
+		memset(&co, 0, sizeof(co));
+		if (!o->bdf || upcie_pci_bdf_parse(o->bdf, &bdf) ||
+		    upcie_nvme_path_parse(o->path ? o->path : "auto", &co.dev.path))
+			return 2;
+		err = upcie_nvme_ctrl_open(&c, &bdf, &co);
+		if (!err)
+			err = upcie_nvme_ns_open(&ns, &c, 1);
+		if (!err) {
+			memset(&qo, 0, sizeof(qo));
+			qo.depth = 64;
+			err = upcie_nvme_ioq_create(&q, &c, &qo);
+		}
+		if (!err)
+			err = upcie_nvme_dev_dmamem(&c.dev, TS_REGION, &mem);
+	}
+	if (err) {
+		DIAG("perf setup: %s", upcie_errno_name(err));
+		return 2;
+	}
+	memset(sl, 0, sizeof(sl));
+	t0 = upcie_time_ns();
+	while (done < n && !err) {
+		for (unsigned k = 0; k < qd && issued < n; k++) {
+			uint64_t blk = ts_rand(&x) % span;
+
+			if (sl[k].busy)
+				continue;
+			sl[k].busy = true;
+			issued++;
+			if (served) {
+				err = upcie_served_qp_rw(&t.qp, UPCIE_NVME_NVM_READ, 1, blk * 8, 8,
+							 &t.mem, TS_BUF_OFF + k * 4096, 4096, tp_cb,
+							 &sl[k]);
+			} else {
+				req[k].cb = tp_req_cb;
+				req[k].ctx = &sl[k];
+				err = upcie_nvme_ioq_read(&q, &ns, blk * 8, &mem, k * 4096, 4096,
+							  &req[k]);
+			}
+			if (err)
+				break;
+		}
+		while (!err) {
+			int r =
+			    served ? upcie_served_qp_poll(&t.qp, 64) : upcie_nvme_ioq_poll(&q, 64);
+
+			if (r < 0)
+				err = r;
+			if (r > 0) {
+				done += (uint64_t)r;
+				break;
+			}
+		}
+		for (unsigned k = 0; k < qd && !err; k++)
+			if (!sl[k].busy && sl[k].err)
+				err = sl[k].err;
+	}
+	t1 = upcie_time_ns();
+	if (served) {
+		ts_down(&t);
+	} else {
+		upcie_dmamem_destroy(&mem);
+		upcie_nvme_ioq_delete(&q);
+		upcie_nvme_ctrl_close(&c);
+	}
+	if (err) {
+		DIAG("perf: %s", upcie_errno_name(err));
+		return 2;
+	}
+	if (qd == 1)
+		printf("# tb: served_perf_%s_qd1_mean_us=%.1f\n", served ? "client" : "owner",
+		       (double)(t1 - t0) / 1e3 / (double)done);
+	else
+		printf("# tb: served_perf_%s_qd%u_iops=%.0f\n", served ? "client" : "owner", qd,
+		       (double)done * 1e9 / (double)(t1 - t0));
+	return 0;
+}
+
+/* ---- scale: many controllers, many queues, one thread ---- */
+
+#define TSC_MAXC  8u
+#define TSC_MAXQ  4u
+#define TSC_SLOTS 16u
+
+struct tsc_slot {
+	int state; /* 0 idle, 1 writing, 2 write done, 3 reading, 4 read done */
+	int err;
+	uint64_t lba;
+	uint64_t off;
+};
+
+struct tsc_q {
+	struct upcie_served_qp qp;
+	unsigned ctrl;
+	uint64_t lba0;
+	struct tsc_slot sl[TSC_SLOTS];
+};
+
+static void tsc_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct tsc_slot *s = (struct tsc_slot *)ctx;
+
+	s->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
+	s->state++;
+}
+
+/* Idle time of the whole guest in ns (all CPUs: /proc/stat's idle and iowait) and the CPUs. */
+static uint64_t tsc_idle_ns(unsigned *ncpu)
+{
+	unsigned long long v[10] = { 0 };
+	uint64_t idle;
+	char line[256];
+	FILE *f = fopen("/proc/stat", "r");
+
+	*ncpu = 0;
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f))
+		sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+		       &v[3], &v[4], &v[5], &v[6], &v[7]);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "cpu", 3) && line[3] >= '0' && line[3] <= '9')
+			(*ncpu)++;
+	fclose(f);
+	idle = (v[3] + v[4]) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+	return idle;
+}
+
+static int ts_scale_main(const struct ts_opts *o)
+{
+	static struct ts cl[TSC_MAXC];
+	static struct tsc_q q[TSC_MAXC * TSC_MAXQ];
+	char tags[TSC_MAXC][9], list[512], *tok, *save = NULL;
+	char bdf[TSC_MAXC][32];
+	unsigned nc = o->ctrls, nq = o->queues ? o->queues : 4, qd = o->qd ? o->qd : 8, n = 0, ncpu;
+	uint64_t x = 0x2545F4914F6CDD1Dull, ops = 0, t0, t1, idle0, idle1;
+	int err = 0;
+
+	if (!o->bdfs || !o->dir || !nc || nc > TSC_MAXC || nq > TSC_MAXQ || qd > TSC_SLOTS)
+		return 2;
+	snprintf(list, sizeof(list), "%s", o->bdfs);
+	for (tok = strtok_r(list, ",", &save); tok && n < TSC_MAXC;
+	     tok = strtok_r(NULL, ",", &save))
+		snprintf(bdf[n++], sizeof(bdf[0]), "%s", tok);
+	if (n < nc)
+		return 2;
+	for (unsigned k = 0; k < nc && !err; k++) {
+		struct upcie_served_qp_opts qo;
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s/%s.sock", o->dir, bdf[k]);
+		snprintf(list, sizeof(list), "sk%u", k);
+		tn_tag(tags[k], list);
+		err = upcie_served_connect(&cl[k].cl, path, 0);
+		if (!err)
+			err = upcie_served_mem_alloc(&cl[k].cl, TS_REGION, &cl[k].mem);
+		for (unsigned j = 0; j < nq && !err; j++) {
+			struct tsc_q *tq = &q[k * nq + j];
+
+			memset(&qo, 0, sizeof(qo));
+			qo.depth = 2 * qd + 2;
+			qo.sq_off = (uint64_t)j * 256 * 1024;
+			qo.cq_off = qo.sq_off + 64 * 1024;
+			qo.list_off = qo.sq_off + 128 * 1024;
+			err = upcie_served_qp_create(&cl[k].cl, &tq->qp, &cl[k].mem, &qo);
+			tq->ctrl = k;
+			tq->lba0 = (uint64_t)j * 2048;
+			for (unsigned i = 0; i < qd; i++)
+				tq->sl[i].off = TS_BUF_OFF + ((uint64_t)j * TSC_SLOTS + i) * 4096;
+		}
+		if (err)
+			DIAG("scale: controller %s: %s", bdf[k], upcie_errno_name(err));
+	}
+	t0 = upcie_time_ns();
+	idle0 = tsc_idle_ns(&ncpu);
+	while (!err && upcie_time_ns() - t0 < (uint64_t)(o->secs * 1e9)) {
+		for (unsigned i = 0; i < nc * nq && !err; i++) {
+			struct tsc_q *tq = &q[i];
+			struct ts *c = &cl[tq->ctrl];
+			bool ring = false;
+			int r = upcie_served_qp_poll(&tq->qp, 64);
+
+			if (r < 0) {
+				err = r;
+				break;
+			}
+			for (unsigned s = 0; s < qd && !err; s++) {
+				struct tsc_slot *sl = &tq->sl[s];
+				uint8_t *buf = (uint8_t *)c->mem.vaddr + sl->off;
+
+				if (sl->state == 1 || sl->state == 3)
+					continue;
+				if (sl->err) {
+					err = sl->err;
+					break;
+				}
+				if (sl->state == 4) {
+					if (tn_pat_diff(buf, 4096, tags[tq->ctrl], sl->lba * 512) >=
+					    0) {
+						DIAG("scale: controller %u LBA %" PRIu64 " differs",
+						     tq->ctrl, sl->lba);
+						err = 1;
+						break;
+					}
+					ops++;
+				}
+				if (sl->state == 2) {
+					ops++;
+					memset(buf, 0, 4096);
+					sl->state = 3;
+				} else {
+					sl->lba = tq->lba0 + (ts_rand(&x) % 256) * 8;
+					tn_pat(buf, 4096, tags[tq->ctrl], sl->lba * 512);
+					sl->state = 1;
+				}
+				struct upcie_nvme_sqe sqe;
+
+				memset(&sqe, 0, sizeof(sqe));
+				sqe.opc =
+				    sl->state == 3 ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE;
+				sqe.nsid = 1;
+				sqe.cdw10 = (uint32_t)sl->lba;
+				sqe.cdw12 = 7;
+				err = upcie_served_qp_enqueue(&tq->qp, &sqe, &c->mem, sl->off, 4096,
+							      tsc_cb, sl);
+				ring = true;
+			}
+			if (ring)
+				upcie_served_qp_ring(&tq->qp);
+		}
+	}
+	t1 = upcie_time_ns();
+	idle1 = tsc_idle_ns(&ncpu);
+	for (unsigned i = 0; i < nc * nq; i++)
+		if (q[i].qp.live && upcie_served_qp_wait(&q[i].qp, UINT64_C(10) * 1000000000) &&
+		    !err)
+			err = -ETIMEDOUT;
+	if (!err) {
+		double secs = (double)(t1 - t0) / 1e9;
+		double busy = (double)ncpu * (double)(t1 - t0) - (double)(idle1 - idle0);
+
+		printf("# tb: served_scale_%uctrl=%.0f IOPS, %.1f us guest CPU per I/O (%u queues, "
+		       "QD %u each, %" PRIu64 " I/Os in %.1f s)\n",
+		       nc, (double)ops / secs, busy / 1e3 / (double)(ops ? ops : 1), nc * nq, qd,
+		       ops, secs);
+	}
+	/* fill: every queue's range holds its controller's pattern (the host checks it) */
+	for (unsigned i = 0; o->fill && !err && i < nc * nq; i++) {
+		struct tsc_q *tq = &q[i];
+		struct ts *c = &cl[tq->ctrl];
+		uint8_t *buf =
+		    (uint8_t *)c->mem.vaddr + TS_BUF_OFF + (uint64_t)(i % nq) * 256 * 1024;
+		struct ts_io io;
+
+		for (uint64_t b = 0; b < 2048 && !err; b += 128) {
+			tn_pat(buf, 65536, tags[tq->ctrl], (tq->lba0 + b) * 512);
+			memset(&io, 0, sizeof(io));
+			io.busy = true;
+			err = upcie_served_qp_rw(
+			    &tq->qp, UPCIE_NVME_NVM_WRITE, 1, tq->lba0 + b, 128, &c->mem,
+			    (uint64_t)(buf - (uint8_t *)c->mem.vaddr), 65536, ts_cb, &io);
+			if (!err)
+				err = upcie_served_qp_wait(&tq->qp, UINT64_C(10) * 1000000000);
+			if (!err)
+				err = io.err;
+		}
+	}
+	for (unsigned i = 0; i < nc * nq; i++)
+		upcie_served_qp_delete(&q[i].qp);
+	for (unsigned k = 0; k < nc; k++) {
+		upcie_served_mem_free(&cl[k].mem);
+		upcie_served_disconnect(&cl[k].cl);
+	}
+	if (err)
+		DIAG("scale: %s", err == 1 ? "data mismatch" : upcie_errno_name(err));
+	return err == 1 ? 1 : err ? 2 : 0;
+}
+
+static int ts_sentinel_main(const struct ts_opts *o)
+{
+	size_t len = (size_t)(o->mb ? o->mb : 16) << 20;
+	uint64_t *p =
+	    (uint64_t *)mmap(NULL, len, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+	uint64_t bad = 0;
+
+	if (p == MAP_FAILED) {
+		DIAG("sentinel: %zu MiB of hugepages: %s", len >> 20, strerror(errno));
+		return 2;
+	}
+	for (size_t i = 0; i < len / 8; i++)
+		p[i] = 0x5e17e1u ^ (i * 0x9e3779b97f4a7c15ull);
+	usleep((useconds_t)(o->secs * 1e6));
+	for (size_t i = 0; i < len / 8; i++)
+		bad += p[i] != (0x5e17e1u ^ (i * 0x9e3779b97f4a7c15ull));
+	printf("# tb: served_sentinel=%" PRIu64 " changed words in %zu MiB\n", bad, len >> 20);
+	munmap(p, len);
+	return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ts_opts o;
+
+	memset(&o, 0, sizeof(o));
+	o.as = -1;
+	o.secs = 2;
+	if (argc < 2)
+		return 2;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+
+		if (!strcmp(a, "--reconnect")) {
+			o.reconnect = true;
+			continue;
+		}
+		if (!strcmp(a, "--fill")) {
+			o.fill = true;
+			continue;
+		}
+		if (!strcmp(a, "--direct")) {
+			o.direct = true;
+			continue;
+		}
+		i++;
+		if (!strcmp(a, "--socket"))
+			o.socket = v;
+		else if (!strcmp(a, "--tag"))
+			o.tag = v;
+		else if (!strcmp(a, "--bdf"))
+			o.bdf = v;
+		else if (!strcmp(a, "--path"))
+			o.path = v;
+		else if (!strcmp(a, "--lba"))
+			o.lba = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--blocks"))
+			o.blocks = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--ops"))
+			o.ops = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--seconds"))
+			o.secs = strtod(v, NULL);
+		else if (!strcmp(a, "--qd"))
+			o.qd = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--mb"))
+			o.mb = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--bdfs"))
+			o.bdfs = v;
+		else if (!strcmp(a, "--dir"))
+			o.dir = v;
+		else if (!strcmp(a, "--ctrls"))
+			o.ctrls = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--queues"))
+			o.queues = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--as"))
+			o.as = strtol(v, NULL, 0);
+		else
+			return 2;
+	}
+	upcie_log_set_handler(tn_log, NULL);
+	if (!strcmp(argv[1], "io"))
+		return ts_io_main(&o);
+	if (!strcmp(argv[1], "perf"))
+		return ts_perf_main(&o);
+	if (!strcmp(argv[1], "scale"))
+		return ts_scale_main(&o);
+	if (!strcmp(argv[1], "sentinel"))
+		return ts_sentinel_main(&o);
+	return 2;
+}
