@@ -32,10 +32,7 @@
 
 #include "check.h"
 #include "nvme_ctrl_rig.h"
-
-#define NWIN	 16
-#define WIN	 (UINT64_C(64) << 20)
-#define WIN_IOVA UINT64_C(0x1000000000)
+#include "served_win.h"
 
 /* ---- the server process ---- */
 
@@ -48,9 +45,6 @@ struct srv_knobs {
 	long allow_uid;
 };
 
-static uint8_t *win_base;
-static int win_state[NWIN];
-static uint64_t late_dma;
 static volatile int srv_stop;
 
 static void srv_term(int sig)
@@ -59,58 +53,10 @@ static void srv_term(int sig)
 	srv_stop = 1;
 }
 
-static void win_release(struct upcie_dmamem *m)
-{
-	unsigned k = (unsigned)(uintptr_t)m->priv - 1;
-
-	/* given back: from now on any DMA here is late */
-	__atomic_store_n(&win_state[k], 0, __ATOMIC_SEQ_CST);
-	mmap(win_base + k * WIN, WIN, PROT_READ | PROT_WRITE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-}
-
-static int win_map(void *ctx, int fd, void *vaddr, size_t size, struct upcie_dmamem *mem)
-{
-	(void)ctx;
-	(void)vaddr;
-	if (size > WIN)
-		return -ENOSPC;
-	for (unsigned k = 0; k < NWIN; k++) {
-		void *p;
-
-		if (__atomic_load_n(&win_state[k], __ATOMIC_SEQ_CST))
-			continue;
-		p = mmap(win_base + k * WIN, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-			 fd, 0);
-		if (p == MAP_FAILED)
-			return -errno;
-		upcie_dmamem_init_arith(mem, p, size, WIN_IOVA + k * WIN);
-		mem->release = win_release;
-		mem->priv = (void *)(uintptr_t)(k + 1);
-		__atomic_store_n(&win_state[k], 1, __ATOMIC_SEQ_CST);
-		return 0;
-	}
-	return -ENOSPC;
-}
-
-static void win_dma(void *ctx, struct nvme_model *m, const struct nvme_model_pend *p, int dir,
-		    int kind, const uint8_t *ptr, uint64_t len)
-{
-	(void)ctx;
-	(void)m;
-	(void)p;
-	(void)dir;
-	(void)kind;
-	(void)len;
-	if (ptr >= win_base && ptr < win_base + NWIN * WIN &&
-	    !__atomic_load_n(&win_state[(ptr - win_base) / WIN], __ATOMIC_SEQ_CST))
-		__atomic_fetch_add(&late_dma, 1, __ATOMIC_SEQ_CST);
-}
-
 /* Runs in the forked server; writes one "stats" line to `out` when SIGTERM ends it. */
 static int server_main(const char *path, const struct srv_knobs *k, int out)
 {
-	struct upcie_served_mapper map = { win_map, NULL, false };
+	struct upcie_served_mapper map = { served_win_map, NULL, false };
 	struct upcie_served_opts o;
 	struct upcie_served s;
 	struct rig *r = (struct rig *)calloc(1, sizeof(*r));
@@ -118,18 +64,15 @@ static int server_main(const char *path, const struct srv_knobs *k, int out)
 	int err, n;
 
 	signal(SIGTERM, srv_term);
-	win_base = (uint8_t *)mmap(NULL, NWIN * WIN, PROT_READ | PROT_WRITE,
-				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (!r || win_base == MAP_FAILED)
+	if (!r)
 		return 2;
 	rig_setup(r);
-	for (unsigned w = 0; w < NWIN; w++)
-		nvme_model_iomap_add_range(&r->im, WIN_IOVA + w * WIN, WIN, win_base + w * WIN);
+	if (served_win_setup(&r->cm, &r->im))
+		return 2;
 	r->cm.io_delay_us = k->io_delay_us;
 	r->cm.fail_delete_sq = k->fail_delete_sq;
 	r->cm.hold_opc = k->hold_opc;
 	r->cm.abort_on_sq_delete = true;
-	r->cm.dma = win_dma;
 	upcie_served_test_unmap_first_ = k->unmap_first;
 	if (rig_start(r) || rig_ctrl(r, NULL))
 		return 3;
@@ -154,11 +97,11 @@ static int server_main(const char *path, const struct srv_knobs *k, int out)
 		     (unsigned long long)s.st.qp_gone, (unsigned long long)s.st.qp_lost,
 		     (unsigned long long)s.st.kept, (unsigned long long)s.st.bad,
 		     (unsigned long long)s.st.resets,
-		     (unsigned long long)__atomic_load_n(&late_dma, __ATOMIC_SEQ_CST), err);
+		     (unsigned long long)__atomic_load_n(&served_win_late, __ATOMIC_SEQ_CST), err);
 	upcie_served_fini(&s);
 	/* memory given back by fini is checked too */
 	n = snprintf(line + n - 1, sizeof(line) - (size_t)n + 1, " late_after_fini=%llu\n",
-		     (unsigned long long)__atomic_load_n(&late_dma, __ATOMIC_SEQ_CST));
+		     (unsigned long long)__atomic_load_n(&served_win_late, __ATOMIC_SEQ_CST));
 	(void)n;
 	if (write(out, line, strlen(line)) < 0)
 		return 5;

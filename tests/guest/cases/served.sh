@@ -4,7 +4,8 @@
 # served: upcie-served owns c0 (uio in A, vfio type1 in B, vfio cdev + iommufd in C) and serves
 # its queue pairs to client processes (progs/t_served.c) over /run/upcie/c0.sock:
 #   - 2, 4 and 8 clients at once, each writing and verifying its own LBA range of c0n1;
-#   - clients killed with kill -9 at random points for TB_SERVED_KILL seconds (default 30)
+#   - clients killed with kill -9 at random points for TB_SERVED_KILL seconds (default 15;
+#     UPCIE_TESTBED_APPEND="tb_served_kill=N" for longer)
 #     while two others verify their data throughout, then a sentinel that fills the freed
 #     hugepages and checks nothing writes them;
 #   - a client as uid 1000 (no privileges);
@@ -23,7 +24,7 @@
 . /tests/lib/tb.sh
 
 S=/run/upcie/c0.sock
-KILL_SECS=${TB_SERVED_KILL:-30}
+KILL_SECS=${TB_SERVED_KILL:-15}
 echo 256 >/proc/sys/vm/nr_hugepages
 tb_modprobe uio_pci_generic
 case $TB_CONFIG in
