@@ -36,7 +36,7 @@ static void fz_log(enum upcie_log_level level, const char *msg, void *ctx)
 
 static void fz_init(void)
 {
-	struct upcie_served_mapper map = { served_win_map, NULL, false };
+	struct upcie_served_mapper map = { .map = served_win_map };
 	struct upcie_served_opts o;
 	static char path[108];
 

@@ -56,7 +56,7 @@ static void srv_term(int sig)
 /* Runs in the forked server; writes one "stats" line to `out` when SIGTERM ends it. */
 static int server_main(const char *path, const struct srv_knobs *k, int out)
 {
-	struct upcie_served_mapper map = { served_win_map, NULL, false };
+	struct upcie_served_mapper map = { .map = served_win_map };
 	struct upcie_served_opts o;
 	struct upcie_served s;
 	struct rig *r = (struct rig *)calloc(1, sizeof(*r));
@@ -422,6 +422,15 @@ static void test_lies(void)
 	CHECK_EQ(upcie_served_mem_register(&d.cl, fd, (void *)16, 1 << 20, &d.mem), -EPERM,
 		 "an unsealed memfd is refused");
 	close(fd);
+	{
+		int pp[2];
+
+		CHECK(!pipe(pp), "a pipe");
+		CHECK_EQ(upcie_served_mem_register_dmabuf(&d.cl, pp[0], 4096, &d.mem), -EOPNOTSUPP,
+			 "a descriptor that is not a file, as a dma-buf: this server maps none");
+		close(pp[0]);
+		close(pp[1]);
+	}
 	fd = memfd_sized(1 << 20, true);
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_MEM_REG;

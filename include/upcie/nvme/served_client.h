@@ -372,8 +372,9 @@ static inline int upcie_served_identify(struct upcie_served_client *cl, uint8_t 
  * Register `size` bytes of the caller's memfd `fd` (sealed with F_SEAL_SHRINK; hugetlb when
  * cl->info.hugetlb), mapped here at `vaddr`: mem->dm then translates offsets to the device
  * addresses the server mapped them at. The fd and mapping stay the caller's (keep both until
- * upcie_served_mem_free()). Returns 0, -EINVAL, -EPERM (not sealed), -ENOSPC (limits),
- * -ENOTCONN, or the server's mapping error. `mem` is zeroed on failure.
+ * upcie_served_mem_free()). `fd` may also be a dma-buf, with vaddr NULL (see
+ * upcie_served_mem_register_dmabuf()). Returns 0, -EINVAL, -EPERM (not sealed), -ENOSPC
+ * (limits), -ENOTCONN, or the server's mapping error. `mem` is zeroed on failure.
  */
 static inline int upcie_served_mem_register(struct upcie_served_client *cl, int fd, void *vaddr,
 					    size_t size, struct upcie_served_mem *mem)
@@ -388,7 +389,7 @@ static inline int upcie_served_mem_register(struct upcie_served_client *cl, int 
 		return UPCIE_FAIL(-EINVAL, "served: NULL mem");
 	memset(mem, 0, sizeof(*mem));
 	mem->fd = -1;
-	if (!cl || cl->sock < 0 || fd < 0 || !vaddr || !size)
+	if (!cl || cl->sock < 0 || fd < 0 || !size)
 		return UPCIE_FAIL(-EINVAL, "served: register: not connected or bad memory");
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_MEM_REG;
@@ -433,6 +434,18 @@ static inline int upcie_served_mem_register(struct upcie_served_client *cl, int 
 		mem->fd = -1;
 	}
 	return err;
+}
+
+/*
+ * Register `size` bytes of a dma-buf `fd` (e.g. a vfio BAR export, vfio/dmabuf.h) as data memory:
+ * the server imports it for the controller (iommufd path, IOMMU_IOAS_MAP_FILE; other paths and
+ * dma-bufs the kernel cannot import answer -EOPNOTSUPP). No CPU view (mem->vaddr NULL): data
+ * only, the rings of a queue pair must be in memfd memory. The fd stays the caller's.
+ */
+static inline int upcie_served_mem_register_dmabuf(struct upcie_served_client *cl, int fd,
+						   size_t size, struct upcie_served_mem *mem)
+{
+	return upcie_served_mem_register(cl, fd, NULL, size, mem);
 }
 
 /*
@@ -554,6 +567,11 @@ static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct 
 	memset(qp, 0, sizeof(*qp));
 	if (!cl || cl->sock < 0 || !mem || mem->cl != cl || !o)
 		return UPCIE_FAIL(-EINVAL, "served: qp create: not connected or foreign memory");
+	if (!mem->vaddr)
+		return UPCIE_FAIL(-EINVAL,
+				  "served: qp create: rings need memory with a CPU view "
+				  "(region %u is a dma-buf)",
+				  mem->id);
 	d = *o;
 	if (!d.depth)
 		d.depth = 64;

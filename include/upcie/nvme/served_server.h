@@ -73,10 +73,16 @@
  * How client memory is mapped for the controller: map() fills `mem` for [vaddr, vaddr + size),
  * the server's view of the client's file `fd`; upcie_dmamem_destroy() undoes it. `hugetlb`:
  * the memory must be hugetlb (a physical LUT per hugepage). NULL in upcie_served_init(): the
- * mapper of the controller's own path (c->dev).
+ * mapper of the controller's own path (c->dev): uio a LUT of the hugepages' physical
+ * addresses; type1 a pinned mapping of the server's view; iommufd IOMMU_IOAS_MAP_FILE of the
+ * file (Linux >= 6.13; older kernels: a mapping of the server's view), and on iommufd only, a
+ * dma-buf the kernel imports with MAP_FILE (a vfio BAR export on Linux >= 6.19; GPU runtimes'
+ * dma-bufs are refused by the kernel, see docs/results/vfio-iommufd-guest.md).
  */
 struct upcie_served_mapper {
 	int (*map)(void *ctx, int fd, void *vaddr, size_t size, struct upcie_dmamem *mem);
+	/* a dma-buf `fd` (no CPU view): NULL where the path cannot map one */
+	int (*map_dmabuf)(void *ctx, int fd, size_t size, struct upcie_dmamem *mem);
 	void *ctx;
 	bool hugetlb;
 };
@@ -219,8 +225,24 @@ static inline int upcie_served_map_dev_(void *ctx, int fd, void *vaddr, size_t s
 	case UPCIE_NVME_PATH_TYPE1:
 		return upcie_dmamem_type1_map(mem, dev->container, vaddr, size, 0);
 	default:
+		/* by file: pinned through the memfd, not through this process's mapping */
+		if (!upcie_dmamem_iommufd_map_file(mem, dev->ioas, fd, 0, size, vaddr))
+			return 0;
 		return upcie_dmamem_iommufd_map(mem, dev->ioas, vaddr, size);
 	}
+}
+
+static inline int upcie_served_map_dmabuf_dev_(void *ctx, int fd, size_t size,
+					       struct upcie_dmamem *mem)
+{
+	struct upcie_nvme_dev *dev = (struct upcie_nvme_dev *)ctx;
+
+	if (dev->path != UPCIE_NVME_PATH_IOMMUFD)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "served: a dma-buf can only be mapped on the iommufd path "
+				  "(this server: %s)",
+				  upcie_nvme_path_name(dev->path));
+	return upcie_dmamem_iommufd_map_file(mem, dev->ioas, fd, 0, size, NULL);
 }
 
 /* Relay: forward new doorbell values of every relayed queue. Returns values forwarded. */
@@ -349,6 +371,7 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 		s->map = *map;
 	} else {
 		s->map.map = upcie_served_map_dev_;
+		s->map.map_dmabuf = upcie_served_map_dmabuf_dev_;
 		s->map.ctx = &c->dev;
 		s->map.hugetlb = c->dev.path == UPCIE_NVME_PATH_UIO;
 	}
@@ -505,7 +528,8 @@ static inline void upcie_served_mem_drop_(struct upcie_served *s, struct upcie_s
 	if (m->kept || m->nqp)
 		return; /* the controller may still use it: mapped for the server's lifetime */
 	upcie_dmamem_destroy(&m->dm);
-	munmap(m->va, m->size);
+	if (m->va)
+		munmap(m->va, m->size);
 	close(m->fd);
 	cn->bytes -= m->size;
 	cn->nmem--;
@@ -643,6 +667,26 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 	if (!m)
 		return UPCIE_FAIL(-ENOSPC, "served: client %d: %u regions already", (int)cn->pid,
 				  s->o.max_mem);
+	if (!fstat(fd, &st) && !S_ISREG(st.st_mode)) {
+		/* a dma-buf: no CPU view here (the kernel refuses to mmap most), data only */
+		off_t end = lseek(fd, 0, SEEK_END);
+
+		if (!s->map.map_dmabuf)
+			return UPCIE_FAIL(-EOPNOTSUPP,
+					  "served: client %d: this server maps no "
+					  "dma-bufs",
+					  (int)cn->pid);
+		if (end < 0 || (uint64_t)end < size)
+			return UPCIE_FAIL(-EINVAL,
+					  "served: client %d: not a dma-buf of at least %" PRIu64
+					  " bytes",
+					  (int)cn->pid, size);
+		err = s->map.map_dmabuf(s->map.ctx, fd, size, &m->dm);
+		if (err)
+			return err;
+		va = NULL;
+		goto mapped;
+	}
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size)
 		return UPCIE_FAIL(-EINVAL,
 				  "served: client %d: the descriptor is not a file of at "
@@ -664,6 +708,7 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 		munmap(va, size);
 		return err;
 	}
+mapped:
 	m->used = true;
 	m->id = cn->next_id++;
 	m->fd = fd;
@@ -716,6 +761,11 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 		return UPCIE_FAIL(-ENOENT, "served: client %d: no region %u", (int)cn->pid,
 				  rq->u.qp_create.mem_id);
 	m = &cn->mems[mi];
+	if (!m->va)
+		return UPCIE_FAIL(-EINVAL,
+				  "served: client %d: rings need memory with a CPU view, region %u "
+				  "is a dma-buf",
+				  (int)cn->pid, m->id);
 	if (depth < 2 || depth > s->o.max_depth)
 		return UPCIE_FAIL(-EINVAL, "served: client %d: depth %u outside 2..%u",
 				  (int)cn->pid, depth, s->o.max_depth);

@@ -11,6 +11,8 @@
 #   - a client as uid 1000 (no privileges);
 #   - the server killed with kill -9 under two clients, restarted: the clients see it go,
 #     reconnect and finish verified;
+#   - on C, device memory (a vfio BAR dma-buf of the ivshmem function) as the data of a
+#     served queue, imported by the server with IOMMU_IOAS_MAP_FILE;
 #   - cost: QD1 mean latency and QD32 IOPS of a client (doorbells relayed; then mapped, with
 #     --direct-doorbells) against the same loop in the process owning the controller;
 #   - the server's own account at SIGTERM: every queue deleted with the controller's
@@ -124,6 +126,18 @@ out=$(/bin/t_served io --socket "$S" --tag su0 --lba 28672 --blocks 1024 --secon
 tap_is "$?" 0 "a client as uid 1000 verified its range"
 printf '%s\n' "$out" | sed 's/^/# /'
 
+# the server's account of the kill -9 loop (a clean stop prints it), then a fresh server
+srv_stop
+stats=$(grep 'stats' /tmp/served.log | tail -1)
+printf '%s\n' "$stats" | sed 's/^/# /'
+made=$(printf '%s\n' "$stats" | sed -n 's/.* qp_made=\([0-9]*\).*/\1/p')
+gone=$(printf '%s\n' "$stats" | sed -n 's/.* qp_gone=\([0-9]*\).*/\1/p')
+case "$stats" in
+*" kept=0 "*) tap_is "$gone" "$made" "kill -9 loop: every queue pair of the killed clients was deleted with the controller's confirmation ($gone), none kept" ;;
+*) tap_fail "kill -9 loop: no queue memory kept" "$stats" ;;
+esac
+srv_start || tap_fail "upcie-served started again"
+
 # 4. the server killed under two clients, restarted
 /bin/t_served io --socket "$S" --tag sr0 --lba 29696 --blocks 1024 --seconds 8 --qd 8 \
 	--reconnect >/tmp/sr0.log 2>&1 &
@@ -141,7 +155,21 @@ wait "$r1" || bad=$((bad + 1))
 tap_is "$bad" 0 "server killed with kill -9 and restarted: both clients reconnected and verified"
 cat /tmp/sr0.log /tmp/sr1.log | sed 's/^/# /'
 
-# 5. cost: a client (relayed doorbells) against the owning process
+# 5. device memory as a served queue's data: a vfio BAR dma-buf of the ivshmem function (the
+#    stand-in for GPU memory), imported by the server with IOMMU_IOAS_MAP_FILE (C only: vfio
+#    BAR dma-bufs need Linux >= 6.19, and only iommufd imports them)
+if [ "$path" = iommufd ]; then
+	tb_bind "$TB_VRAM_BDF" vfio-pci || tap_fail "ivshmem bound to vfio-pci"
+	out=$(/bin/t_served dmabuf --socket "$S" --vram "$TB_VRAM_BDF" --lba 32768 --blocks 2048 2>&1)
+	tap_is "$?" 0 "NVMe reads into device memory (a vfio BAR dma-buf) through a served queue"
+	printf '%s\n' "$out" | grep -v '^# tb:' | sed 's/^/# /'
+	printf '%s\n' "$out" | grep '^# tb:'
+	tb_unbind "$TB_VRAM_BDF"
+else
+	tap_skip "device memory through a served queue" "vfio BAR dma-bufs need the iommufd path and Linux >= 6.19 (C)"
+fi
+
+# 6. cost: a client (relayed doorbells) against the owning process
 for qd in 1 32; do
 	out=$(/bin/t_served perf --socket "$S" --qd $qd --ops 20000 2>&1)
 	tap_is "$?" 0 "client perf QD$qd (relayed doorbells)"
@@ -156,8 +184,15 @@ for qd in 1 32; do
 	printf '%s\n' "$out" | sed -n 's/^# tb: served_perf_client_/# tb: served_direct_/p'
 	printf '%s\n' "$out" | grep -q "not granted" && tap_fail "doorbell mapping granted to root"
 done
+out=$(/bin/t_served perf --socket "$S" --direct --as 1000 --qd 1 --ops 500 2>&1)
+rc=$?
+case "$out" in
+*"not granted"*) granted=no ;;
+*) granted=yes ;;
+esac
+tap_is "$rc/$granted" "0/no" "uid 1000 is refused the doorbell mapping and goes on through the relay"
 
-# 6. the server's account
+# 7. the server's account
 srv_stop
 stats=$(grep 'stats' /tmp/served.log | tail -1)
 printf '%s\n' "$stats" | sed 's/^/# /'

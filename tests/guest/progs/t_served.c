@@ -3,7 +3,7 @@
  * t_served: a client of upcie-served (nvme/served_client.h) for the guest case `served`.
  *
  *   t_served io --socket S --tag NAME --lba L --blocks N [--seconds T] [--qd Q] [--as UID]
- *               [--reconnect]
+ *               [--reconnect]   (--as works for every mode)
  *       Writes the test bed pattern of NAME over [L, L + N) of namespace 1, then random
  *       writes (the same pattern) and reads of 4..64 KiB until T seconds passed, every read
  *       checked; ends by reading the whole range back. --as drops to that uid (and gid) before
@@ -18,6 +18,12 @@
  *       pairs each: every slot writes 4 KiB of the pattern of "sk<k>" (k: the controller's
  *       index) at a random LBA of its queue's 1 MiB range (queue j: LBA j * 2048), reads it back and checks it. Then
  *       every queue fills its range (--fill). Prints IOPS and the guest's CPU time per I/O.
+ *   t_served dmabuf --socket S --vram BDF --lba L --blocks N
+ *       Device memory as the data of a served queue: exports [16 MiB, +N * 512) of BAR 2 of the
+ *       ivshmem function BDF (bound to vfio-pci; through this process's own iommufd and vfio
+ *       cdev) as a dma-buf, registers it with the server (which imports it with
+ *       IOMMU_IOAS_MAP_FILE), reads N blocks from LBA L of namespace 1 into it, and checks the
+ *       BAR through its vfio mmap against c0n1's pattern.
  *   t_served sentinel --mb M --seconds T
  *       Takes M MiB of free hugepages, fills them with a pattern, waits T seconds and checks
  *       that nothing changed them: memory a killed client gave back must see no DMA.
@@ -44,6 +50,9 @@
 #include <upcie/nvme/ns.h>
 #include <upcie/nvme/served_client.h>
 #include <upcie/pci/bdf.h>
+#include <upcie/vfio/cdev.h>
+#include <upcie/vfio/dmabuf.h>
+#include <upcie/vfio/iommufd.h>
 
 #include "t_nvme_util.h"
 
@@ -54,7 +63,7 @@
 #define TS_CHUNK   (64u * 1024)
 
 struct ts_opts {
-	const char *socket, *tag, *bdf, *path, *bdfs, *dir;
+	const char *socket, *tag, *bdf, *path, *bdfs, *dir, *vram;
 	unsigned ctrls, queues;
 	bool fill, direct;
 	uint64_t lba, blocks, ops;
@@ -185,10 +194,6 @@ static int ts_io_main(const struct ts_opts *o)
 
 	if (!o->socket || !o->tag || !o->blocks || qd > TS_MAXQ || o->blocks < 128)
 		return 2;
-	if (o->as >= 0 && (setgid((gid_t)o->as) || setuid((uid_t)o->as))) {
-		DIAG("cannot become uid %ld", o->as);
-		return 2;
-	}
 	tn_tag(tag, o->tag);
 	memset(&t, 0, sizeof(t));
 	end = upcie_time_ns() + (uint64_t)(o->secs * 1e9);
@@ -599,6 +604,101 @@ static int ts_scale_main(const struct ts_opts *o)
 	return err == 1 ? 1 : err ? 2 : 0;
 }
 
+/* ---- dmabuf: device memory as a served queue's data ---- */
+
+#define TSD_BAR 2u
+#define TSD_OFF (16u << 20)
+
+static int ts_dmabuf_main(const struct ts_opts *o)
+{
+	struct upcie_vfio_iommufd ictx;
+	struct upcie_vfio_device vdev;
+	struct upcie_vfio_region bar;
+	struct upcie_served_mem dm;
+	struct upcie_pci_bdf bdf;
+	uint64_t len = o->blocks * TS_LBA;
+	struct ts t;
+	char tag[9];
+	int dfd = -1, err;
+
+	memset(&ictx, 0, sizeof(ictx));
+	memset(&vdev, 0, sizeof(vdev));
+	memset(&bar, 0, sizeof(bar));
+	memset(&t, 0, sizeof(t));
+	memset(&dm, 0, sizeof(dm));
+	vdev.fd = -1;
+	if (!o->socket || !o->vram || !o->blocks || len % 4096 ||
+	    upcie_pci_bdf_parse(o->vram, &bdf))
+		return 2;
+	tn_tag(tag, "c0n1");
+	err = upcie_vfio_iommufd_open(&ictx);
+	if (!err)
+		err = upcie_vfio_cdev_open(&vdev, &ictx, &bdf);
+	if (!err)
+		err = upcie_vfio_dmabuf_export(&vdev, TSD_BAR, TSD_OFF, len, &dfd);
+	TAP(!err, "a %" PRIu64 " KiB slice of BAR%u of %s exported as a dma-buf: %s", len >> 10,
+	    TSD_BAR, o->vram, upcie_errno_name(err));
+	if (!err)
+		err = ts_up(&t, o->socket, 16, false);
+	if (!err) {
+		err = upcie_served_mem_register_dmabuf(&t.cl, dfd, len, &dm);
+		TAP(!err && !dm.vaddr,
+		    "the server imported it for the controller (IOVA 0x%" PRIx64 "): %s",
+		    dm.dm.iova, upcie_errno_name(err));
+	}
+	if (!err) {
+		struct upcie_served_qp_opts qo;
+		struct upcie_served_qp bad;
+
+		memset(&qo, 0, sizeof(qo));
+		qo.depth = 16;
+		qo.cq_off = 4096;
+		qo.list_off = 8192;
+		upcie_log_set_level(UPCIE_LOG_NONE);
+		TAP(upcie_served_qp_create(&t.cl, &bad, &dm, &qo) == -EINVAL,
+		    "rings in the dma-buf (no CPU view) are refused");
+		upcie_log_set_level(UPCIE_LOG_ERROR);
+	}
+	for (uint64_t b = 0; !err && b < o->blocks; b += 256) {
+		uint32_t nlb = (uint32_t)(o->blocks - b < 256 ? o->blocks - b : 256);
+		struct ts_io io;
+
+		memset(&io, 0, sizeof(io));
+		io.busy = true;
+		err = upcie_served_qp_rw(&t.qp, UPCIE_NVME_NVM_READ, 1, o->lba + b, nlb, &dm,
+					 b * TS_LBA, (uint64_t)nlb * TS_LBA, ts_cb, &io);
+		if (!err)
+			err = upcie_served_qp_wait(&t.qp, UINT64_C(10) * 1000000000);
+		if (!err)
+			err = io.err;
+	}
+	if (!err) {
+		TAP(1, "%" PRIu64 " blocks read from LBA %" PRIu64 " into the device memory",
+		    o->blocks, o->lba);
+		err = upcie_vfio_region_map(&vdev, TSD_BAR, &bar);
+		if (!err) {
+			int64_t d =
+			    tn_pat_diff((uint8_t *)bar.addr + TSD_OFF, len, tag, o->lba * TS_LBA);
+
+			TAP(d < 0, "the BAR holds c0n1's data (first difference: %" PRId64 ")", d);
+			printf("# tb: served_dmabuf=%u+%" PRIu64 "+%" PRIu64 "\n", TSD_OFF, len,
+			       o->lba * TS_LBA);
+			err = d < 0 ? 0 : 1;
+		}
+	} else {
+		DIAG("dmabuf: %s", upcie_errno_name(err));
+	}
+	upcie_served_qp_delete(&t.qp);
+	upcie_served_mem_free(&dm);
+	ts_down(&t);
+	upcie_vfio_region_unmap(&bar);
+	if (dfd >= 0)
+		close(dfd);
+	upcie_vfio_device_close(&vdev);
+	upcie_vfio_iommufd_close(&ictx);
+	return err ? (err == 1 ? 1 : 2) : 0;
+}
+
 static int ts_sentinel_main(const struct ts_opts *o)
 {
 	size_t len = (size_t)(o->mb ? o->mb : 16) << 20;
@@ -666,6 +766,8 @@ int main(int argc, char **argv)
 			o.qd = (unsigned)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--mb"))
 			o.mb = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--vram"))
+			o.vram = v;
 		else if (!strcmp(a, "--bdfs"))
 			o.bdfs = v;
 		else if (!strcmp(a, "--dir"))
@@ -680,10 +782,16 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	upcie_log_set_handler(tn_log, NULL);
+	if (o.as >= 0 && (setgid((gid_t)o.as) || setuid((uid_t)o.as))) {
+		DIAG("cannot become uid %ld", o.as);
+		return 2;
+	}
 	if (!strcmp(argv[1], "io"))
 		return ts_io_main(&o);
 	if (!strcmp(argv[1], "perf"))
 		return ts_perf_main(&o);
+	if (!strcmp(argv[1], "dmabuf"))
+		return ts_dmabuf_main(&o);
 	if (!strcmp(argv[1], "scale"))
 		return ts_scale_main(&o);
 	if (!strcmp(argv[1], "sentinel"))
