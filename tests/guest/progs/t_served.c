@@ -637,14 +637,14 @@ static int ts_dmabuf_main(const struct ts_opts *o)
 	if (!err)
 		err = upcie_vfio_dmabuf_export(&vdev, TSD_BAR, TSD_OFF, len, &dfd);
 	TAP(!err, "a %" PRIu64 " KiB slice of BAR%u of %s exported as a dma-buf: %s", len >> 10,
-	    TSD_BAR, o->vram, upcie_errno_name(err));
+	    TSD_BAR, o->vram, err ? upcie_errno_name(err) : "ok");
 	if (!err)
 		err = ts_up(&t, o->socket, 16, false);
 	if (!err) {
 		err = upcie_served_mem_register_dmabuf(&t.cl, dfd, len, &dm);
 		TAP(!err && !dm.vaddr,
 		    "the server imported it for the controller (IOVA 0x%" PRIx64 "): %s",
-		    dm.dm.iova, upcie_errno_name(err));
+		    dm.dm.iova, err ? upcie_errno_name(err) : "ok");
 	}
 	if (!err) {
 		struct upcie_served_qp_opts qo;
