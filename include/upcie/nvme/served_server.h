@@ -325,6 +325,19 @@ static inline void *upcie_served_relay_main_(void *arg)
 	return NULL;
 }
 
+/* Close the socket (removing its file), free the tables, zero `s`. */
+static inline void upcie_served_release_(struct upcie_served *s)
+{
+	if (s->lfd >= 0) {
+		close(s->lfd);
+		unlink(s->path);
+	}
+	free(s->conns);
+	free(s->scratch);
+	memset(s, 0, sizeof(*s));
+	s->lfd = -1;
+}
+
 /*
  * Serve `c` (open and ready) on the socket opts->path. `map` NULL: map client memory the way
  * c->dev's path does (a controller without a dev needs a mapper). Creates the socket and
@@ -427,14 +440,7 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 	s->relay_live = true;
 	return 0;
 fail:
-	if (s->lfd >= 0) {
-		close(s->lfd);
-		unlink(s->path);
-	}
-	free(s->conns);
-	free(s->scratch);
-	memset(s, 0, sizeof(*s));
-	s->lfd = -1;
+	upcie_served_release_(s);
 	return err;
 }
 
@@ -1068,14 +1074,7 @@ static inline void upcie_served_fini(struct upcie_served *s)
 		pthread_cond_destroy(&s->relay_cv);
 		pthread_mutex_destroy(&s->lock);
 	}
-	if (s->lfd >= 0) {
-		close(s->lfd);
-		unlink(s->path);
-	}
-	free(s->conns);
-	free(s->scratch);
-	memset(s, 0, sizeof(*s));
-	s->lfd = -1;
+	upcie_served_release_(s);
 }
 
 #endif /* UPCIE_NVME_SERVED_SERVER_H */
