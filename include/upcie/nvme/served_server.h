@@ -26,6 +26,10 @@
  *   a connected client is trusted with the device's DMA reach, as the process owning the
  *   controller would be. Unprivileged clients need no memlock allowance of their own (the
  *   server's mapping is charged), which is a convenience, not a sandbox.
+ * - On uio nothing pins a client's memory: the server's mapping and descriptor keep its
+ *   hugepages allocated, but a client that punches holes in its own memfd frees pages the
+ *   controller still addresses. Such a client can already aim commands at any physical address;
+ *   type1 and iommufd pin the pages until the server unmaps them.
  *
  * The server's own death: see nvme/served_client.h (clients notice it through a pidfd, after
  * the kernel has released the device, which stops it).
