@@ -197,14 +197,16 @@ int main(int argc, char **argv)
 		struct upcie_nvme_ctrl_opts co;
 		int err;
 
-		if (sock)
-			snprintf(o->sock, sizeof(o->sock), "%s", sock);
-		else if (snprintf(o->sock, sizeof(o->sock), "%s/%s.sock", dir, o->name) >=
-			 (int)sizeof(o->sock)) {
+		char where[sizeof(o->sock)];
+		int len = sock ? snprintf(where, sizeof(where), "%s", sock)
+			       : snprintf(where, sizeof(where), "%s/%s.sock", dir, o->name);
+
+		if (len < 0 || len >= (int)sizeof(where)) {
 			fprintf(stderr, "upcie-served: socket path too long\n");
 			failed++;
 			break;
 		}
+		memcpy(o->sock, where, sizeof(where));
 		memset(&co, 0, sizeof(co));
 		co.dev.path = path;
 		co.dev.bind = bind;
