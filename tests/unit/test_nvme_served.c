@@ -712,6 +712,26 @@ static void test_reset(void)
 	      "server: 1 reset, 1 queue lost, nothing kept, no late DMA");
 }
 
+/* upcie_served_connect() to `path` from a child running as `uid`: its result, or 90 when the
+ * child could not switch users. */
+static int connect_as(const char *path, uid_t uid)
+{
+	pid_t p;
+
+	fflush(stdout);
+	p = fork();
+	if (!p) {
+		struct upcie_served_client cl;
+
+		upcie_log_set_level(UPCIE_LOG_NONE);
+		if (setgid((gid_t)uid) || setuid(uid))
+			_exit(90);
+		_exit(-upcie_served_connect(&cl, path, 0));
+	}
+	p = wait_status(p);
+	return p == 90 ? 90 : -p;
+}
+
 static void test_creds(void)
 {
 	struct srv_knobs k;
@@ -725,33 +745,15 @@ static void test_creds(void)
 	memset(&k, 0, sizeof(k));
 	k.allow_uid = -1;
 	CHECK_EQ(server_start(&sv, "creds", &k), 0, "server up, socket mode 0600");
-	fflush(stdout);
-	p = fork();
-	if (!p) {
-		struct upcie_served_client cl;
-
-		upcie_log_set_level(UPCIE_LOG_NONE);
-		if (setgid(65534) || setuid(65534))
-			_exit(90);
-		_exit(upcie_served_connect(&cl, sv.path, 0) == -EACCES ? 0 : 1);
-	}
-	CHECK_EQ(wait_status(p), 0, "uid 65534: connect refused by the socket's mode (-EACCES)");
+	CHECK_EQ(connect_as(sv.path, 65534), -EACCES,
+		 "uid 65534: connect refused by the socket's mode (-EACCES)");
 	server_stop(&sv);
 
 	k.mode = 0666;
 	k.allow_uid = 4242;
 	CHECK_EQ(server_start(&sv, "creds2", &k), 0, "server up, mode 0666, uid 4242 allowed");
-	fflush(stdout);
-	p = fork();
-	if (!p) {
-		struct upcie_served_client cl;
-
-		upcie_log_set_level(UPCIE_LOG_NONE);
-		if (setgid(65534) || setuid(65534))
-			_exit(90);
-		_exit(upcie_served_connect(&cl, sv.path, 0) == -ENOTCONN ? 0 : 1);
-	}
-	CHECK_EQ(wait_status(p), 0, "uid 65534: hung up on by the server (not allowed)");
+	CHECK_EQ(connect_as(sv.path, 65534), -ENOTCONN,
+		 "uid 65534: hung up on by the server (not allowed)");
 	fflush(stdout);
 	p = fork();
 	if (!p) {

@@ -531,19 +531,30 @@ static inline int upcie_served_mem_free(struct upcie_served_mem *mem)
 	return 0;
 }
 
+/* Bytes per command (*xfer) and PRP list pages per command (*lpages) for these options. */
+static inline void upcie_served_qp_geom_(const struct upcie_served_client *cl,
+					 const struct upcie_served_qp_opts *o, uint64_t *xfer,
+					 uint32_t *lpages)
+{
+	uint64_t page = UINT64_C(1) << cl->info.page_shift;
+
+	*xfer = o->max_xfer ? o->max_xfer : 128 * 1024;
+	if (*xfer > cl->info.max_xfer)
+		*xfer = cl->info.max_xfer;
+	*lpages = upcie_nvme_prp_lists_needed(*xfer / page + 1, cl->info.page_shift);
+	if (!*lpages)
+		*lpages = 1;
+}
+
 /* Bytes of PRP list pages a queue pair of these options needs at list_off. */
 static inline uint64_t upcie_served_qp_list_bytes(const struct upcie_served_client *cl,
 						  const struct upcie_served_qp_opts *o)
 {
-	uint64_t page = UINT64_C(1) << cl->info.page_shift;
-	uint64_t xfer = o->max_xfer ? o->max_xfer : 128 * 1024;
-	uint32_t depth = o->depth ? o->depth : 64;
-	uint32_t lp;
+	uint32_t depth = o->depth ? o->depth : 64, lp;
+	uint64_t xfer;
 
-	if (xfer > cl->info.max_xfer)
-		xfer = cl->info.max_xfer;
-	lp = upcie_nvme_prp_lists_needed(xfer / page + 1, cl->info.page_shift);
-	return (uint64_t)(depth - 1) * (lp ? lp : 1) * page;
+	upcie_served_qp_geom_(cl, o, &xfer, &lp);
+	return (uint64_t)(depth - 1) * lp << cl->info.page_shift;
 }
 
 /*
@@ -577,13 +588,7 @@ static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct 
 		d.depth = 64;
 	page = UINT64_C(1) << cl->info.page_shift;
 	qp->dptr.page_shift = cl->info.page_shift;
-	qp->dptr.max_bytes = d.max_xfer ? d.max_xfer : 128 * 1024;
-	if (qp->dptr.max_bytes > cl->info.max_xfer)
-		qp->dptr.max_bytes = cl->info.max_xfer;
-	qp->lpages =
-	    upcie_nvme_prp_lists_needed(qp->dptr.max_bytes / page + 1, cl->info.page_shift);
-	if (!qp->lpages)
-		qp->lpages = 1;
+	upcie_served_qp_geom_(cl, &d, &qp->dptr.max_bytes, &qp->lpages);
 	lbytes = upcie_served_qp_list_bytes(cl, &d);
 	if ((d.list_off & (page - 1)) || d.list_off > mem->size || lbytes > mem->size - d.list_off)
 		return UPCIE_FAIL(-EINVAL,

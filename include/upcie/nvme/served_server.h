@@ -184,6 +184,7 @@ struct upcie_served {
 static inline int upcie_served_map_lut_(void *ctx, int fd, void *vaddr, size_t size,
 					struct upcie_dmamem *mem)
 {
+	struct upcie_hugepage view;
 	struct statfs sf;
 	unsigned shift;
 	uint64_t *lut;
@@ -205,15 +206,17 @@ static inline int upcie_served_map_lut_(void *ctx, int fd, void *vaddr, size_t s
 	lut = (uint64_t *)calloc(n, sizeof(*lut));
 	if (!lut)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		err = upcie_pagemap_phys((uint8_t *)vaddr + (i << shift), &lut[i]);
-		if (!err && (lut[i] & ((UINT64_C(1) << shift) - 1)))
-			err = -EIO;
-		if (err) {
-			free(lut);
-			return UPCIE_FAIL(err, "served: physical address of hugepage %zu: %s", i,
-					  upcie_errno_name(err));
-		}
+	/* the client's memory seen as hugepages of this process (no allocation behind it) */
+	memset(&view, 0, sizeof(view));
+	view.vaddr = vaddr;
+	view.size = size;
+	view.pagesize = (size_t)sf.f_bsize;
+	view.fd = fd;
+	view.src = UPCIE_HUGEPAGE_MEMFD;
+	err = upcie_hugepage_phys_lut(&view, lut, n);
+	if (err) {
+		free(lut);
+		return err;
 	}
 	return upcie_dmamem_init_lut(mem, vaddr, size, shift, lut, true);
 }
@@ -249,6 +252,27 @@ static inline int upcie_served_map_dmabuf_dev_(void *ctx, int fd, size_t size,
 	return upcie_dmamem_iommufd_map_file(mem, dev->ioas, fd, 0, size, NULL);
 }
 
+/*
+ * Forward the client's doorbell word `w` to BAR0 offset `db` when it changed since *last;
+ * a value outside the queue is dropped. Returns 1 when a doorbell was written.
+ */
+static inline unsigned upcie_served_forward_(struct upcie_served *s, volatile uint32_t *w,
+					     uint32_t *last, uint32_t depth, size_t db)
+{
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+
+	if (v == *last)
+		return 0;
+	*last = v;
+	if (v >= depth) {
+		s->st.dropped++;
+		return 0;
+	}
+	upcie_mb(); /* what the client wrote before the doorbell (its SQEs) first */
+	upcie_mmio_write32(s->c->regs, db, v);
+	return 1;
+}
+
 /* Relay: forward new doorbell values of every relayed queue. Returns values forwarded. */
 static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s)
 {
@@ -257,36 +281,16 @@ static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s)
 	for (uint32_t i = 0; i < s->o.max_clients; i++) {
 		struct upcie_served_conn_ *cn = s->conns[i];
 
-		if (!cn)
-			continue;
-		for (uint32_t k = 1; k <= UPCIE_SERVED_MAX_QP; k++) {
+		for (uint32_t k = 1; cn && k <= UPCIE_SERVED_MAX_QP; k++) {
 			struct upcie_served_qp_ *qp = &cn->qps[k];
 			struct upcie_served_relay_slot *sl = &cn->relay->slot[k];
-			uint32_t v;
 
 			if (!qp->relay)
 				continue;
-			v = __atomic_load_n(&sl->sq_tail, __ATOMIC_ACQUIRE);
-			if (v != qp->last_sq) {
-				qp->last_sq = v;
-				if (v < qp->depth) {
-					upcie_mb(); /* the client's SQEs before the doorbell */
-					upcie_mmio_write32(s->c->regs, qp->sq_db, v);
-					n++;
-				} else {
-					s->st.dropped++;
-				}
-			}
-			v = __atomic_load_n(&sl->cq_head, __ATOMIC_ACQUIRE);
-			if (v != qp->last_cq) {
-				qp->last_cq = v;
-				if (v < qp->depth) {
-					upcie_mmio_write32(s->c->regs, qp->cq_db, v);
-					n++;
-				} else {
-					s->st.dropped++;
-				}
-			}
+			n += upcie_served_forward_(s, &sl->sq_tail, &qp->last_sq, qp->depth,
+						   qp->sq_db);
+			n += upcie_served_forward_(s, &sl->cq_head, &qp->last_cq, qp->depth,
+						   qp->cq_db);
 		}
 	}
 	return n;

@@ -24,13 +24,8 @@ if ! command -v fio >/dev/null 2>&1 || [ ! -f "$ENGINE" ]; then
 	exit 0
 fi
 echo 256 >/proc/sys/vm/nr_hugepages
-case $TB_CONFIG in
-A) path=uio drv=uio_pci_generic ;;
-B) path=type1 drv=vfio-pci ;;
-*) path=iommufd drv=vfio-pci ;;
-esac
-tb_modprobe nvme uio_pci_generic
-[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_modprobe nvme
+tb_user_path
 # dotted addresses: fio splits file names on ':'
 C0=$(echo "$TB_C0_BDF" | tr ':' '.')
 C1=$(echo "$TB_C1_BDF" | tr ':' '.')

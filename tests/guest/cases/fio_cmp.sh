@@ -23,15 +23,9 @@ if ! command -v fio >/dev/null 2>&1 || [ ! -f "$ENGINE" ]; then
 	tap_done
 	exit 0
 fi
-case $TB_CONFIG in
-A) path=uio drv=uio_pci_generic ;;
-B) path=type1 drv=vfio-pci ;;
-*) path=iommufd drv=vfio-pci ;;
-esac
 echo 64 >/proc/sys/vm/nr_hugepages
 modprobe nvme poll_queues=2 || tap_fail "modprobe nvme poll_queues=2"
-tb_modprobe uio_pci_generic
-[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_user_path
 tb_bind "$TB_C1_BDF" "$drv" # c1 out of the way: one controller, one kernel block device
 if ! dev=$(tb_blockdev c0n1); then
 	tap_fail "the kernel driver brought c0n1 up"

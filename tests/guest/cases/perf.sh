@@ -12,14 +12,8 @@
 # shellcheck source=../lib/tb.sh
 . /tests/lib/tb.sh
 
-case $TB_CONFIG in
-A) path=uio drv=uio_pci_generic ;;
-B) path=type1 drv=vfio-pci ;;
-*) path=iommufd drv=vfio-pci ;;
-esac
 echo 128 >/proc/sys/vm/nr_hugepages
-tb_modprobe uio_pci_generic
-[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_user_path
 tb_bind "$TB_C1_BDF" "$drv" || tap_fail "bind c1 to $drv"
 upcie-perf --bdf "$TB_C1_BDF" --path "$path" --ns 1 --queues 1,2 --qd 1,8 --bs 4k,64k \
 	--pattern rand,seq --mix 100,50 --time 1 --size 16M --json >/tmp/perf.json 2>/tmp/perf.err

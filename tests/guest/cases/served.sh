@@ -28,13 +28,7 @@
 S=/run/upcie/c0.sock
 KILL_SECS=${TB_SERVED_KILL:-15}
 echo 256 >/proc/sys/vm/nr_hugepages
-tb_modprobe uio_pci_generic
-case $TB_CONFIG in
-A) path=uio drv=uio_pci_generic ;;
-B) path=type1 drv=vfio-pci ;;
-*) path=iommufd drv=vfio-pci ;;
-esac
-[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_user_path
 tb_bind "$TB_C0_BDF" "$drv" || tap_fail "c0 bound to $drv"
 mkdir -p /run/upcie
 

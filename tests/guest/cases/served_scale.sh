@@ -18,13 +18,7 @@
 
 SECS=${TB_SERVED_SCALE_SECS:-5}
 echo 512 >/proc/sys/vm/nr_hugepages
-tb_modprobe uio_pci_generic
-case $TB_CONFIG in
-A) path=uio drv=uio_pci_generic ;;
-B) path=type1 drv=vfio-pci ;;
-*) path=iommufd drv=vfio-pci ;;
-esac
-[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+tb_user_path
 bdfs="$TB_C0_BDF,$TB_SCALE_BDFS"
 n=0
 for b in $(echo "$bdfs" | tr ',' ' '); do

@@ -33,6 +33,8 @@
 #   tb_bind BDF DRIVER   bind a PCI function to DRIVER (driver_override)
 #   tb_unbind BDF        unbind a PCI function from its driver
 #   tb_driver BDF        name of the driver bound to BDF ('' if none)
+#   tb_user_path         set path (uio, type1, iommufd) and drv (uio_pci_generic, vfio-pci)
+#                        for this configuration (A, B, others) and load the driver
 #   tb_wait SECS CMD...  retry CMD every 0.2 s until it succeeds or SECS pass
 #
 # Host scripts (TB_* variables set by testbed.sh, see README.md)
@@ -197,6 +199,18 @@ tb_modprobe() { # MODULE... : modprobe, plus the softdeps kmod would load (busyb
 			[ -d "/sys/module/$_tb_s" ] || modprobe "$_tb_s" >/dev/null 2>&1 || true
 		done
 	done
+}
+
+tb_user_path() { # sets path and drv: this configuration's user-space path (A uio, B vfio type1,
+	# otherwise vfio cdev + iommufd) and the kernel driver a function needs for it, loaded
+	case $TB_CONFIG in
+	A) path=uio drv=uio_pci_generic ;;
+	B) path=type1 drv=vfio-pci ;;
+	*) path=iommufd drv=vfio-pci ;;
+	esac
+	tb_modprobe uio_pci_generic
+	[ "$drv" = vfio-pci ] && tb_modprobe vfio-pci
+	return 0
 }
 
 tb_driver() { # BDF
