@@ -73,7 +73,7 @@ tap() {
 	skip=$((skip + s))
 	printf '%-46s %5d passed %3d failed %3d skipped\n' "$label" "$p" "$f" "$s"
 	if [ "$f" -ne 0 ]; then
-		grep -E '^not ok|^#' "$log" | head -40 | sed 's/^/    /'
+		grep -E '^not ok|^#|^  \[[A-Z]\] ' "$log" | head -40 | sed 's/^/    /'
 		tail -5 "$log" | sed 's/^/    | /'
 	fi
 }

@@ -1215,7 +1215,10 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		QARGS+=(-object "memory-backend-file,id=vrm2,size=$VRM2_SIZE,mem-path=$dir/vrm2.img,share=on"
 			-device "ivshmem-plain,memdev=vrm2,bus=pcie.0,addr=${BDF_VRM2:8:2}.${BDF_VRM2:11:1},multifunction=on")
 	fi
-	local append="console=ttyS0 panic=-1 quiet"
+	# tsc=reliable: under TCG the clocksource watchdog, reading HPET on a loaded host, can call the
+	# TSC unstable mid-case; the kernel then patches sched_clock's static key while other CPUs run
+	# it, and TCG's cross-modifying code lets a CPU execute the int3 (Oops in sched_clock_cpu).
+	local append="console=ttyS0 panic=-1 quiet tsc=reliable"
 	[ "${CFG_IOMMU[$c]}" = 1 ] && append+=" intel_iommu=on"
 	[ "$c" = D ] && append+=" iommu=pt"
 	append+=" tb_config=$c tb_cases=$cases tb_nonce=$nonce tb_kernel=$KV tb_iommu=${CFG_IOMMU[$c]}"
@@ -1250,6 +1253,7 @@ judge_console() { # LOG CASES ALLOWFILE QEMU-RC TIMEOUT : TAP records "status<TA
 		else why = "the guest powered off or rebooted"
 	}
 	{ sub(/\r$/, "") }
+	oops == "" && /\] (Oops|BUG|Kernel panic|general protection fault)/ { oops = $0; sub(/^\[ *[0-9.]+\] /, "", oops) }
 	/^==TB== START / { started = 1; next }
 	/^==TB== CASE / { cur = $0; sub(/^==TB== CASE /, "", cur); seen[cur] = 1; incase = 1; indiag = 0; next }
 	/^==TB== END / {
@@ -1279,6 +1283,7 @@ judge_console() { # LOG CASES ALLOWFILE QEMU-RC TIMEOUT : TAP records "status<TA
 		next
 	}
 	END {
+		if (oops != "") why = why " after a kernel crash: " oops
 		for (i = 1; i <= ncases; i++) {
 			c = cases[i]
 			for (j = 1; j <= nboot; j++)
