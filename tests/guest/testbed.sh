@@ -28,7 +28,9 @@ readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 # guests never run in parallel on this machine, whatever the cache and work dirs
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
 readonly CONFIGS=(A B C D)  # what 'run' boots by default
-readonly ALL_CONFIGS=(A B C D K) # K: the debug kernel, an extra tier (build-debug; run --config K)
+# K: the debug kernel (build-debug; run --config K); U: the io_uring dma-buf kernel
+# (build-iouring; run --config U); extra tiers, booted only when named
+readonly ALL_CONFIGS=(A B C D K U)
 # dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE"): warnings and
 # BUG reports (KASAN, lockdep, sleeping in atomic context, DMA-API debugging, soft lockups),
 # oopses, IOMMU faults, panics, hung tasks
@@ -38,23 +40,24 @@ readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udma
 
 # machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules; D also has
 # the vIOMMU in passthrough (identity default domains), two NUMA nodes and the D-only devices
-declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61 [K]=k7d)
-declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1 [K]=1)
+declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61 [K]=k7d [U]=k7u)
+declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1 [K]=1 [U]=1)
 # guests are told (tb_oot) whether iommufd and the vfio cdev exist; C gets them from the
-# out-of-tree rebuild, K's kernel has them itself
-declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0 [K]=1)
-declare -A CFG_OOTDIR=([A]=0 [B]=0 [C]=1 [D]=0 [K]=0)
+# out-of-tree rebuild, K's and U's kernels have them themselves
+declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0 [K]=1 [U]=1)
+declare -A CFG_OOTDIR=([A]=0 [B]=0 [C]=1 [D]=0 [K]=0 [U]=0)
 # case timeouts are multiplied by this (KASAN and lockdep under TCG are slow)
-declare -A CFG_TSCALE=([A]=1 [B]=1 [C]=1 [D]=1 [K]=${UPCIE_TESTBED_K_TIMEOUT_SCALE:-4})
+declare -A CFG_TSCALE=([A]=1 [B]=1 [C]=1 [D]=1 [K]=${UPCIE_TESTBED_K_TIMEOUT_SCALE:-4} [U]=1)
 # QEMU CPU model ('' = QEMU's default): the PCI core allows peer-to-peer DMA through q35's host
-# bridge only on AMD Zen (drivers/pci/p2pdma.c), which K needs for vfio-pci's BAR dma-bufs
-declare -A CFG_CPU=([A]= [B]= [C]= [D]= [K]=qemu64,family=23)
+# bridge only on AMD Zen (drivers/pci/p2pdma.c), which K and U need for vfio-pci's BAR dma-bufs
+declare -A CFG_CPU=([A]= [B]= [C]= [D]= [K]=qemu64,family=23 [U]=qemu64,family=23)
 declare -A CFG_TEXT=(
 	[A]="6.1, no IOMMU"
 	[B]="6.1, intel-iommu (translating)"
 	[C]="7.x, intel-iommu (translating), out-of-tree iommufd + vfio cdev"
 	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c4 on node 1 (throttled reads) and NVMe c5 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
 	[K]="7.x debug kernel (KASAN, lockdep, DMA-API debug; build-debug), intel-iommu, iommufd + vfio cdev"
+	[U]="7.x with the io_uring dma-buf registered-buffer series (build-iouring), intel-iommu, iommufd + vfio cdev"
 )
 
 # emulated device layout; the guest learns it from the kernel command line
@@ -444,9 +447,18 @@ prune_cache() { # drop kernels, builds and scratch not referenced by the current
 		log "pruning stale cache entry $d"
 		rm -rf "$d"
 	done
-	if [ -r "$(state_file k7d)" ] && [ ! -d "$(. "$(state_file k7d)"; echo "$KDIR")" ]; then
-		rm -f "$(state_file k7d)"
-	fi
+	for d in "$CACHE"/iouring/*; do
+		[ -e "$d" ] || continue
+		k=$(basename "$d")
+		[ -r "$(state_file k7)" ] && [ "$k" = "$(. "$(state_file k7)"; basename "$KDIR")" ] && continue
+		log "pruning stale cache entry $d"
+		rm -rf "$d"
+	done
+	for s in k7d k7u; do
+		if [ -r "$(state_file $s)" ] && [ ! -d "$(. "$(state_file $s)"; echo "$KDIR")" ]; then
+			rm -f "$(state_file $s)"
+		fi
+	done
 	rm -rf "$CACHE/tmp"
 }
 
@@ -670,41 +682,41 @@ cmd_build_oot() {
 }
 
 # ---------------------------------------------------------------------------
-# the debug kernel of configuration K: Debian's linux-source of the 7.x slot, configured from
-# allnoconfig with tests/guest/debug.config (KASAN, lockdep, DMA-API debug, ...) and built with
-# the host's gcc. Too slow for every CI run on a small machine: an extra tier, built on request.
+# kernels built from Debian's linux-source of the 7.x slot, configured from allnoconfig with a
+# fragment of exactly the options the guests need (KCONFIG_ALLCONFIG) and built with the host's
+# gcc. Too slow for every CI run on a small machine: extra tiers, built on request.
+# K: the debug kernel (tests/guest/debug.config: KASAN, lockdep, ...).
+# U: the io_uring dma-buf kernel (tests/guest/iouring.config), the source patched with the
+#    io_uring dma-buf registered-buffer series by tests/guest/tools/iouring-port.py; the series'
+#    patches are read from UPCIE_TESTBED_IOURING_SERIES (default: ../shared/field/
+#    iouring-dmabuf-v3 beside the repository) and never stored here.
 
-cmd_build_debug() {
-	need_tools make gcc flex bison bc dpkg-deb tar xz depmod
-	local frag=$TB_DIR/debug.config kkey key dir srcdir mm src deb line opt want got log kv t0
+k7_source() { # -> SRC: the 7.x slot's linux-source, unpacked once into the cache (shared)
+	local kkey mm srcdir deb
 	load_state k7
 	mm=$(echo "$KV" | cut -d. -f1-2)
 	kkey=$(basename "$KDIR")
-	# named after the options, so that editing the comments does not rebuild
-	key="$kkey-$(grep '^CONFIG_' "$frag" | sha256sum | cut -c1-12)"
-	# built in place (the build tree records absolute paths), complete once .ready exists;
-	# the source is shared by every configuration of the same kernel
-	dir=$CACHE/debug/$key
 	srcdir=$CACHE/debug/$kkey-src
-	src=$srcdir/linux-source-$mm
-	# not the cache lock: other test bed commands must not wait for a build of this length
-	lock "$CACHE/debug"
+	SRC=$srcdir/linux-source-$mm
+	[ -f "$srcdir/.ready" ] && return 0
+	log "fetching linux-source-$mm ($PKGVER)"
+	rm -rf "$srcdir"
+	(
+		lock "$CACHE" # the private apt configuration is shared
+		apt_set k7
+		apt_download "$srcdir/debs" "linux-source-$mm=$PKGVER"
+	) || die "download of linux-source-$mm failed"
+	deb=$(echo "$srcdir"/debs/linux-source-"$mm"_*.deb)
+	dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*/linux-source-*.tar.xz' |
+		tar -xJ -C "$srcdir" || die "cannot unpack linux-source-$mm"
+	rm -rf "$srcdir/debs"
+	touch "$srcdir/.ready"
+}
+
+build_kernel() { # SLOT FRAG DIR SRC WHAT : configure + build in DIR/build, write SLOT's state
+	local slot=$1 frag=$2 dir=$3 src=$4 what=$5 log line opt want got kv t0 pkgver=$PKGVER suites=$SUITES
 	if [ ! -f "$dir/.ready" ]; then
-		if [ ! -f "$srcdir/.ready" ]; then
-			log "fetching linux-source-$mm ($PKGVER) for the debug kernel"
-			rm -rf "$srcdir"
-			(
-				lock "$CACHE" # the private apt configuration is shared
-				apt_set k7
-				apt_download "$srcdir/debs" "linux-source-$mm=$PKGVER"
-			) || die "download of linux-source-$mm failed"
-			deb=$(echo "$srcdir"/debs/linux-source-"$mm"_*.deb)
-			dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*/linux-source-*.tar.xz' |
-				tar -xJ -C "$srcdir" || die "cannot unpack linux-source-$mm"
-			rm -rf "$srcdir/debs"
-			touch "$srcdir/.ready"
-		fi
-		log "configuring the debug kernel ($frag)"
+		log "configuring the $what ($frag)"
 		mkdir -p "$dir/build"
 		log=$dir/build.log
 		logged "$log" make -C "$src" O="$dir/build" ARCH=x86_64 KCONFIG_ALLCONFIG="$frag" allnoconfig ||
@@ -715,40 +727,91 @@ cmd_build_debug() {
 			want=${line#*=}
 			got=$(grep -E "^$opt=|^# $opt is not set" "$dir/build/.config" | head -n 1 || true)
 			if [ "$want" = n ]; then
-				[ -z "$got" ] || [[ $got == "# $opt is not set" ]] || die "debug kernel: $opt is '$got', wanted n"
+				[ -z "$got" ] || [[ $got == "# $opt is not set" ]] || die "$what: $opt is '$got', wanted n"
 			elif [ "$got" != "$opt=$want" ]; then
-				die "debug kernel: Kconfig dropped $line (got '${got:-nothing}'): a dependency is missing in $frag"
+				die "$what: Kconfig dropped $line (got '${got:-nothing}'): a dependency is missing in $frag"
 			fi
 		done <"$frag"
 		t0=$(now)
-		log "building the debug kernel (nice; log: $log)"
+		log "building the $what (nice; log: $log)"
 		# incremental: an interrupted build resumes where it stopped
 		logged "$log" nice -n 19 make -C "$src" O="$dir/build" ARCH=x86_64 -j"$JOBS" vmlinux modules ||
-			die "debug kernel build failed (log: $log)"
+			die "$what build failed (log: $log)"
 		kv=$(make -s -C "$src" O="$dir/build" ARCH=x86_64 kernelrelease)
 		rm -rf "$dir/root"
 		logged "$log" make -C "$src" O="$dir/build" ARCH=x86_64 INSTALL_MOD_PATH="$dir/root" \
 			INSTALL_MOD_STRIP=1 DEPMOD=/sbin/depmod modules_install || die "modules_install failed (log: $log)"
 		rm -f "$dir/root/lib/modules/$kv/build" "$dir/root/lib/modules/$kv/source"
-		readelf -n "$dir/build/vmlinux" | grep -q 'Xen.*(0x00000012)' || die "the debug vmlinux has no PVH note"
+		readelf -n "$dir/build/vmlinux" | grep -q 'Xen.*(0x00000012)' || die "the $what vmlinux has no PVH note"
 		strip --strip-debug -o "$dir/vmlinux" "$dir/build/vmlinux"
 		printf 'KV=%q\n' "$kv" >"$dir/kernel.env"
-		log "debug kernel $kv built in $(secs "$t0" "$(now)") s"
+		log "$what $kv built in $(secs "$t0" "$(now)") s"
 		touch "$dir/.ready"
 	fi
 	. "$dir/kernel.env"
 	{
 		printf 'KV=%q\n' "$KV"
-		printf 'PKGVER=%q\n' "$PKGVER"
+		printf 'PKGVER=%q\n' "$pkgver"
 		printf 'KDIR=%q\n' "$dir"
 		printf 'MODROOT=%q\n' "$dir/root"
 		printf 'BZIMAGE=\n'
 		printf 'KCONFIG=%q\n' "$dir/build/.config"
 		printf 'VMLINUX=%q\n' "$dir/vmlinux"
-		printf 'SUITES=%q\n' "$SUITES"
-	} >"$(state_file k7d).new"
-	mv "$(state_file k7d).new" "$(state_file k7d)"
+		printf 'SUITES=%q\n' "$suites"
+	} >"$(state_file "$slot").new"
+	mv "$(state_file "$slot").new" "$(state_file "$slot")"
+}
+
+cmd_build_debug() {
+	need_tools make gcc flex bison bc dpkg-deb tar xz depmod
+	local frag=$TB_DIR/debug.config key dir
+	# not the cache lock: other test bed commands must not wait for a build of this length
+	lock "$CACHE/debug"
+	k7_source
+	# named after the options, so that editing the comments does not rebuild
+	key="$(basename "$KDIR")-$(grep '^CONFIG_' "$frag" | sha256sum | cut -c1-12)"
+	dir=$CACHE/debug/$key
+	build_kernel k7d "$frag" "$dir" "$SRC" "debug kernel"
 	log "configuration K: kernel $KV ($dir)"
+}
+
+cmd_build_iouring() {
+	need_tools make gcc flex bison bc dpkg-deb tar xz depmod patch python3 cmp
+	local frag=$TB_DIR/iouring.config port=$TB_DIR/tools/iouring-port.py dir src stamp f
+	local series=${UPCIE_TESTBED_IOURING_SERIES:-$REPO/../shared/field/iouring-dmabuf-v3}
+	ls "$series"/[0-9][0-9][0-9][0-9]-*.patch >/dev/null 2>&1 ||
+		die "no io_uring dma-buf series in $series (set UPCIE_TESTBED_IOURING_SERIES)"
+	mkdir -p "$CACHE/iouring"
+	lock "$CACHE/iouring"
+	k7_source
+	# one tree per 7.x kernel, updated in place: a changed series, port or fragment rewrites
+	# only the files whose content changed, so the rebuild is incremental
+	dir=$CACHE/iouring/$(basename "$KDIR")
+	src=$dir/src/$(basename "$SRC")
+	stamp=$( (cat "$series"/[0-9][0-9][0-9][0-9]-*.patch "$port" "$frag") | sha256sum | cut -c1-16)
+	if [ "$(cat "$dir/port.stamp" 2>/dev/null)" != "$stamp" ]; then
+		rm -f "$dir/.ready"
+		rm -rf "$dir/stage"
+		mkdir -p "$dir/stage" "$dir/src"
+		log "patching a copy of $(basename "$SRC") with $series"
+		cp -a "$SRC" "$dir/stage/"
+		python3 "$port" "$series" "$dir/stage/$(basename "$SRC")" >"$dir/port.log" 2>&1 ||
+			die "porting the series failed (log: $dir/port.log)"
+		if [ ! -d "$src" ]; then
+			mv "$dir/stage/$(basename "$SRC")" "$src"
+		else
+			(cd "$dir/stage/$(basename "$SRC")" && find . -type f ! -name '*.orig') | while IFS= read -r f; do
+				cmp -s "$dir/stage/$(basename "$SRC")/$f" "$src/$f" && continue
+				mkdir -p "$(dirname "$src/$f")"
+				cp "$dir/stage/$(basename "$SRC")/$f" "$src/$f"
+				log "  updated ${f#./}"
+			done
+		fi
+		rm -rf "$dir/stage"
+		echo "$stamp" >"$dir/port.stamp"
+	fi
+	build_kernel k7u "$frag" "$dir" "$src" "io_uring dma-buf kernel"
+	log "configuration U: kernel $KV ($dir; port log $dir/port.log)"
 }
 
 # ---------------------------------------------------------------------------
@@ -793,8 +856,8 @@ kmod_env() { # SLOT : the slot's kernel facts plus its module build environment 
 	local key
 	load_state "$1"
 	key=$(basename "$KDIR")
-	if [ "$1" = k7d ]; then
-		# the debug kernel's own build tree, built with the host's gcc
+	if [ "$1" = k7d ] || [ "$1" = k7u ]; then
+		# the kernel's own build tree, built with the host's gcc
 		HDR=$KDIR/build TOOLBIN= CC_TEXT=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\(.*\)"$/\1/p' "$KDIR/build/.config")
 		KMAKE=(make -C "$HDR" -j"$JOBS" CONFIG_DEBUG_INFO_BTF_MODULES=)
 		return 0
@@ -1034,6 +1097,9 @@ cmd_build() { # [CONFIG...] : programs + the initramfs images the configurations
 	for c in "${cfgs[@]}"; do
 		if [ "${CFG_SLOT[$c]}" = k7d ] && [ ! -r "$(state_file k7d)" ]; then
 			die "configuration K needs the debug kernel: run '$0 build-debug' first"
+		fi
+		if [ "${CFG_SLOT[$c]}" = k7u ] && [ ! -r "$(state_file k7u)" ]; then
+			die "configuration U needs the io_uring dma-buf kernel: run '$0 build-iouring' first"
 		fi
 		[[ $done_imgs == *" kmod-${CFG_SLOT[$c]} "* ]] && continue
 		build_kmods "${CFG_SLOT[$c]}"
@@ -1420,7 +1486,7 @@ cmd_shell() { # [--config C] : an interactive guest on this terminal
 		*) die "shell: unknown argument '$1' (see --help)" ;;
 		esac
 	done
-	[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D or K)"
+	[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K or U)"
 	need_tools "$QEMU"
 	phase build cmd_build "$c"
 	dir=$WORK/runs/shell-$c
@@ -1450,7 +1516,7 @@ cmd_run() {
 		esac
 	done
 	for c in "${want_cfgs[@]}"; do
-		[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D or K)"
+		[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K or U)"
 	done
 	for k in "${want_cases[@]}"; do
 		[ -f "$(case_file "$k")" ] || die "no such case: $(case_file "$k")"
@@ -1534,17 +1600,20 @@ commands:
   build-fio    build fio from Debian's source package (cached; the fio cases need it)
   build-debug  build the debug kernel of configuration K from the ${K7_MIN_MAJOR}.x slot's linux-source
                (tests/guest/debug.config; cached per kernel and config; tens of minutes)
+  build-iouring  build the kernel of configuration U: the ${K7_MIN_MAJOR}.x linux-source with the io_uring
+               dma-buf registered-buffer series (UPCIE_TESTBED_IOURING_SERIES) applied by
+               tests/guest/tools/iouring-port.py (tests/guest/iouring.config; cached, incremental)
   build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
   kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
-  run [--config A|B|C|D|K]... [--case NAME]... [--show] [--keep] [--group]
+  run [--config A|B|C|D|K|U]... [--case NAME]... [--show] [--keep] [--group]
                boot guests and run cases (default: every case on every one of A, B,
-               C and D it declares; K only when named); ends with "N passed, N failed, N skipped"
+               C and D it declares; K and U only when named); ends with "N passed, N failed, N skipped"
                  --show   stream the guest consoles
                  --keep   keep the backing files of passing boots too
                  --group  one boot per configuration for all its cases (faster,
                           less isolated: cases share the guest and the files)
   all [run options]   fetch + build-oot + build-fio + build + run
-  shell [--config A|B|C|D|K]   boot a guest with an interactive shell on this terminal
+  shell [--config A|B|C|D|K|U]   boot a guest with an interactive shell on this terminal
   help         this text
 
 configurations:
@@ -1553,10 +1622,13 @@ configurations:
   C  ${CFG_TEXT[C]}
   D  ${CFG_TEXT[D]}
   K  ${CFG_TEXT[K]}
+  U  ${CFG_TEXT[U]}
 
 environment:
   UPCIE_TESTBED_CACHE  downloads, kernels, out-of-tree modules ($CACHE)
   UPCIE_TESTBED_WORK   builds, backing files, logs ($WORK)
+  UPCIE_TESTBED_IOURING_SERIES  the io_uring dma-buf series' patches for build-iouring
+                       (default: ../shared/field/iouring-dmabuf-v3 beside the repository)
   UPCIE_TESTBED_K7_SUITES   suites searched for the 7.x kernel ("$K7_SUITES")
   UPCIE_TESTBED_OOT_CC      kernel (the kernel's own gcc, unpacked) or host (gcc-12)
   UPCIE_TESTBED_MIRROR      Debian mirror (default: from /etc/apt/sources.list.d/debian.sources)
@@ -1574,6 +1646,7 @@ main() {
 	fetch) phase fetch cmd_fetch; print_phases ;;
 	build-oot) phase build-oot cmd_build_oot; print_phases ;;
 	build-debug) phase build-debug cmd_build_debug; print_phases ;;
+	build-iouring) phase build-iouring cmd_build_iouring; print_phases ;;
 	kbuild-env) cmd_kbuild_env "$@" ;;
 	build) phase build cmd_build "$@"; print_phases ;;
 	run) cmd_run "$@" ;;

@@ -1,0 +1,28 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# uring_dmabuf: io_uring with dma-buf registered buffers (include/upcie/uring/) through the
+# kernel's nvme driver. On the stock kernels (A: 6.1, C: 7.x) the probe must answer "not
+# supported" and the table refuse; the rest is skipped with the reason. On U (the 7.x kernel with
+# the io_uring dma-buf series, testbed.sh build-iouring): udmabuf writes and reads of c0n1, a
+# vfio-pci BAR dma-buf of the ivshmem "VRAM" read and written peer to peer, the refusals
+# (in-flight unregister, another file, vectored, unaligned, full table) and the negative control
+# of the in-flight rule (progs/t_uring.c). uring_dmabuf.host.sh checks c0n1.img and vram.img.
+#
+# configs: A C U
+# timeout: 300
+# shellcheck source=../lib/tb.sh
+. /tests/lib/tb.sh
+
+if [ "$TB_CONFIG" != U ]; then
+	exec /bin/t_uring /dev/null /dev/null
+fi
+tb_modprobe nvme || tap_diag "nvme did not load"
+tb_modprobe vfio_iommu_type1 vfio-pci
+tb_bind "$TB_VRAM_BDF" vfio-pci || tap_diag "binding $TB_VRAM_BDF to vfio-pci failed"
+if ! d0=$(tb_blockdev c0n1) || ! d1=$(tb_blockdev c1n1); then
+	tap_fail "the kernel's nvme driver brought up c0n1 and c1n1"
+	tap_done
+	exit 1
+fi
+exec /bin/t_uring "$d0" "$d1" "$TB_VRAM_BDF"
