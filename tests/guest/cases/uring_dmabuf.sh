@@ -6,8 +6,9 @@
 # supported" and the table refuse; the rest is skipped with the reason. On U (the 7.x kernel with
 # the io_uring dma-buf series, testbed.sh build-iouring): udmabuf writes and reads of c0n1, a
 # vfio-pci BAR dma-buf of the ivshmem "VRAM" read and written peer to peer, the refusals
-# (in-flight unregister, another file, vectored, unaligned, full table) and the negative control
-# of the in-flight rule (progs/t_uring.c). uring_dmabuf.host.sh checks c0n1.img and vram.img.
+# (in-flight unregister, another file, vectored, unaligned, full table), the IOMMU rule (a
+# udmabuf refused, a loop device -ENODEV) and the negative control of the in-flight rule
+# (progs/t_uring.c). uring_dmabuf.host.sh checks c0n1.img and vram.img.
 #
 # configs: A C U
 # timeout: 300
@@ -18,6 +19,10 @@ if [ "$TB_CONFIG" != U ]; then
 	exec /bin/t_uring /dev/null /dev/null
 fi
 tb_modprobe nvme || tap_diag "nvme did not load"
+tb_modprobe dmabuf_import iommu_map_pa || tap_diag "upcie's modules did not load"
+# a block device that is not NVMe, for the IOMMU rule's -ENODEV
+dd if=/dev/zero of=/tmp/loop.img bs=1M count=4 2>/dev/null
+losetup /dev/loop0 /tmp/loop.img && export TB_LOOP=/dev/loop0
 tb_modprobe vfio_iommu_type1 vfio-pci
 tb_bind "$TB_VRAM_BDF" vfio-pci || tap_diag "binding $TB_VRAM_BDF to vfio-pci failed"
 if ! d0=$(tb_blockdev c0n1) || ! d1=$(tb_blockdev c1n1); then

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * t_uring DEV OTHER [VRAM-BDF]: io_uring with dma-buf registered buffers (uring/dmabuf.h) on the
+ * t_uring DEV OTHER [VRAM-BDF|-]: io_uring with dma-buf registered buffers (uring/dmabuf.h) on the
  * kernel's nvme driver. DEV is c0n1 (/dev/nvmeXnY, 512 B blocks), OTHER a namespace of another
  * controller, VRAM the ivshmem function ("device memory", BAR2) or absent.
  *
+ * The environment gives TB_C0_BDF (c0's address) and TB_LOOP (a loop block device, optional).
  * On a kernel without the io_uring dma-buf series: the probe must say so (-EOPNOTSUPP) and the
  * table must refuse; the rest is skipped with the reason. On a kernel with it:
  *   - a udmabuf (memfd pages): WRITE_FIXED of tagged data from inside the dma-buf (uneven
@@ -18,11 +19,15 @@
  *     read into BAR2 at 1 MiB (checked through the BAR's mapping here and in vram.img by the host
  *     script), and BAR2 [4 MiB, +1 MiB) (tag "uv", written through the mapping) written to c0n1
  *     at 10 MiB.
+ *   - the IOMMU rule (uring/dmabuf_iommu.h) under U's translating IOMMU: c0's address found
+ *     behind c0n1; a udmabuf (system memory, which the rule does not identity-map) refused with
+ *     nothing left mapped or attached; a loop device (not NVMe) refused with -ENODEV.
  * Then examples/uring_dmabuf_read as a user runs it.
  * Built twice: t_uring_nobusy (UPCIE_URING_DMABUF_TEST_NO_BUSY_CHECK) is the negative control of
  * the in-flight rule: its "-EBUSY" check must fail.
  */
 #include <upcie/uring/dmabuf.h>
+#include <upcie/uring/dmabuf_iommu.h>
 #include <upcie/uring/ring.h>
 #include <upcie/vfio/device.h>
 #include <upcie/vfio/dmabuf.h>
@@ -186,6 +191,40 @@ static void tu_example(const char *dev)
 	last[strcspn(last, "\n")] = '\0';
 	TAP(st == 0 && strstr(last, "identical"), "examples/uring_dmabuf_read: %s (status %d)",
 	    last, st);
+}
+
+/* The IOMMU rule (uring/dmabuf_iommu.h) on this translating guest: the controller behind DEV is
+ * found; a udmabuf (system memory) is refused without mapping anything; a block device that is
+ * not NVMe (LOOP, when given) is refused with -ENODEV. */
+static void tu_rule(int dev, const char *loop)
+{
+	struct upcie_uring_dmabuf_iommu st;
+	struct upcie_pci_bdf b, want;
+	struct tk_buf m;
+	const char *c0 = getenv("TB_C0_BDF");
+	int err, lfd;
+
+	err = upcie_uring_nvme_bdf(dev, &b);
+	TAP(!err && c0 && !tk_bdf(c0, &want) && upcie_pci_bdf_equal(&b, &want),
+	    "the controller behind c0n1 is %s (%d)", c0 ? c0 : "?", err);
+	if (tk_buf_udmabuf(&m, MiB)) {
+		TAP(0, "a udmabuf for the IOMMU rule");
+		return;
+	}
+	err = upcie_uring_dmabuf_iommu_prepare(&st, m.fd, dev);
+	TAP(err == -EINVAL && st.nmaps == 0 && !st.imported,
+	    "under the translating IOMMU a udmabuf (system memory) is refused, nothing mapped or "
+	    "left attached (%d)",
+	    err);
+	if (loop) {
+		lfd = open(loop, O_RDWR | O_DIRECT);
+		err = lfd < 0 ? -errno : upcie_uring_dmabuf_iommu_prepare(&st, m.fd, lfd);
+		TAP(err == -ENODEV, "%s (not NVMe) while IOMMU groups exist: -ENODEV (%d)", loop,
+		    err);
+		if (lfd >= 0)
+			close(lfd);
+	}
+	tk_buf_free(&m);
 }
 
 static void tu_udmabuf(int dev, int other)
@@ -427,8 +466,9 @@ int main(int argc, char **argv)
 		}
 		close(cfd);
 	}
+	tu_rule(dev, getenv("TB_LOOP"));
 	tu_udmabuf(dev, other);
-	if (argc > 3)
+	if (argc > 3 && strcmp(argv[3], "-"))
 		tu_vram(dev, argv[3]);
 	tu_example(argv[1]);
 	tu_control(argv[1]);
