@@ -24,7 +24,7 @@ build() {
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 mkdir -p build-gpu
-for f in test_gpu bench_gpu; do
+for f in test_gpu test_gpu_choice bench_gpu; do
 	if [ ! -x "build-gpu/$f" ] || ! ldd "build-gpu/$f" >/dev/null 2>&1; then
 		build "$f" || echo "build of $f failed"
 	fi
@@ -39,6 +39,8 @@ case " $parts " in *" test "*)
 	env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER TEST_WATCHDOG=100 timeout 110 build-gpu/test_gpu 2>"$out/test_gpu.stderr" | tee "$out/test_gpu.tap"
 	echo "test_gpu exit: ${PIPESTATUS[0]}"
 	tail -20 "$out/test_gpu.stderr"
+	env -u CUDA_VISIBLE_DEVICES timeout 60 build-gpu/test_gpu_choice 2>"$out/test_gpu_choice.stderr" | tee "$out/test_gpu_choice.tap"
+	echo "test_gpu_choice exit: ${PIPESTATUS[0]}"
 	;;
 esac
 case " $parts " in *" bench "*)

@@ -779,8 +779,8 @@ cmd_build_iouring() {
 	need_tools make gcc flex bison bc dpkg-deb tar xz depmod patch python3 cmp
 	local frag=$TB_DIR/iouring.config port=$TB_DIR/tools/iouring-port.py dir src stamp f
 	local series=${UPCIE_TESTBED_IOURING_SERIES:-$REPO/../shared/field/iouring-dmabuf-v3}
-	ls "$series"/[0-9][0-9][0-9][0-9]-*.patch >/dev/null 2>&1 ||
-		die "no io_uring dma-buf series in $series (set UPCIE_TESTBED_IOURING_SERIES)"
+	local patches=("$series"/[0-9][0-9][0-9][0-9]-*.patch)
+	[ -f "${patches[0]:-}" ] || die "no io_uring dma-buf series in $series (set UPCIE_TESTBED_IOURING_SERIES)"
 	mkdir -p "$CACHE/iouring"
 	lock "$CACHE/iouring"
 	k7_source
@@ -800,11 +800,32 @@ cmd_build_iouring() {
 		if [ ! -d "$src" ]; then
 			mv "$dir/stage/$(basename "$SRC")" "$src"
 		else
-			(cd "$dir/stage/$(basename "$SRC")" && find . -type f ! -name '*.orig') | while IFS= read -r f; do
-				cmp -s "$dir/stage/$(basename "$SRC")/$f" "$src/$f" && continue
-				mkdir -p "$(dirname "$src/$f")"
-				cp "$dir/stage/$(basename "$SRC")/$f" "$src/$f"
-				log "  updated ${f#./}"
+			# what differs: copied over (new files too), what only the old tree has: removed
+			diff -rq "$dir/stage/$(basename "$SRC")" "$src" | while IFS= read -r line; do
+				case $line in
+				"Files $dir/stage/"*" differ")
+					f=${line#"Files $dir/stage/$(basename "$SRC")/"}
+					f=${f%% and *}
+					cp "$dir/stage/$(basename "$SRC")/$f" "$src/$f"
+					log "  updated $f"
+					;;
+				"Only in $dir/stage/"*)
+					f=${line#"Only in $dir/stage/$(basename "$SRC")"}
+					f=${f#/}
+					f="${f%%: *}/${f#*: }"
+					f=${f#/}
+					cp -a "$dir/stage/$(basename "$SRC")/$f" "$src/$f"
+					log "  added $f"
+					;;
+				"Only in $src"*)
+					f=${line#"Only in $src"}
+					f=${f#/}
+					f="${f%%: *}/${f#*: }"
+					f=${f#/}
+					rm -rf "${src:?}/$f"
+					log "  removed $f"
+					;;
+				esac
 			done
 		fi
 		rm -rf "$dir/stage"

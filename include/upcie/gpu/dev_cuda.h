@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * A CUDA GPU for upcie: the GPU by ordinal, the context its memory is allocated in, the check that
+ * A CUDA GPU for upcie: the GPU by ordinal or by PCI address, the context its memory is allocated in, the check that
  * its BAR1 window covers all of its memory, and CUresult-to-errno mapping.
+ *
+ * GPU choice: an ordinal is a position among the GPUs this process sees, which
+ * CUDA_VISIBLE_DEVICES filters and reorders (by index, UUID or MIG name); a PCI address
+ * (upcie_gpu_cuda_ordinal_by_pci(), upcie_gpu_cuda_dev_open_pci()) names one GPU whatever the
+ * order, and is -ENODEV when CUDA_VISIBLE_DEVICES hides it.
  *
  * Context choice: the context current on the opening thread when there is one (it must belong to
  * the chosen GPU, else -EINVAL); otherwise the GPU's primary context, retained and made current
@@ -38,6 +43,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -275,6 +281,58 @@ static inline int upcie_gpu_cuda_dev_open(struct upcie_gpu_cuda_dev *d, int ordi
 	}
 	d->live = true;
 	return 0;
+}
+
+/*
+ * The ordinal of the GPU at PCI address `pci` (as upcie_pci_bdf_parse() reads it, e.g.
+ * "0000:41:00.0") among the GPUs this process sees. 0; -EINVAL (not a PCI address); -ENODEV (no
+ * visible GPU there: absent, or hidden by CUDA_VISIBLE_DEVICES, which the message names); a CUDA
+ * error. Initialises the driver.
+ */
+static inline int upcie_gpu_cuda_ordinal_by_pci(const char *pci, int *ordinal)
+{
+	struct upcie_pci_bdf bdf;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	CUdevice dev;
+	CUresult r;
+	int err;
+
+	if (!pci || !ordinal)
+		return UPCIE_FAIL(-EINVAL, "gpu: ordinal_by_pci needs an address and an output");
+	err = upcie_pci_bdf_parse(pci, &bdf);
+	if (err)
+		return err;
+	upcie_pci_bdf_format(&bdf, name, sizeof(name));
+	r = cuInit(0);
+	if (r == CUDA_ERROR_NO_DEVICE)
+		return UPCIE_FAIL(-ENODEV, "gpu: no GPU at %s: this process sees none%s%s%s", name,
+				  vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "",
+				  vis ? "\")" : "");
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuInit", "CUDA driver");
+	r = cuDeviceGetByPCIBusId(&dev, name);
+	if (r == CUDA_ERROR_INVALID_DEVICE || r == CUDA_ERROR_INVALID_VALUE ||
+	    r == CUDA_ERROR_NO_DEVICE)
+		return UPCIE_FAIL(
+		    -ENODEV, "gpu: no GPU at %s among the GPUs this process sees%s%s%s", name,
+		    vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "");
+	if (r != CUDA_SUCCESS)
+		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceGetByPCIBusId", "GPU at %s", name);
+	*ordinal = (int)dev; /* a CUdevice is its ordinal */
+	return 0;
+}
+
+/* upcie_gpu_cuda_dev_open() of the GPU at PCI address `pci` (upcie_gpu_cuda_ordinal_by_pci()). */
+static inline int upcie_gpu_cuda_dev_open_pci(struct upcie_gpu_cuda_dev *d, const char *pci)
+{
+	int ordinal = -1, err;
+
+	if (!d)
+		return UPCIE_FAIL(-EINVAL, "gpu: NULL device");
+	memset(d, 0, sizeof(*d));
+	err = upcie_gpu_cuda_ordinal_by_pci(pci, &ordinal);
+	return err ? err : upcie_gpu_cuda_dev_open(d, ordinal);
 }
 
 /* Release the primary context if upcie retained it. A zeroed device is a no-op. */

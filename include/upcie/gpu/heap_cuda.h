@@ -71,12 +71,13 @@ enum upcie_gpu_cuda_xlate {
 };
 
 struct upcie_gpu_cuda_opts {
-	int gpu_id;		   /* CUDA device ordinal */
+	int gpu_id;		   /* CUDA device ordinal (when gpu_pci is NULL) */
 	uint64_t device_heap_size; /* 0: 1 GiB; rounded up to 64 KiB */
 	uint64_t host_heap_size;   /* 0: 1 GiB; rounded up to the hugepage size */
 	enum upcie_gpu_cuda_xlate xlate;
 	uint64_t iova_offset;			      /* OFFSET only */
 	const struct upcie_hugepage_opts *host_pages; /* NULL: hugetlb memfd, default size */
+	const char *gpu_pci; /* NULL: gpu_id; else the GPU's PCI address ("0000:41:00.0") */
 };
 
 /* Page ranges of device registers (doorbells) mapped for the GPU, shared by reference. */
@@ -482,7 +483,8 @@ fail:
 }
 
 /*
- * Open the provider on GPU opts->gpu_id. The first open in the process sets up the GPU, both
+ * Open the provider on GPU opts->gpu_id, or on the GPU at PCI address opts->gpu_pci when that is
+ * set (-ENODEV when the process does not see it: CUDA_VISIBLE_DEVICES). The first open in the process sets up the GPU, both
  * heaps and the registry with these options; later opens take a reference and must name the same
  * GPU and translation (-EINVAL otherwise). Returns 0; -ENOENT (IMPORT without the module);
  * -ENODEV, -EINVAL, -EOPNOTSUPP (gpu/dev_cuda.h); -ENOMEM; a hugepage or CUDA error.
@@ -498,10 +500,15 @@ static inline int upcie_gpu_cuda_open(struct upcie_gpu_cuda *gpu,
 	if (!gpu)
 		return UPCIE_FAIL(-EINVAL, "gpu: NULL handle");
 	gpu->p = NULL;
-	if (!opts) {
-		memset(&def, 0, sizeof(def));
-		opts = &def;
+	memset(&def, 0, sizeof(def));
+	if (opts)
+		def = *opts;
+	if (def.gpu_pci) {
+		err = upcie_gpu_cuda_ordinal_by_pci(def.gpu_pci, &def.gpu_id);
+		if (err)
+			return err;
 	}
+	opts = &def;
 	pthread_mutex_lock(&upcie_gpu_cuda_lock_g);
 	if (p->refs) {
 		if (opts->gpu_id != p->dev.ordinal || opts->xlate != p->xlate)
