@@ -84,6 +84,15 @@ struct answer {
 	char heap_gpu[32]; /* the GPU it opened */
 };
 
+static char last_err[256];
+
+static void keep_err(enum upcie_log_level level, const char *msg, void *ctx)
+{
+	(void)ctx;
+	if (level == UPCIE_LOG_ERROR)
+		snprintf(last_err, sizeof(last_err), "%s", msg);
+}
+
 static void child(int fd, const char *heap_pci)
 {
 	struct upcie_gpu_cuda_dev d;
@@ -92,7 +101,7 @@ static void child(int fd, const char *heap_pci)
 	FILE *f = fdopen(fd, "w");
 	int ord, err;
 
-	upcie_log_set_level(UPCIE_LOG_NONE);
+	upcie_log_set_handler(keep_err, NULL);
 	err = upcie_gpu_cuda_dev_open(&d, 0);
 	fprintf(f, "open0=%d\npci0=%s\n", err, err ? "-" : d.pci_name);
 	upcie_gpu_cuda_dev_close(&d);
@@ -113,6 +122,8 @@ static void child(int fd, const char *heap_pci)
 		err = upcie_gpu_cuda_open(&gpu, &o);
 		fprintf(f, "heap=%d\nheapgpu=%s\n", err,
 			err ? "-" : upcie_gpu_cuda_device(&gpu)->pci_name);
+		if (err)
+			fprintf(f, "# the provider said: %s\n", last_err);
 		if (!err)
 			upcie_gpu_cuda_close(&gpu);
 	}
@@ -150,7 +161,9 @@ static int run(const char *vis, const char *heap_pci, struct answer *a)
 		int i, v;
 
 		line[strcspn(line, "\n")] = '\0';
-		if (sscanf(line, "open0=%d", &v) == 1)
+		if (line[0] == '#')
+			printf("%s\n", line);
+		else if (sscanf(line, "open0=%d", &v) == 1)
 			a->open0 = v;
 		else if (!strncmp(line, "pci0=", 5))
 			snprintf(a->pci0, sizeof(a->pci0), "%.31s", line + 5);
