@@ -425,6 +425,10 @@ static void test_context(void)
 	upcie_gpu_cuda_close(&gpu); /* zeroed: no-op */
 	CHECK(upcie_gpu_cuda_proc_g.refs == 0 && upcie_gpu_cuda_proc_g.dbase == 0,
 	      "the last close frees the heaps");
+	cur = NULL;
+	cuCtxGetCurrent(&cur);
+	CHECK(cur == NULL, "and leaves no context current (the open had made the primary current; "
+			   "released, it may be destroyed)");
 
 	/* A current context of our own: the heap goes there and it stays current. */
 	popped = NULL;

@@ -125,6 +125,7 @@ struct upcie_gpu_cuda_dev {
 	CUcontext ctx;	   /* the context upcie allocates in */
 	int ordinal;	   /* CUDA device ordinal */
 	bool primary;	   /* ctx is the primary context, retained by upcie */
+	bool made_current; /* upcie made ctx current on the opening thread */
 	bool live;	   /* opened */
 	uint64_t vram;	   /* bytes of device memory (cuDeviceTotalMem) */
 	uint64_t bar1;	   /* bytes of the BAR1 window (sysfs) */
@@ -222,6 +223,7 @@ static inline int upcie_gpu_cuda_ctx_choose_(struct upcie_gpu_cuda_dev *d)
 	}
 	d->ctx = prim;
 	d->primary = true;
+	d->made_current = true;
 	return 0;
 }
 
@@ -335,11 +337,19 @@ static inline int upcie_gpu_cuda_dev_open_pci(struct upcie_gpu_cuda_dev *d, cons
 	return err ? err : upcie_gpu_cuda_dev_open(d, ordinal);
 }
 
-/* Release the primary context if upcie retained it. A zeroed device is a no-op. */
+/*
+ * Release the primary context if upcie retained it; where upcie made it current and it still is
+ * on the calling thread, leave no context current there (a released primary context may be
+ * destroyed, and a later open would find it current). A zeroed device is a no-op.
+ */
 static inline void upcie_gpu_cuda_dev_close(struct upcie_gpu_cuda_dev *d)
 {
+	CUcontext cur = NULL;
+
 	if (!d || !d->live)
 		return;
+	if (d->made_current && cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == d->ctx)
+		cuCtxSetCurrent(NULL);
 	if (d->primary)
 		cuDevicePrimaryCtxRelease(d->dev);
 	memset(d, 0, sizeof(*d));
