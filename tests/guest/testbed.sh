@@ -801,7 +801,7 @@ cmd_build_iouring() {
 			mv "$dir/stage/$(basename "$SRC")" "$src"
 		else
 			# what differs: copied over (new files too), what only the old tree has: removed
-			diff -rq "$dir/stage/$(basename "$SRC")" "$src" | while IFS= read -r line; do
+			{ diff -rq "$dir/stage/$(basename "$SRC")" "$src" || true; } | while IFS= read -r line; do
 				case $line in
 				"Files $dir/stage/"*" differ")
 					f=${line#"Files $dir/stage/$(basename "$SRC")/"}

@@ -12,6 +12,10 @@
 #
 # configs: A C U
 # timeout: 300
+# The series' nvme driver syncs the dma-buf's addresses with dma_sync_single_for_device(), which
+# the exporter mapped as a scatter list (udmabuf: dma_map_sgtable for the NVMe): DMA-API
+# debugging on U reports it once. A defect of the series, not of this case (docs/guide-iouring.md).
+# dmesg-allow: WARNING: at check_sync[+]
 # shellcheck source=../lib/tb.sh
 . /tests/lib/tb.sh
 

@@ -59,6 +59,19 @@ EDITS = [
      "\tif (imu->flags & IO_REGBUF_F_KBUF || !ctx->user)\n\t\treturn 0;\n",
      "\tif (imu->flags & (IO_REGBUF_F_KBUF | IO_REGBUF_F_DMABUF) || !ctx->user)\n\t\treturn 0;\n",
      2),
+    # A fixed read or write is imported again when it is issued again (the block layer's -EAGAIN
+    # for a nowait bio it would have to split, then io-wq): each import took a reference to the
+    # dma-buf's map and only the last was dropped, so the map never went and unregistering hung
+    # in io_dmabuf_token_release_work. A request keeps the map it already holds.
+    ("io_uring/rsrc.c",
+     "\tmap = io_dmabuf_get_map(&db->token);\n",
+     "\tif (req->flags & REQ_F_DROP_DMABUF) {\n"
+     "\t\t/* issued again: keep the map this request holds a reference to */\n"
+     "\t\tiov_iter_dmabuf_map(iter, ddir, req->dmabuf_map, offset, len);\n"
+     "\t\treturn 0;\n"
+     "\t}\n"
+     "\tmap = io_dmabuf_get_map(&db->token);\n",
+     1),
     # io_register_dmabuf()'s error path frees an imu taken from the cache before its nr_bvecs
     # was set; io_free_imu() decides by nr_bvecs whether it came from the cache.
     ("io_uring/rsrc.c",
