@@ -58,7 +58,7 @@ EDITS = [
     ("io_uring/rsrc.c",
      "\tif (imu->flags & IO_REGBUF_F_KBUF || !ctx->user)\n\t\treturn 0;\n",
      "\tif (imu->flags & (IO_REGBUF_F_KBUF | IO_REGBUF_F_DMABUF) || !ctx->user)\n\t\treturn 0;\n",
-     2),
+     2, "huge-page accounting skips dma-buf buffers"),
     # A fixed read or write is imported again when it is issued again (the block layer's -EAGAIN
     # for a nowait bio it would have to split, then io-wq): each import took a reference to the
     # dma-buf's map and only the last was dropped, so the map never went and unregistering hung
@@ -71,13 +71,13 @@ EDITS = [
      "\t\treturn 0;\n"
      "\t}\n"
      "\tmap = io_dmabuf_get_map(&db->token);\n",
-     1),
+     1, "a request issued again keeps its map"),
     # io_register_dmabuf()'s error path frees an imu taken from the cache before its nr_bvecs
     # was set; io_free_imu() decides by nr_bvecs whether it came from the cache.
     ("io_uring/rsrc.c",
      "err:\n\tkfree(regbuf);\n\tif (imu)\n\t\tio_free_imu(ctx, imu);\n",
      "err:\n\tkfree(regbuf);\n\tif (imu) {\n\t\timu->nr_bvecs = 0;\n\t\tio_free_imu(ctx, imu);\n\t}\n",
-     1),
+     1, "the registration's error path sets nr_bvecs before freeing"),
 ]
 
 
@@ -203,21 +203,21 @@ def main():
             hunks = parse_rej(f.read())
         os.unlink(rej)
         print(f"{p}: {len(hunks)} hunk(s) rejected by patch, ported:")
-        for fname, items in hunks:
+        for idx, (fname, items) in enumerate(hunks, 1):
             added = next((b for t, b in items if t == "+"), "").strip()
             key = (num, fname, added)
             if key in OWN:
                 ok = own_edit(tree, fname, *OWN[key])
-                print(f"  {fname}: '{added[:50]}': own edit for the newer code" + ("" if ok else " FAILED"))
+                print(f"  {fname}: rejected hunk {idx}: own edit for the newer code" + ("" if ok else " FAILED"))
                 failed += not ok
                 continue
             old, new = rewrite(items)
             res = apply_hunk(tree, fname, old, new)
             if res is None:
-                print(f"  {fname}: '{added[:50]}': FAILED, no unique place")
+                print(f"  {fname}: rejected hunk {idx}: FAILED, no unique place")
                 failed += 1
             else:
-                print(f"  {fname}: '{added[:50]}': rewritten, context trimmed {res[0]}+{res[1]}")
+                print(f"  {fname}: rejected hunk {idx}: rewritten, context trimmed {res[0]}+{res[1]}")
     touched = set()
     for p in patches:
         if p[:4] in UPSTREAM:
@@ -234,18 +234,18 @@ def main():
         if out != text:
             with open(path, "w") as f:
                 f.write(out)
-            print(f"renamed in {fname}: {', '.join(rx.pattern for rx, _ in RENAMES)}")
-    for fname, old, new, count in EDITS:
+            print(f"renamed in {fname}: bi_bvec_done -> bi_offset")
+    for fname, old, new, count, why in EDITS:
         path = os.path.join(tree, fname)
         with open(path) as f:
             text = f.read()
         if text.count(old) != count:
-            print(f"edit {fname}: expected {count} place(s), found {text.count(old)}: FAILED")
+            print(f"edit {fname} ({why}): expected {count} place(s), found {text.count(old)}: FAILED")
             failed += 1
             continue
         with open(path, "w") as f:
             f.write(text.replace(old, new))
-        print(f"edit {fname}: {count} place(s): {new.strip().splitlines()[0][:60]}")
+        print(f"edit {fname}: {count} place(s): {why}")
     if failed:
         sys.exit(f"iouring-port: {failed} hunk(s) or edit(s) failed")
     print("iouring-port: done")
