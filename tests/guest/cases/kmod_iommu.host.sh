@@ -9,14 +9,7 @@ set -u
 # shellcheck source=../lib/tb.sh
 . "$TB_LIB/tb.sh"
 
-check() { # DESC FILE TAG OFFSET LEN [AT]
-	local out
-	if out=$("$TB_PAT" check "$2" "$3" "$4" "$5" ${6:+"$6"} 2>&1); then
-		tap_ok "$1"
-	else
-		tap_fail "$1" "$out"
-	fi
-}
+check() { tb_pat_check "$@"; } # DESC FILE TAG OFFSET LEN [AT]
 
 vram=$(tb_img vram)
 vsize=$(stat -c %s "$vram")

@@ -15,14 +15,7 @@ if [ "$TB_CONFIG" != U ]; then
 	exit 0
 fi
 MiB=$((1 << 20))
-check() { # DESC IMG TAG OFF LEN [AT]
-	local out
-	if out=$("$TB_PAT" check "$2" "$3" "$4" "$5" ${6:+"$6"} 2>&1); then
-		tap_ok "$1"
-	else
-		tap_fail "$1" "$out"
-	fi
-}
+check() { tb_pat_check "$@"; } # DESC FILE TAG OFFSET LEN [AT]
 img=$(tb_img c0n1)
 size=$(stat -c %s "$img")
 check "c0n1.img [0, 8 MiB) untouched" "$img" "$(tb_tag c0n1)" 0 $((8 * MiB))

@@ -99,6 +99,14 @@ tap_done() {
 
 # ---------------------------------------------------------------------------
 
+tb_pat_check() { # DESC FILE TAG OFFSET LEN [AT] (host): FILE [AT, +LEN) holds the pattern of [OFFSET, +LEN)
+	if _tb_out=$("$TB_PAT" check "$2" "$3" "$4" "$5" ${6:+"$6"} 2>&1); then
+		tap_ok "$1"
+	else
+		tap_fail "$1" "$_tb_out"
+	fi
+}
+
 tb_tag() { # NAME -> 8-byte pattern tag
 	case $1 in
 	pmr) echo "pmr_${TB_NONCE}" ;;
