@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# the device run of 2026-12-02 ~06:52 UTC (tools run it from the repository root)
+# the device run of 2026-12-02 ~06:52 UTC, as it ran: from a folder one level below the repository root
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/out}
