@@ -4,7 +4,8 @@
  * (reads of a file, checked byte for byte); the dma-buf probe agrees with a second, independent
  * question to the kernel and leaves the caller's ring alone; the table refuses what it must
  * before the kernel sees it (slots, IOPOLL, targets, ranges, a full SQ, unregistering with I/O
- * in flight) and accounts in-flight I/O through real completions. The dma-buf I/O itself needs
+ * in flight) and accounts in-flight I/O through real completions; spurious -EAGAIN results are
+ * injected into a ring of the test's own memory. The dma-buf I/O itself needs
  * a kernel with the series: the guest case uring_dmabuf on configuration U.
  */
 #include <upcie/uring/dmabuf.h>
@@ -264,6 +265,93 @@ static void test_table_checks(void)
 		close(fd);
 }
 
+/*
+ * Spurious -EAGAIN, injected: a ring whose CQ and SQ are this test's memory (the descriptor is a
+ * real, idle ring, so the submit the reap makes finds nothing to take). Each -EAGAIN CQE of an
+ * I/O must come back as the same SQE again, not as a result, up to
+ * UPCIE_URING_DMABUF_REISSUE_MAX times; then, or when the SQ has no free entry, the I/O ends
+ * with -EAGAIN.
+ */
+static void test_reissue(void)
+{
+	static struct io_uring_sqe sqes[4];
+	static struct io_uring_cqe cqes[8];
+	static unsigned sq_array[4];
+	unsigned sq_head = 0, sq_tail = 0, cq_head = 0, cq_tail = 0, k, same = 1;
+	struct upcie_uring real, r;
+	struct upcie_uring_dmabufs t;
+	struct upcie_uring_dmabuf_io io, *done[2];
+	int n, fd = open("/dev/null", O_RDWR);
+
+	CHECK_EQ(upcie_uring_init(&real, 2, 0), 0, "an idle ring for the descriptor");
+	memset(&r, 0, sizeof(r));
+	r.fd = real.fd;
+	r.sq_entries = 4;
+	r.cq_entries = 8;
+	r.sqes = sqes;
+	r.sq_head = &sq_head;
+	r.sq_tail = &sq_tail;
+	r.sq_mask = 3;
+	r.sq_array = sq_array;
+	r.cq_head = &cq_head;
+	r.cq_tail = &cq_tail;
+	r.cq_mask = 7;
+	r.cqes = cqes;
+	memset(&t, 0, sizeof(t));
+	t.ring = &r;
+	t.nslots = 2;
+	t.slot[1].size = 1 << 20;
+	t.slot[1].target_fd = fd;
+	t.used = 1;
+	memset(&io, 0, sizeof(io));
+	io.slot = 1;
+	io.op = UPCIE_URING_DMABUF_WRITE;
+	io.buf_off = 8192;
+	io.file_off = 4096;
+	io.len = 4096;
+	CHECK_EQ(upcie_uring_dmabuf_queue(&t, &io), 0, "an I/O queued on the injected ring");
+	sq_head = r.sq_local_tail; /* "the kernel took it" */
+	for (k = 0; k < UPCIE_URING_DMABUF_REISSUE_MAX; k++) {
+		struct io_uring_sqe *q;
+
+		cqes[cq_tail & 7].user_data = (uint64_t)(uintptr_t)&io;
+		cqes[cq_tail & 7].res = -EAGAIN;
+		cq_tail++;
+		n = upcie_uring_dmabuf_reap(&t, done, 2, 0);
+		q = &sqes[(r.sq_local_tail - 1) & 3];
+		if (n != 0 || io.reissued != k + 1 || q->opcode != IORING_OP_WRITE_FIXED ||
+		    q->fd != fd || q->addr != 8192 || q->len != 4096 || q->off != 4096 ||
+		    q->buf_index != 1 || q->user_data != (uint64_t)(uintptr_t)&io)
+			same = 0;
+		sq_head = r.sq_local_tail;
+	}
+	CHECK(same, "%u spurious -EAGAIN: each issued again as the same SQE, none returned",
+	      UPCIE_URING_DMABUF_REISSUE_MAX);
+	CHECK(t.reissued == UPCIE_URING_DMABUF_REISSUE_MAX && t.inflight == 1 &&
+		  t.slot[1].inflight == 1,
+	      "counted (%" PRIu64 "), the I/O still in flight", t.reissued);
+	cqes[cq_tail & 7].user_data = (uint64_t)(uintptr_t)&io;
+	cqes[cq_tail & 7].res = -EAGAIN;
+	cq_tail++;
+	n = upcie_uring_dmabuf_reap(&t, done, 2, 0);
+	CHECK(n == 1 && done[0] == &io && io.res == -EAGAIN && t.inflight == 0,
+	      "one more: the I/O ends with -EAGAIN (%d, %d)", n, io.res);
+
+	/* a full SQ: no entry to issue it again, so it ends */
+	CHECK_EQ(upcie_uring_dmabuf_queue(&t, &io), 0, "queued again");
+	sq_head = r.sq_local_tail;
+	for (k = 0; k < 4; k++)
+		upcie_uring_sqe(&r); /* four SQEs handed out, none taken */
+	cqes[cq_tail & 7].user_data = (uint64_t)(uintptr_t)&io;
+	cqes[cq_tail & 7].res = -EAGAIN;
+	cq_tail++;
+	n = upcie_uring_dmabuf_reap(&t, done, 2, 0);
+	CHECK(n == 1 && io.res == -EAGAIN && io.reissued == 0 && t.inflight == 0,
+	      "-EAGAIN with the SQ full: ends with -EAGAIN, not lost (%d, %d)", n, io.res);
+	upcie_uring_fini(&real);
+	close(fd);
+}
+
 static void test_nvme_bdf(void)
 {
 	struct upcie_pci_bdf bdf;
@@ -280,6 +368,7 @@ int main(void)
 	test_ring();
 	test_probe();
 	test_table_checks();
+	test_reissue();
 	test_nvme_bdf();
 	return check_done();
 }
