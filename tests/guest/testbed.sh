@@ -28,9 +28,9 @@ readonly JOBS=${UPCIE_TESTBED_JOBS:-$(nproc)}
 # guests never run in parallel on this machine, whatever the cache and work dirs
 readonly GUEST_LOCK=${UPCIE_TESTBED_GUEST_LOCK:-/run/lock/upcie-testbed-guests.lock}
 readonly CONFIGS=(A B C D)  # what 'run' boots by default
-# K: the debug kernel (build-debug; run --config K); U: the io_uring dma-buf kernel
-# (build-iouring; run --config U); extra tiers, booted only when named
-readonly ALL_CONFIGS=(A B C D K U)
+# K: the debug kernel (build-debug; run --config K); U and V: the io_uring dma-buf kernel
+# (build-iouring; run --config U), V with identity IOMMU domains; extra tiers, booted only when named
+readonly ALL_CONFIGS=(A B C D K U V)
 # dmesg lines that fail a case unless the case allows them ("# dmesg-allow: ERE"): warnings and
 # BUG reports (KASAN, lockdep, sleeping in atomic context, DMA-API debugging, soft lockups),
 # oopses, IOMMU faults, panics, hung tasks
@@ -40,24 +40,25 @@ readonly GUEST_MODULES="nvme uio_pci_generic vfio_pci vfio_iommu_type1 vgem udma
 
 # machine configurations: kernel slot, vIOMMU, out-of-tree iommufd/vfio modules; D also has
 # the vIOMMU in passthrough (identity default domains), two NUMA nodes and the D-only devices
-declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61 [K]=k7d [U]=k7u)
-declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1 [K]=1 [U]=1)
+declare -A CFG_SLOT=([A]=k61 [B]=k61 [C]=k7 [D]=k61 [K]=k7d [U]=k7u [V]=k7u)
+declare -A CFG_IOMMU=([A]=0 [B]=1 [C]=1 [D]=1 [K]=1 [U]=1 [V]=1)
 # guests are told (tb_oot) whether iommufd and the vfio cdev exist; C gets them from the
 # out-of-tree rebuild, K's and U's kernels have them themselves
-declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0 [K]=1 [U]=1)
-declare -A CFG_OOTDIR=([A]=0 [B]=0 [C]=1 [D]=0 [K]=0 [U]=0)
+declare -A CFG_OOT=([A]=0 [B]=0 [C]=1 [D]=0 [K]=1 [U]=1 [V]=1)
+declare -A CFG_OOTDIR=([A]=0 [B]=0 [C]=1 [D]=0 [K]=0 [U]=0 [V]=0)
 # case timeouts are multiplied by this (KASAN and lockdep under TCG are slow)
-declare -A CFG_TSCALE=([A]=1 [B]=1 [C]=1 [D]=1 [K]=${UPCIE_TESTBED_K_TIMEOUT_SCALE:-4} [U]=1)
+declare -A CFG_TSCALE=([A]=1 [B]=1 [C]=1 [D]=1 [K]=${UPCIE_TESTBED_K_TIMEOUT_SCALE:-4} [U]=1 [V]=1)
 # QEMU CPU model ('' = QEMU's default): the PCI core allows peer-to-peer DMA through q35's host
 # bridge only on AMD Zen (drivers/pci/p2pdma.c), which K and U need for vfio-pci's BAR dma-bufs
-declare -A CFG_CPU=([A]= [B]= [C]= [D]= [K]=qemu64,family=23 [U]=qemu64,family=23)
+declare -A CFG_CPU=([A]= [B]= [C]= [D]= [K]=qemu64,family=23 [U]=qemu64,family=23 [V]=qemu64,family=23)
 declare -A CFG_TEXT=(
 	[A]="6.1, no IOMMU"
 	[B]="6.1, intel-iommu (translating)"
 	[C]="7.x, intel-iommu (translating), out-of-tree iommufd + vfio cdev"
 	[D]="6.1, intel-iommu passthrough (iommu=pt), 2 NUMA nodes; also NVMe c4 on node 1 (throttled reads) and NVMe c5 + ivshmem vrm2 as one multi-function device (one IOMMU group)"
 	[K]="7.x debug kernel (KASAN, lockdep, DMA-API debug; build-debug), intel-iommu, iommufd + vfio cdev"
-	[U]="7.x with the io_uring dma-buf registered-buffer series (build-iouring), intel-iommu, iommufd + vfio cdev"
+	[U]="7.x with the io_uring dma-buf registered-buffer series (build-iouring), intel-iommu, iommufd + vfio cdev; also NVMe c6 + ivshmem vrm3 behind one PCIe switch"
+	[V]="U's kernel and devices with intel-iommu in passthrough (iommu=pt): peer-to-peer DMA through the switch reaches the BAR"
 )
 
 # emulated device layout; the guest learns it from the kernel command line
@@ -83,6 +84,10 @@ readonly NAMESPACES_D=(
 	"c5n1 c5 1 512 0 8M"
 )
 readonly VRM2_SIZE=16M C4_READ_BPS=262144
+# configuration U only: NVMe c6 and ivshmem vrm3 behind one PCIe switch (a root port, an x3130
+# upstream port, two xio3130 downstream ports), for peer-to-peer DMA through a switch
+readonly BDF_C6=0000:03:00.0 BDF_VRM3=0000:04:00.0 SN_C6=cafe0006 VRM3_SIZE=16M
+readonly NAMESPACES_U=("c6n1 c6 1 512 0 8M")
 # The faulty controller c2, only on boots of cases that ask for it ("# devices: faulty"): c2n1
 # fails reads and writes at fixed sectors (QEMU blkdebug, errno EIO: QEMU posts Unrecovered Read
 # Error and Write Fault), c2n2 is throttled to C2_IOPS commands per second (slow commands).
@@ -1196,6 +1201,7 @@ boot_scale() { boot_devices "$1" scale; }   # s1..s7
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
 	[ "$1" = D ] && CFG_NS+=("${NAMESPACES_D[@]}")
+	case $1 in U | V) CFG_NS+=("${NAMESPACES_U[@]}") ;; esac
 	if boot_faulty "$2"; then
 		CFG_NS+=("${NAMESPACES_FAULTY[@]}")
 	fi
@@ -1228,6 +1234,9 @@ make_backing_files() { # RUNDIR NONCE CONFIG CASES : fresh pattern-filled files 
 	"$WORK/build/bin/tbpat" fill "$dir/pmr.img" "$PMR_SIZE" "pmr_$nonce"
 	if [ "$c" = D ]; then
 		"$WORK/build/bin/tbpat" fill "$dir/vrm2.img" "$VRM2_SIZE" "vrm2$nonce"
+	fi
+	if [ "$c" = U ] || [ "$c" = V ]; then
+		"$WORK/build/bin/tbpat" fill "$dir/vrm3.img" "$VRM3_SIZE" "vrm3$nonce"
 	fi
 }
 
@@ -1302,17 +1311,33 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		QARGS+=(-object "memory-backend-file,id=vrm2,size=$VRM2_SIZE,mem-path=$dir/vrm2.img,share=on"
 			-device "ivshmem-plain,memdev=vrm2,bus=pcie.0,addr=${BDF_VRM2:8:2}.${BDF_VRM2:11:1},multifunction=on")
 	fi
+	if [ "$c" = U ] || [ "$c" = V ]; then
+		QARGS+=(-device pcie-root-port,id=rpu,bus=pcie.0,chassis=2,addr=0xb
+			-device x3130-upstream,id=swu,bus=rpu
+			-device xio3130-downstream,id=swd1,bus=swu,chassis=3,slot=1
+			-device xio3130-downstream,id=swd2,bus=swu,chassis=3,slot=2
+			-device "nvme,id=c6,serial=$SN_C6,bus=swd1"
+			-object "memory-backend-file,id=vrm3,size=$VRM3_SIZE,mem-path=$dir/vrm3.img,share=on"
+			-device "ivshmem-plain,memdev=vrm3,bus=swd2")
+		for ns in "${NAMESPACES_U[@]}"; do
+			read -r name ctrl nsid lbs ms size <<<"$ns"
+			QARGS+=(-drive "file=$dir/$name.img,if=none,id=$name,format=raw"
+				-device "nvme-ns,drive=$name,bus=$ctrl,nsid=$nsid,logical_block_size=$lbs,physical_block_size=$lbs")
+			nsfacts+=("$name/$nsid/$lbs/$ms/$size")
+		done
+	fi
 	# tsc=reliable: under TCG the clocksource watchdog, reading HPET on a loaded host, can call the
 	# TSC unstable mid-case; the kernel then patches sched_clock's static key while other CPUs run
 	# it, and TCG's cross-modifying code lets a CPU execute the int3 (Oops in sched_clock_cpu).
 	local append="console=ttyS0 panic=-1 quiet tsc=reliable"
 	[ "${CFG_IOMMU[$c]}" = 1 ] && append+=" intel_iommu=on"
-	[ "$c" = D ] && append+=" iommu=pt"
+	[ "$c" = D ] || [ "$c" = V ] && append+=" iommu=pt"
 	append+=" tb_config=$c tb_cases=$cases tb_nonce=$nonce tb_kernel=$KV tb_iommu=${CFG_IOMMU[$c]}"
 	if [ "$c" = D ]; then
 		append+=" tb_iommu_pt=1 tb_numa_nodes=2 tb_c4_bdf=$BDF_C4 tb_c4_sn=$SN_C4 tb_c4_read_bps=$C4_READ_BPS"
 		append+=" tb_c5_bdf=$BDF_C5 tb_c5_sn=$SN_C5 tb_vrm2_bdf=$BDF_VRM2 tb_vrm2_size=$VRM2_SIZE"
 	fi
+	[ "$c" = U ] || [ "$c" = V ] && append+=" tb_c6_bdf=$BDF_C6 tb_c6_sn=$SN_C6 tb_vrm3_bdf=$BDF_VRM3 tb_vrm3_size=$VRM3_SIZE"
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
@@ -1469,6 +1494,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			export TB_PAT=$WORK/build/bin/tbpat TB_LIB=$TB_DIR/lib TB_IOMMU=${CFG_IOMMU[$c]} TB_OOT=${CFG_OOT[$c]}
 			cfg_namespaces "$c" "$cases"
 			[ "$c" = D ] && CFG_NS+=(vrm2)
+			[ "$c" = U ] || [ "$c" = V ] && CFG_NS+=(vrm3)
 			for ns in "${CFG_NS[@]}" "vram" "pmr"; do
 				nsname=${ns%% *}
 				v=$(img_var "$nsname")
@@ -1507,7 +1533,7 @@ cmd_shell() { # [--config C] : an interactive guest on this terminal
 		*) die "shell: unknown argument '$1' (see --help)" ;;
 		esac
 	done
-	[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K or U)"
+	[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K, U or V)"
 	need_tools "$QEMU"
 	phase build cmd_build "$c"
 	dir=$WORK/runs/shell-$c
@@ -1537,7 +1563,7 @@ cmd_run() {
 		esac
 	done
 	for c in "${want_cfgs[@]}"; do
-		[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K or U)"
+		[[ " ${ALL_CONFIGS[*]} " == *" $c "* ]] || die "unknown configuration '$c' (A, B, C, D, K, U or V)"
 	done
 	for k in "${want_cases[@]}"; do
 		[ -f "$(case_file "$k")" ] || die "no such case: $(case_file "$k")"
@@ -1626,15 +1652,15 @@ commands:
                tests/guest/tools/iouring-port.py (tests/guest/iouring.config; cached, incremental)
   build        static test programs, upcie's kernel modules (dkms/) and the initramfs images
   kbuild-env k61|k7   print the module build environment of a guest kernel (fetched if missing)
-  run [--config A|B|C|D|K|U]... [--case NAME]... [--show] [--keep] [--group]
+  run [--config A|B|C|D|K|U|V]... [--case NAME]... [--show] [--keep] [--group]
                boot guests and run cases (default: every case on every one of A, B,
-               C and D it declares; K and U only when named); ends with "N passed, N failed, N skipped"
+               C and D it declares; K, U and V only when named); ends with "N passed, N failed, N skipped"
                  --show   stream the guest consoles
                  --keep   keep the backing files of passing boots too
                  --group  one boot per configuration for all its cases (faster,
                           less isolated: cases share the guest and the files)
   all [run options]   fetch + build-oot + build-fio + build + run
-  shell [--config A|B|C|D|K|U]   boot a guest with an interactive shell on this terminal
+  shell [--config A|B|C|D|K|U|V]   boot a guest with an interactive shell on this terminal
   help         this text
 
 configurations:
@@ -1644,6 +1670,7 @@ configurations:
   D  ${CFG_TEXT[D]}
   K  ${CFG_TEXT[K]}
   U  ${CFG_TEXT[U]}
+  V  ${CFG_TEXT[V]}
 
 environment:
   UPCIE_TESTBED_CACHE  downloads, kernels, out-of-tree modules ($CACHE)

@@ -9,7 +9,7 @@ set -u
 # shellcheck source=../lib/tb.sh
 . "$TB_LIB/tb.sh"
 
-if [ "$TB_CONFIG" != U ]; then
+if [ "$TB_CONFIG" != U ] && [ "$TB_CONFIG" != V ]; then
 	tap_skip "the images" "nothing was written on a stock kernel"
 	tap_done
 	exit 0
@@ -30,5 +30,18 @@ if [ -n "$(tb_guest_info uring_vram)" ]; then
 else
 	tap_fail "the guest reported the VRAM transfers"
 	check "c0n1.img [10 MiB, end) untouched" "$img" "$(tb_tag c0n1)" $((10 * MiB)) $((size - 10 * MiB))
+fi
+if [ -n "$(tb_guest_info uring_vram_sw)" ]; then
+	img6=$(tb_img c6n1)
+	v3=$(tb_img vrm3)
+	check "c6n1.img [4, 5) MiB holds what vrm3's BAR wrote through the switch" "$img6" "$(tb_tag uv)" $((4 * MiB)) $MiB
+	check "vrm3.img [1, 2) MiB holds c6n1 [0, 1 MiB): c6 wrote the BAR through the switch" "$v3" \
+		"$(tb_tag c6n1)" 0 $MiB $MiB
+	check "c6n1.img [0, 4 MiB) untouched" "$img6" "$(tb_tag c6n1)" 0 $((4 * MiB))
+	check "c6n1.img [5 MiB, end) untouched" "$img6" "$(tb_tag c6n1)" $((5 * MiB)) $((3 * MiB))
+elif [ "$TB_CONFIG" = V ]; then
+	tap_fail "the guest reported the transfers through the switch"
+else
+	tap_skip "the images behind the switch" "the guest skipped them under the translating IOMMU"
 fi
 tap_done

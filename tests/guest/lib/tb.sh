@@ -155,6 +155,7 @@ tb_ctrl_sn() {
 	c1*) echo "$TB_C1_SN" ;;
 	c4*) [ -n "${TB_C4_SN:-}" ] && echo "$TB_C4_SN" ;;
 	c5*) [ -n "${TB_C5_SN:-}" ] && echo "$TB_C5_SN" ;;
+	c6*) [ -n "${TB_C6_SN:-}" ] && echo "$TB_C6_SN" ;;
 	c2*) echo "${TB_C2_SN:?no faulty controller on this boot}" ;;
 	*) return 1 ;;
 	esac
