@@ -88,6 +88,7 @@ readonly VRM2_SIZE=16M C4_READ_BPS=262144
 # upstream port, two xio3130 downstream ports), for peer-to-peer DMA through a switch
 readonly BDF_C6=0000:03:00.0 BDF_VRM3=0000:04:00.0 SN_C6=cafe0006 VRM3_SIZE=16M
 readonly NAMESPACES_U=("c6n1 c6 1 512 0 8M")
+cfg_switch() { [ "$1" = U ] || [ "$1" = V ]; } # CONFIG : whether it has c6 + vrm3 behind the switch
 # The faulty controller c2, only on boots of cases that ask for it ("# devices: faulty"): c2n1
 # fails reads and writes at fixed sectors (QEMU blkdebug, errno EIO: QEMU posts Unrecovered Read
 # Error and Write Fault), c2n2 is throttled to C2_IOPS commands per second (slow commands).
@@ -1201,7 +1202,7 @@ boot_scale() { boot_devices "$1" scale; }   # s1..s7
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
 	[ "$1" = D ] && CFG_NS+=("${NAMESPACES_D[@]}")
-	case $1 in U | V) CFG_NS+=("${NAMESPACES_U[@]}") ;; esac
+	cfg_switch "$1" && CFG_NS+=("${NAMESPACES_U[@]}")
 	if boot_faulty "$2"; then
 		CFG_NS+=("${NAMESPACES_FAULTY[@]}")
 	fi
@@ -1235,7 +1236,7 @@ make_backing_files() { # RUNDIR NONCE CONFIG CASES : fresh pattern-filled files 
 	if [ "$c" = D ]; then
 		"$WORK/build/bin/tbpat" fill "$dir/vrm2.img" "$VRM2_SIZE" "vrm2$nonce"
 	fi
-	if [ "$c" = U ] || [ "$c" = V ]; then
+	if cfg_switch "$c"; then
 		"$WORK/build/bin/tbpat" fill "$dir/vrm3.img" "$VRM3_SIZE" "vrm3$nonce"
 	fi
 }
@@ -1311,7 +1312,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		QARGS+=(-object "memory-backend-file,id=vrm2,size=$VRM2_SIZE,mem-path=$dir/vrm2.img,share=on"
 			-device "ivshmem-plain,memdev=vrm2,bus=pcie.0,addr=${BDF_VRM2:8:2}.${BDF_VRM2:11:1},multifunction=on")
 	fi
-	if [ "$c" = U ] || [ "$c" = V ]; then
+	if cfg_switch "$c"; then
 		QARGS+=(-device pcie-root-port,id=rpu,bus=pcie.0,chassis=2,addr=0xb
 			-device x3130-upstream,id=swu,bus=rpu
 			-device xio3130-downstream,id=swd1,bus=swu,chassis=3,slot=1
@@ -1337,7 +1338,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		append+=" tb_iommu_pt=1 tb_numa_nodes=2 tb_c4_bdf=$BDF_C4 tb_c4_sn=$SN_C4 tb_c4_read_bps=$C4_READ_BPS"
 		append+=" tb_c5_bdf=$BDF_C5 tb_c5_sn=$SN_C5 tb_vrm2_bdf=$BDF_VRM2 tb_vrm2_size=$VRM2_SIZE"
 	fi
-	[ "$c" = U ] || [ "$c" = V ] && append+=" tb_c6_bdf=$BDF_C6 tb_c6_sn=$SN_C6 tb_vrm3_bdf=$BDF_VRM3 tb_vrm3_size=$VRM3_SIZE"
+	cfg_switch "$c" && append+=" tb_c6_bdf=$BDF_C6 tb_c6_sn=$SN_C6 tb_vrm3_bdf=$BDF_VRM3 tb_vrm3_size=$VRM3_SIZE"
 	append+=" tb_oot=${CFG_OOT[$c]} tb_c0_bdf=$BDF_C0 tb_c0_sn=$SN_C0 tb_c1_bdf=$BDF_C1 tb_c1_sn=$SN_C1"
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
@@ -1494,7 +1495,7 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			export TB_PAT=$WORK/build/bin/tbpat TB_LIB=$TB_DIR/lib TB_IOMMU=${CFG_IOMMU[$c]} TB_OOT=${CFG_OOT[$c]}
 			cfg_namespaces "$c" "$cases"
 			[ "$c" = D ] && CFG_NS+=(vrm2)
-			[ "$c" = U ] || [ "$c" = V ] && CFG_NS+=(vrm3)
+			cfg_switch "$c" && CFG_NS+=(vrm3)
 			for ns in "${CFG_NS[@]}" "vram" "pmr"; do
 				nsname=${ns%% *}
 				v=$(img_var "$nsname")

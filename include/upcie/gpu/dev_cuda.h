@@ -43,6 +43,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,7 +295,7 @@ static inline int upcie_gpu_cuda_dev_open(struct upcie_gpu_cuda_dev *d, int ordi
 static inline int upcie_gpu_cuda_ordinal_by_pci(const char *pci, int *ordinal)
 {
 	struct upcie_pci_bdf bdf;
-	char name[UPCIE_PCI_BDF_STRLEN];
+	char name[UPCIE_PCI_BDF_STRLEN], why[160] = "";
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 	CUdevice dev;
 	CUresult r;
@@ -306,19 +307,19 @@ static inline int upcie_gpu_cuda_ordinal_by_pci(const char *pci, int *ordinal)
 	if (err)
 		return err;
 	upcie_pci_bdf_format(&bdf, name, sizeof(name));
+	if (vis)
+		snprintf(why, sizeof(why), " (CUDA_VISIBLE_DEVICES=\"%.120s\")", vis);
 	r = cuInit(0);
 	if (r == CUDA_ERROR_NO_DEVICE)
-		return UPCIE_FAIL(-ENODEV, "gpu: no GPU at %s: this process sees none%s%s%s", name,
-				  vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "",
-				  vis ? "\")" : "");
+		return UPCIE_FAIL(-ENODEV, "gpu: no GPU at %s: this process sees none%s", name,
+				  why);
 	if (r != CUDA_SUCCESS)
 		return UPCIE_GPU_CUDA_FAIL(r, "cuInit", "CUDA driver");
 	r = cuDeviceGetByPCIBusId(&dev, name);
 	if (r == CUDA_ERROR_INVALID_DEVICE || r == CUDA_ERROR_INVALID_VALUE ||
 	    r == CUDA_ERROR_NO_DEVICE)
-		return UPCIE_FAIL(
-		    -ENODEV, "gpu: no GPU at %s among the GPUs this process sees%s%s%s", name,
-		    vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "");
+		return UPCIE_FAIL(-ENODEV, "gpu: no GPU at %s among the GPUs this process sees%s",
+				  name, why);
 	if (r != CUDA_SUCCESS)
 		return UPCIE_GPU_CUDA_FAIL(r, "cuDeviceGetByPCIBusId", "GPU at %s", name);
 	*ordinal = (int)dev; /* a CUdevice is its ordinal */

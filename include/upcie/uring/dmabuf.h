@@ -98,6 +98,34 @@ UPCIE_STATIC_ASSERT(IORING_RSRC_UPDATE_EXTENDED == UPCIE_URING_RSRC_UPDATE_EXTEN
 #define UPCIE_URING_DMABUF_MAX_SIZE    (UINT64_C(1) << 40)
 #define UPCIE_URING_DMABUF_REISSUE_MAX 64u
 
+/* --- the two requests, on a ring descriptor ------------------------------------------------ */
+
+/* A sparse buffer table of `n` empty slots on ring `fd`: 0 or -errno (logs nothing). */
+static inline int upcie_uring_sparse_table_(int fd, unsigned n)
+{
+	struct io_uring_rsrc_register reg;
+
+	memset(&reg, 0, sizeof(reg));
+	reg.nr = n;
+	reg.flags = IORING_RSRC_REGISTER_SPARSE;
+	return upcie_uring_register_raw(fd, IORING_REGISTER_BUFFERS2, &reg, sizeof(reg));
+}
+
+/* One extended descriptor into `slot` of ring `fd`: the kernel's answer (1 on success) or -errno
+ * (logs nothing). */
+static inline int upcie_uring_regbuf_update_(int fd, unsigned slot,
+					     const struct upcie_uring_regbuf_desc *d)
+{
+	struct io_uring_rsrc_update2 up;
+
+	memset(&up, 0, sizeof(up));
+	up.offset = slot;
+	up.resv = UPCIE_URING_RSRC_UPDATE_EXTENDED;
+	up.data = (uint64_t)(uintptr_t)d;
+	up.nr = 1;
+	return upcie_uring_register_raw(fd, IORING_REGISTER_BUFFERS_UPDATE, &up, sizeof(up));
+}
+
 /* --- the probe ----------------------------------------------------------------------------- */
 
 /*
@@ -108,41 +136,24 @@ UPCIE_STATIC_ASSERT(IORING_RSRC_UPDATE_EXTENDED == UPCIE_URING_RSRC_UPDATE_EXTEN
  */
 static inline int upcie_uring_dmabuf_probe_once_(int *raw)
 {
-	struct upcie_uring r;
 	struct io_uring_params p;
-	struct io_uring_rsrc_register reg;
-	struct io_uring_rsrc_update2 up;
 	struct upcie_uring_regbuf_desc d;
-	int ret;
+	int fd, ret;
 
-	*raw = 0;
-	memset(&r, 0, sizeof(r));
 	memset(&p, 0, sizeof(p));
-	r.fd = upcie_uring_sys_setup_(1, &p);
-	if (r.fd < 0) {
-		*raw = r.fd;
-		return -EOPNOTSUPP;
-	}
-	memset(&reg, 0, sizeof(reg));
-	reg.nr = 1;
-	reg.flags = IORING_RSRC_REGISTER_SPARSE;
-	ret = upcie_uring_register_raw(r.fd, IORING_REGISTER_BUFFERS2, &reg, sizeof(reg));
-	if (ret < 0) {
-		*raw = ret;
-		close(r.fd);
+	fd = upcie_uring_sys_setup_(1, &p);
+	if (fd < 0) {
+		*raw = fd;
 		return -EOPNOTSUPP;
 	}
 	memset(&d, 0, sizeof(d));
 	d.type = UPCIE_URING_REGBUF_DMABUF;
 	d.dmabuf_fd = -1;
 	d.target_fd = -1;
-	memset(&up, 0, sizeof(up));
-	up.offset = 0;
-	up.resv = UPCIE_URING_RSRC_UPDATE_EXTENDED;
-	up.data = (uint64_t)(uintptr_t)&d;
-	up.nr = 1;
-	ret = upcie_uring_register_raw(r.fd, IORING_REGISTER_BUFFERS_UPDATE, &up, sizeof(up));
-	close(r.fd);
+	ret = upcie_uring_sparse_table_(fd, 1);
+	if (!ret)
+		ret = upcie_uring_regbuf_update_(fd, 0, &d);
+	close(fd);
 	*raw = ret;
 	return ret == -EBADF ? 0 : -EOPNOTSUPP;
 }
@@ -267,21 +278,6 @@ struct upcie_uring_dmabuf_io {
 	void *priv;	  /* the caller's */
 };
 
-/* Exchange one descriptor with the kernel at `slot`; its answer (1 on success) or -errno. */
-static inline int upcie_uring_dmabuf_update_(struct upcie_uring_dmabufs *t, unsigned slot,
-					     const struct upcie_uring_regbuf_desc *d)
-{
-	struct io_uring_rsrc_update2 up;
-
-	memset(&up, 0, sizeof(up));
-	up.offset = slot;
-	up.resv = UPCIE_URING_RSRC_UPDATE_EXTENDED;
-	up.data = (uint64_t)(uintptr_t)d;
-	up.nr = 1;
-	return upcie_uring_register_raw(t->ring->fd, IORING_REGISTER_BUFFERS_UPDATE, &up,
-					sizeof(up));
-}
-
 /*
  * Give `ring` a sparse buffer table of `nslots` (1..256) slots for dma-bufs. -EOPNOTSUPP on a
  * kernel without the series (upcie_uring_dmabuf_probe()), -EINVAL for an IOPOLL ring or a bad
@@ -290,7 +286,6 @@ static inline int upcie_uring_dmabuf_update_(struct upcie_uring_dmabufs *t, unsi
 static inline int upcie_uring_dmabufs_init(struct upcie_uring_dmabufs *t, struct upcie_uring *ring,
 					   unsigned nslots)
 {
-	struct io_uring_rsrc_register reg;
 	int ret;
 
 	if (!t || !ring || ring->fd < 0)
@@ -304,10 +299,7 @@ static inline int upcie_uring_dmabufs_init(struct upcie_uring_dmabufs *t, struct
 	ret = upcie_uring_dmabuf_probe();
 	if (ret)
 		return ret;
-	memset(&reg, 0, sizeof(reg));
-	reg.nr = nslots;
-	reg.flags = IORING_RSRC_REGISTER_SPARSE;
-	ret = upcie_uring_register_raw(ring->fd, IORING_REGISTER_BUFFERS2, &reg, sizeof(reg));
+	ret = upcie_uring_sparse_table_(ring->fd, nslots);
 	if (ret < 0)
 		return UPCIE_FAIL(ret, "uring: a sparse table of %u buffers: %s%s", nslots,
 				  upcie_errno_name(ret),
@@ -387,7 +379,7 @@ static inline int upcie_uring_dmabuf_register(struct upcie_uring_dmabufs *t, int
 	d.type = UPCIE_URING_REGBUF_DMABUF;
 	d.dmabuf_fd = dmabuf_fd;
 	d.target_fd = target_fd;
-	ret = upcie_uring_dmabuf_update_(t, i, &d);
+	ret = upcie_uring_regbuf_update_(t->ring->fd, i, &d);
 	if (ret != 1)
 		return UPCIE_FAIL(
 		    ret < 0 ? ret : -EIO,
@@ -425,7 +417,7 @@ static inline int upcie_uring_dmabuf_unregister(struct upcie_uring_dmabufs *t, u
 #endif
 	memset(&d, 0, sizeof(d));
 	d.type = UPCIE_URING_REGBUF_EMPTY;
-	ret = upcie_uring_dmabuf_update_(t, slot, &d);
+	ret = upcie_uring_regbuf_update_(t->ring->fd, slot, &d);
 	if (ret != 1)
 		return UPCIE_FAIL(ret < 0 ? ret : -EIO, "uring: unregistering slot %u: %s", slot,
 				  ret < 0 ? upcie_errno_name(ret) : "no slot updated");
