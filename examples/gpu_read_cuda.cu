@@ -6,13 +6,13 @@
  *   gpu_read_cuda [--path uio|type1|iommufd] [--nsid N] [--lba L] [--queues Q] [--rounds R] BDF
  *   gpu_read_cuda --null [--queues Q] [--rounds R]
  *
- * 1. GPU-issued (nvme/gqp_cuda.h): Q queue pairs whose SQ and CQ live in VRAM, each driven by one
+ * 1. GPU-issued (gpuq/gqp_cuda.h): Q queue pairs whose SQ and CQ live in VRAM, each driven by one
  *    warp of a kernel. Every lane submits a 4 KiB Read into its own place of a VRAM buffer, the
  *    warp rings the doorbell, waits for the completion (upcie_nvme_gqp_wait), and then the lane
  *    compares the 4 KiB it read with plain loads: the reap that found the completion is the
  *    ordering point the header promises, so no fence of the user's is needed. R rounds of
  *    32 reads per queue, 32 in flight per queue.
- * 2. Completion mirror (nvme/cqmirror_host_cuda.h): a CPU queue pair as usual, its Reads into
+ * 2. Completion mirror (gpuq/cqmirror_host_cuda.h): a CPU queue pair as usual, its Reads into
  *    VRAM, but the controller writes the completions into VRAM beside the data; a resident kernel
  *    of upcie copies them to the host CQ the CPU reaps. After reaping, the CPU launches a kernel
  *    that compares the data with plain loads: on a GPU that orders peer writes (checked when the
@@ -51,10 +51,10 @@
 
 #include <upcie/base/clock.h>
 #include <upcie/gpu/heap_cuda.h>
-#include <upcie/nvme/cqmirror_host_cuda.h>
+#include <upcie/gpuq/cqmirror_host_cuda.h>
 #include <upcie/nvme/ctrl.h>
-#include <upcie/nvme/gqp_cuda.h>
-#include <upcie/nvme/gqp_host_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
+#include <upcie/gpuq/gqp_host_cuda.h>
 #include <upcie/nvme/ns.h>
 #include <upcie/nvme/qpair.h>
 

@@ -6,14 +6,14 @@
  *   gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] [--queues Q] [--rounds R]
  *                [--direct] BDF
  *
- * 1. GPU-issued (nvme/gqp_hip.h): Q queue pairs driven by GPU threads, one thread per queue pair
+ * 1. GPU-issued (gpuq/gqp_hip.h): Q queue pairs driven by GPU threads, one thread per queue pair
  *    (the queue-pair core of nvme/qpair.h compiled for the GPU: one owner, as on the CPU). Each
  *    thread keeps 32 Reads of 4 KiB in flight into its part of a VRAM buffer, R rounds, reaps
  *    them, then compares what arrived with plain loads. Bridged by default (the SQ in host
  *    memory, doorbells and completions relayed by a host thread: GPUs whose runtime cannot map a
  *    peer's BAR, consumer RDNA), or --direct (the controller's doorbells mapped for the GPU and
  *    the CQ in device memory: CDNA, e.g. gfx90a).
- * 2. Completion mirror (nvme/cqmirror_host_hip.h): a CPU queue pair whose completions the
+ * 2. Completion mirror (gpuq/cqmirror_host_hip.h): a CPU queue pair whose completions the
  *    controller writes into VRAM beside the data; a resident kernel copies them to the host CQ
  *    the CPU reaps, and after reaping the CPU launches a kernel that compares the data.
  * Both compare with the same blocks read beforehand by the CPU into host memory, copied to VRAM;
@@ -40,10 +40,10 @@
 
 #include <upcie/base/clock.h>
 #include <upcie/gpu/heap_hip.h>
-#include <upcie/nvme/cqmirror_host_hip.h>
+#include <upcie/gpuq/cqmirror_host_hip.h>
 #include <upcie/nvme/ctrl.h>
-#include <upcie/nvme/gqp_hip.h>
-#include <upcie/nvme/gqp_host_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
+#include <upcie/gpuq/gqp_host_hip.h>
 #include <upcie/nvme/ns.h>
 #include <upcie/nvme/qpair.h>
 

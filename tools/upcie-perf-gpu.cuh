@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * upcie-perf's GPU-initiated mode (the CUDA build, upcie-perf-cuda): every queue pair is driven
- * by one warp of a kernel (nvme/gqp_cuda.h), its SQ in VRAM or, with --sq-host, in host memory
+ * by one warp of a kernel (gpuq/gqp_cuda.h), its SQ in VRAM or, with --sq-host, in host memory
  * mapped into the GPU, its CQ in VRAM. Each lane keeps requests in flight up to QD per queue;
  * a request's latency is taken on the GPU (%globaltimer) from its enqueue to the reap that finds
  * its completion, into a histogram in device memory. The host prints progress each second from
@@ -22,8 +22,8 @@
 #define UPCIE_TOOLS_PERF_GPU_CUH
 
 #include <upcie/gpu/heap_cuda.h>
-#include <upcie/nvme/gqp_cuda.h>
-#include <upcie/nvme/gqp_host_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
+#include <upcie/gpuq/gqp_host_cuda.h>
 
 #include "../tests/gpu/rig.cuh"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * upcie-served: owns NVMe controllers and serves their I/O queue pairs to other processes
- * (nvme/served_server.h; clients use nvme/served_client.h).
+ * (served/server.h; clients use served/client.h).
  *
  *   upcie-served BDF[,BDF...] [--dir /run/upcie | --socket PATH] [--path auto|uio|type1|iommufd]
  *                [--bind] [--mode 0660] [--group GID] [--allow-uid UID] [--max-clients N]
@@ -36,7 +36,7 @@
 #include <upcie/base/log.h>
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
-#include <upcie/nvme/served_server.h>
+#include <upcie/served/server.h>
 #include <upcie/pci/bdf.h>
 
 #define SERVED_MAX_CTRL 32

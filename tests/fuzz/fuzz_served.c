@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * libFuzzer harness: the request side of the served queue-pair server (nvme/served_server.h),
+ * libFuzzer harness: the request side of the served queue-pair server (served/server.h),
  * as a lying or broken client would talk to it. One server over the controller model lives for
  * the whole run; each input is one client connection: a sequence of messages, each a selector
  * byte and the bytes of a request (the selector picks the operation, whether the magic is kept,
@@ -13,7 +13,7 @@
  * not asked for, and the model never wrote into memory given back. ASan and UBSan report the
  * rest.
  */
-#include <upcie/nvme/served_server.h>
+#include <upcie/served/server.h>
 
 #include <stdio.h>
 #include <stdlib.h>

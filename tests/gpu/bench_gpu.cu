@@ -24,7 +24,7 @@
  */
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/cqmirror_host_cuda.h>
+#include <upcie/gpuq/cqmirror_host_cuda.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -62,8 +62,8 @@ __device__ static inline void bench_sqe_store4(struct upcie_nvme_sqe *dst,
 #define UPCIE_NVME_GQP_WMB() __threadfence_system()
 #endif
 
-#include <upcie/nvme/gqp_cuda.h>
-#include <upcie/nvme/gqp_host_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
+#include <upcie/gpuq/gqp_host_cuda.h>
 
 #include "rig.cuh"
 

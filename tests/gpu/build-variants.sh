@@ -4,7 +4,7 @@
 # build-gpu/: bench_gpu_store4 (per-lane 4-byte SQE stores), bench_gpu_scfence (batches published
 # with fence.sc.sys), and bench_gpu_mirror_<name>, each loading a completion-mirror kernel
 # compiled with other UPCIE_NVME_CQMIRROR_* settings (through the UPCIE_NVME_CQMIRROR_PTX hook of
-# nvme/cqmirror_host_cuda.h), for MIRROR_VARIANTS="name:-DX=1,-DY=2 ...". Needs nvcc.
+# gpuq/cqmirror_host_cuda.h), for MIRROR_VARIANTS="name:-DX=1,-DY=2 ...". Needs nvcc.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}

@@ -4,7 +4,7 @@
  * completion paths: the GPU-resident queue pair's reap (both forms) and the portable core's reap
  * in device code. Each reads a word of a buffer after the completion, as a caller would.
  */
-#include <upcie/nvme/gqp_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
 #include <upcie/nvme/qpair.h>
 
 struct upcie_ordchk_sink {

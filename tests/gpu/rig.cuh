@@ -3,7 +3,7 @@
  * Test rig shared by the GPU tests and benchmarks: the provider opened with the tests' own address
  * scheme (device address = virtual address + RIG_IOVA_OFFSET, UPCIE_GPU_CUDA_XLATE_OFFSET), a
  * namespace buffer, doorbells in device memory, GPU-resident queue pairs created through
- * nvme/gqp_host_cuda.h and described to the null controller as Create I/O SQ/CQ would (from their
+ * gpuq/gqp_host_cuda.h and described to the null controller as Create I/O SQ/CQ would (from their
  * device addresses), and start/stop of the controller kernel on a stream of its own.
  */
 #ifndef UPCIE_TEST_RIG_CUH
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include <upcie/gpu/heap_cuda.h>
-#include <upcie/nvme/gqp_host_cuda.h>
+#include <upcie/gpuq/gqp_host_cuda.h>
 
 #include "nullctl.cuh"
 

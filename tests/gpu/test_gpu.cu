@@ -52,9 +52,9 @@ static inline CUresult test_attr(int *v, CUdevice_attribute a, CUdevice d)
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/cqmirror_host_cuda.h>
-#include <upcie/nvme/gqp_cuda.h>
-#include <upcie/nvme/gqp_host_cuda.h>
+#include <upcie/gpuq/cqmirror_host_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
+#include <upcie/gpuq/gqp_host_cuda.h>
 #include <upcie/nvme/qpair.h>
 
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 # Disassembly check of the HIP device code: compiles tests/hip/kernels.hip for gfx1101 (RDNA3,
 # GFX11), gfx1030 (RDNA2, GFX10), gfx90a (CDNA2, GFX9), gfx940 (CDNA3, GFX9) and, where the
 # compiler has one, the generic gfx11-generic target, disassembles each code object with
-# llvm-objdump and checks the instructions the queue code depends on (gpu/arch_hip.h), not the
+# llvm-objdump and checks the instructions the queue code depends on (base/arch_hip.h), not the
 # #if that is meant to select them:
 #   RDNA  the doorbell store is the drain / glc slc dlc store / drain / buffer_gl1_inv /
 #         buffer_gl0_inv sequence, also inside the whole submit-and-wait path (SQ tail and CQ
@@ -20,7 +20,7 @@
 #         caches that load goes through invalidated in between, on every target
 #   all   never clock64(): no s_memtime, no HW_REG_SHADER_CYCLES; no call out of the object
 #         (everything builds with -nogpulib, no device library)
-#   mirror the completion mirror's kernel (nvme/cqmirror_hip.h): every load is a poll load
+#   mirror the completion mirror's kernel (gpuq/cqmirror_hip.h): every load is a poll load
 #         with the target's bits; an acquire between each entry's tag poll and its 16-byte
 #         load; each entry's 16-byte store reaches the host before its tag (RDNA: both stores
 #         glc slc dlc, the tag's after the drain; CDNA: buffer_wbl2 between them)

@@ -5,8 +5,8 @@
 #    and gfx1101 with -nogpulib (ROCm 5.2, Debian 12's, ships no GFX11 device library), and for
 #    gfx90a with the device library too; -Wall -Wextra -Werror
 #  - every HIP header (*_hip.h) alone, included twice, in a HIP translation unit for both targets
-#  - the parts a plain C program uses (nvme/bridge_hip.h, nvme/gqp_hip.h, nvme/cqmirror_hip.h,
-#    gpu/arch_hip.h) alone as C11 and C++17 with gcc and clang, as scripts/check-headers.sh
+#  - the parts a plain C program uses (gpuq/bridge_hip.h, gpuq/gqp_hip.h, gpuq/cqmirror_hip.h,
+#    base/arch_hip.h) alone as C11 and C++17 with gcc and clang, as scripts/check-headers.sh
 #    does for host headers
 #  - public names of the *_hip.h headers prefixed upcie_/UPCIE_
 #  - tests/hip/test_bridge_model.c (bridge + relay + the device queue code in CPU threads, against
@@ -81,7 +81,7 @@ else
 	sub "test_hip_host" "$tmp/thh.log" sh -c "'$hipcc' ${hipflags[*]} --offload-arch=gfx90a -nogpulib tests/hip/test_hip_host.hip -o '$tmp/thh' -lpthread >'$tmp/thh.build' 2>&1 || { cat '$tmp/thh.build'; exit 1; }; '$tmp/thh'"
 fi
 
-for h in upcie/nvme/bridge_hip.h upcie/nvme/gqp_hip.h upcie/nvme/cqmirror_hip.h upcie/gpu/arch_hip.h; do
+for h in upcie/gpuq/bridge_hip.h upcie/gpuq/gqp_hip.h upcie/gpuq/cqmirror_hip.h upcie/base/arch_hip.h; do
 	printf '#include <%s>\n#include <%s>\nint upcie_hygiene_tu_;\n' "$h" "$h" >"$tmp/t.c"
 	for c in "gcc -std=c11 -x c" "g++ -std=c++17 -x c++" "clang -std=c11 -x c" "clang++ -std=c++17 -x c++"; do
 		# shellcheck disable=SC2086
@@ -90,7 +90,7 @@ for h in upcie/nvme/bridge_hip.h upcie/nvme/gqp_hip.h upcie/nvme/cqmirror_hip.h 
 done
 
 # names: symbols of the plain-C parts, macros/tags/typedefs of every *_hip.h
-printf '#include <upcie/nvme/bridge_hip.h>\n#include <upcie/nvme/gqp_hip.h>\n#include <upcie/nvme/cqmirror_hip.h>\n#include <upcie/gpu/arch_hip.h>\n' >"$tmp/all.c"
+printf '#include <upcie/gpuq/bridge_hip.h>\n#include <upcie/gpuq/gqp_hip.h>\n#include <upcie/gpuq/cqmirror_hip.h>\n#include <upcie/base/arch_hip.h>\n' >"$tmp/all.c"
 gcc -std=c11 -Iinclude -fkeep-inline-functions -c "$tmp/all.c" -o "$tmp/all.o"
 bad=$(nm "$tmp/all.o" | awk '$2 ~ /^[TtWwDdBbVvRr]$/ {print $3}' | grep -Ev '^(upcie_|__)|\.' | sort -u | tr '\n' ' ')
 if [ -z "$bad" ]; then ok "names: functions and variables of the plain-C parts prefixed"; else

@@ -2,13 +2,13 @@
 /*
  * Kernels that exist to be compiled and disassembled (check-disasm.sh) and to prove that the HIP
  * device layer builds: each isolates one instruction sequence the queue code relies on, and the
- * last one is the whole submit-and-wait path of nvme/gqp_hip.h; the completion mirror's kernel is
+ * last one is the whole submit-and-wait path of gpuq/gqp_hip.h; the completion mirror's kernel is
  * instantiated too. Never launched here: no AMD GPU.
  */
-#include <upcie/nvme/cqmirror_hip.h>
-#include <upcie/nvme/gqp_hip.h>
+#include <upcie/gpuq/cqmirror_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
 
-/* The completion mirror's resident kernel (nvme/cqmirror_hip.h), as the host side launches it. */
+/* The completion mirror's resident kernel (gpuq/cqmirror_hip.h), as the host side launches it. */
 template __global__ void upcie_nvme_cqmirror_hip_kernel<0>(struct upcie_nvme_cqmirror_hip_table *);
 
 /* The doorbell store (RDNA: drain, glc slc dlc store, GL1/GL0 invalidate). */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Host-thread test of the HIP doorbell bridge and completion relay (nvme/bridge_hip.h) with the
- * HIP device layer's queue code (nvme/gqp_hip.h, compiled as C) played by CPU threads, against
+ * Host-thread test of the HIP doorbell bridge and completion relay (gpuq/bridge_hip.h) with the
+ * HIP device layer's queue code (gpuq/gqp_hip.h, compiled as C) played by CPU threads, against
  * the in-process controller model of tests/unit (a test instrument, not a controller: the guest
  * case hip_bridge runs the same against QEMU's NVMe). The model's doorbell "registers" are
  * words in a fake BAR page that only the bridge writes.
@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <upcie/nvme/bridge_hip.h>
+#include <upcie/gpuq/bridge_hip.h>
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/gqp_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
 
 #include "../unit/check.h"
 #include "../unit/nvme_model.h"

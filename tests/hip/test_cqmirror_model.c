@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The HIP completion mirror's protocol and copying (nvme/cqmirror_hip.h) on the host: the
+ * The HIP completion mirror's protocol and copying (gpuq/cqmirror_hip.h) on the host: the
  * wavefronts are played by upcie_nvme_cqmirror_hip_step() calls (one lane each), in an order the
  * test chooses, so every interleaving below is exact rather than hoped for; the controller is
  * the unit tests' model (a test instrument) writing the device CQ, and the CPU's queue pair
@@ -26,7 +26,7 @@
 
 #include <upcie/base/clock.h>
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/cqmirror_hip.h>
+#include <upcie/gpuq/cqmirror_hip.h>
 #include <upcie/nvme/qpair.h>
 
 #include "../unit/check.h"

@@ -26,7 +26,7 @@ static uint64_t fake_clock(void)
 #define UPCIE_NVME_PORT_CLOCK() fake_clock()
 
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/gqp_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
 #include <upcie/nvme/qpair.h>
 
 #include "../unit/check.h"

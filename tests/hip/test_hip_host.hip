@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * Host test of the HIP provider (gpu/dev_hip.h, gpu/heap_hip.h, nvme/gqp_host_hip.h,
- * nvme/cqmirror_host_hip.h) on a machine with the HIP runtime and no AMD GPU: what can be decided
+ * Host test of the HIP provider (gpu/dev_hip.h, gpu/heap_hip.h, gpuq/gqp_host_hip.h,
+ * gpuq/cqmirror_host_hip.h) on a machine with the HIP runtime and no AMD GPU: what can be decided
  * without one. The whole-BO rule for exports (an export must cover the allocation and may exceed
  * it by one buffer object's rounding only), the LUT granule picked from a scatter list,
  * hipError_t to errno, what opening the provider answers without a GPU (-ENODEV with the HIP
@@ -9,8 +9,8 @@
  * mirror calls on a closed provider. Nothing here claims GPU behaviour.
  */
 #include <upcie/gpu/heap_hip.h>
-#include <upcie/nvme/cqmirror_host_hip.h>
-#include <upcie/nvme/gqp_host_hip.h>
+#include <upcie/gpuq/cqmirror_host_hip.h>
+#include <upcie/gpuq/gqp_host_hip.h>
 
 #include "../unit/check.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Client memory of a served-queue server (nvme/served_server.h) as the controller model sees it:
+ * Client memory of a served-queue server (served/server.h) as the controller model sees it:
  * windows of the server's address space at fixed IOVAs, put in the model's iomap before it
  * starts (the iomap is not changed while the model runs). A registration maps the client's memfd
  * into a free window; giving it back marks the window free and puts anonymous memory there.

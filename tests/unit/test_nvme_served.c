@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Served queue pairs (nvme/served_server.h, nvme/served_client.h) across real processes: the
+ * Served queue pairs (served/server.h, served/client.h) across real processes: the
  * server is a forked process that owns a controller model; clients are forked processes that
  * connect over the Unix socket, register memfds and drive their queues directly. The model's
  * view of client memory goes through windows of the server's address space; a window given back
@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <upcie/nvme/served_client.h>
-#include <upcie/nvme/served_server.h>
+#include <upcie/served/client.h>
+#include <upcie/served/server.h>
 
 #include "check.h"
 #include "nvme_ctrl_rig.h"

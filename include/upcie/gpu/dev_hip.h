@@ -15,11 +15,11 @@
  * hipDeviceTotalMem; a smaller window is -EOPNOTSUPP. UPCIE_SYSFS_ROOT moves the sysfs root.
  *
  * Wall clock: device code times its waits with the counter wall_clock64() reads
- * (gpu/arch_hip.h), at the rate hipDeviceAttributeWallClockRate reports in kHz. That attribute
+ * (base/arch_hip.h), at the rate hipDeviceAttributeWallClockRate reports in kHz. That attribute
  * is not in ROCm 5.2's headers; it is asked for by its value (10017, the slot after
  * hipDeviceAttributeFineGrainSupport), so a build against 5.2 still asks a newer runtime. A
  * runtime that does not know it leaves wall_khz 0: GPU-issued queues then refuse to start
- * (nvme/gqp_host_hip.h) unless the caller sets a measured rate.
+ * (gpuq/gqp_host_hip.h) unless the caller sets a measured rate.
  *
  * Fine-grained memory: consumer RDNA GPUs reach host memory fine-grained only with
  * HSA_FORCE_FINE_GRAIN_PCIE=1 in the environment; without it a kernel faults on the host

@@ -32,7 +32,7 @@
  * Locking: open/close take a process-wide mutex; the heaps and the registry lock themselves.
  * Needs: CUDA driver API (-lcuda), BAR1 covering VRAM, hugepages (IMPORT: also root, for
  * pagemap). Does not: map memory into an IOMMU (vfio layers do), create NVMe queues
- * (nvme/gqp_host_cuda.h, nvme/cqmirror_host_cuda.h).
+ * (gpuq/gqp_host_cuda.h, gpuq/cqmirror_host_cuda.h).
  */
 #ifndef UPCIE_GPU_HEAP_CUDA_H
 #define UPCIE_GPU_HEAP_CUDA_H
@@ -107,8 +107,8 @@ struct upcie_gpu_cuda_proc {
 	bool hregistered;
 	struct upcie_heap hheap;
 	struct upcie_gpu_cuda_iomem_ iomem[UPCIE_GPU_CUDA_IOMEM_MAX];
-	unsigned ngqp;	  /* GPU-issued queue pairs (nvme/gqp_host_cuda.h) */
-	unsigned nmirror; /* mirrored completion queues (nvme/cqmirror_host_cuda.h) */
+	unsigned ngqp;	  /* GPU-issued queue pairs (gpuq/gqp_host_cuda.h) */
+	unsigned nmirror; /* mirrored completion queues (gpuq/cqmirror_host_cuda.h) */
 	void *mirror;	  /* the mirror's state, and how to tear it down */
 	void (*mirror_fini)(struct upcie_gpu_cuda_proc *p);
 };

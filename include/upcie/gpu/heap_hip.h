@@ -32,7 +32,7 @@
  * Polled memory (upcie_gpu_hip_polled_alloc()): device memory that another agent writes and GPU
  * code polls, a completion queue in VRAM above all. Ordinary VRAM is cached in the GPU's L2, and
  * a controller's write arrives from PCIe beside it, so a poll may keep reading an old line; no
- * GFX9-GFX11 load bypasses the L2 (gpu/arch_hip.h). So each such range is an allocation of its
+ * GFX9-GFX11 load bypasses the L2 (base/arch_hip.h). So each such range is an allocation of its
  * own made uncached (hipExtMallocWithFlags, hipDeviceMallocUncached: the L2 does not hold it),
  * or fine-grained where the runtime refuses that flag (ROCm 5.2 does not know it; logged, since
  * the L2 may then still hold lines), registered as caller memory is, and checked to be
@@ -47,7 +47,7 @@
  *
  * Locking: open/close take a process-wide mutex; the heaps and the registry lock themselves.
  * Needs: the HIP runtime, a BAR covering VRAM, hugepages (IMPORT: root for pagemap). Does not:
- * map memory into an IOMMU (vfio layers do), create NVMe queues (nvme/gqp_host_hip.h).
+ * map memory into an IOMMU (vfio layers do), create NVMe queues (gpuq/gqp_host_hip.h).
  * C++ host code (hipcc, or g++/clang++ with the HIP headers).
  */
 #ifndef UPCIE_GPU_HEAP_HIP_H
@@ -137,8 +137,8 @@ struct upcie_gpu_hip_proc {
 	bool hregistered;
 	struct upcie_heap hheap;
 	struct upcie_gpu_hip_iomem_ iomem[UPCIE_GPU_HIP_IOMEM_MAX];
-	unsigned ngqp;	  /* GPU-issued queue pairs (nvme/gqp_host_hip.h) */
-	unsigned nmirror; /* mirrored completion queues (nvme/cqmirror_host_hip.h) */
+	unsigned ngqp;	  /* GPU-issued queue pairs (gpuq/gqp_host_hip.h) */
+	unsigned nmirror; /* mirrored completion queues (gpuq/cqmirror_host_hip.h) */
 	void *mirror;	  /* the mirror's state, and how to tear it down */
 	void (*mirror_fini)(struct upcie_gpu_hip_proc *p);
 };
@@ -730,7 +730,7 @@ static inline int upcie_gpu_hip_host_free(struct upcie_gpu_hip *gpu,
  * pages, shared by reference. *dptr receives the address GPU code stores to for `addr`. Returns
  * 0; -EEXIST (overlaps a mapping of other pages); -ENOSPC (table full); the mapped HIP error
  * (ROCm on consumer RDNA refuses a peer's BAR here with hipErrorInvalidValue, on 7.1 and 7.2:
- * use the doorbell bridge, nvme/bridge_hip.h).
+ * use the doorbell bridge, gpuq/bridge_hip.h).
  */
 static inline int upcie_gpu_hip_iomem_map(struct upcie_gpu_hip *gpu, volatile void *addr,
 					  size_t len, void **dptr)

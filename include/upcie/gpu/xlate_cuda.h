@@ -3,7 +3,7 @@
  * Address translation that GPU code can run: a registered range of GPU (or GPU-mapped host)
  * memory, described by its virtual base and either one base device address (arithmetic) or a
  * LUT of device addresses per granule held in device memory. Device code uses it to build PRPs
- * for the commands it submits (nvme/gqp_cuda.h); the host fills it with
+ * for the commands it submits (gpuq/gqp_cuda.h); the host fills it with
  * upcie_gpu_cuda_xlate_create() (gpu/heap_cuda.h).
  *
  * Plain data and one UPCIE_HD function: compiles as C, C++ and CUDA; needs nothing at run time.

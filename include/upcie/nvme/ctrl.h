@@ -251,7 +251,7 @@ struct upcie_nvme_ioq {
 /*
  * A queue pair whose rings live in memory the caller mapped for the controller and whose
  * commands another party drives (another process, through its own upcie_nvme_qpair on the same
- * memory): nvme/served_server.h creates its clients' queues with it.
+ * memory): served/server.h creates its clients' queues with it.
  */
 struct upcie_nvme_ioq_ext {
 	uint32_t depth;	  /* SQ and CQ entries, 2..CAP.MQES + 1 */

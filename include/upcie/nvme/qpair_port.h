@@ -7,7 +7,7 @@
  * volatile 32-bit loads/stores, CLOCK_MONOTONIC. CUDA device code (__CUDA_ARCH__): system-scope
  * fences (__threadfence_system), 16-byte vector stores cached at L2 only (st.global.cg),
  * %globaltimer (ns). HIP device code
- * (__HIP_DEVICE_COMPILE__), through gpu/arch_hip.h: system-scope fences (the builtin
+ * (__HIP_DEVICE_COMPILE__), through base/arch_hip.h: system-scope fences (the builtin
  * __threadfence_system() stands for, so no device library is needed) and a system-scope acquire
  * after the phase tag, 16-byte vector stores, doorbell stores with the RDNA cache-bypassing
  * sequence on GFX10/GFX11, completion loads with every cache-policy bit the target has
@@ -40,7 +40,7 @@
 #include <upcie/nvme/spec.h>
 
 #if defined(__HIPCC__)
-#include <upcie/gpu/arch_hip.h>
+#include <upcie/base/arch_hip.h>
 #endif
 
 #if defined(__CUDA_ARCH__)
@@ -69,7 +69,7 @@ UPCIE_HD static inline void upcie_nvme_port_wmb(void)
  * callback's loads of what the controller wrote ahead of the entry. In CUDA device code the
  * system fence is MEMBAR.SC.SYS and CCTL.IVALL (L1 invalidated: the callback's plain loads of a
  * payload are not served from stale L1 lines); in HIP device code a system-scope acquire
- * (gpu/arch_hip.h). A test may substitute another through UPCIE_NVME_PORT_DMA_RMB() (the
+ * (base/arch_hip.h). A test may substitute another through UPCIE_NVME_PORT_DMA_RMB() (the
  * negative control of the stale-read test defines it empty).
  */
 UPCIE_HD static inline void upcie_nvme_port_dma_rmb(void)

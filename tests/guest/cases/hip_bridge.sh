@@ -1,9 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
 #
-# hip_bridge: the HIP doorbell bridge and completion relay (nvme/bridge_hip.h) against the
+# hip_bridge: the HIP doorbell bridge and completion relay (gpuq/bridge_hip.h) against the
 # emulated NVMe c0, with CPU threads playing the GPU on a consumer RDNA GPU's memory layout and
-# running the HIP device layer's code (nvme/gqp_hip.h compiled as C): one I/O, 2 and 4 queues at
+# running the HIP device layer's code (gpuq/gqp_hip.h compiled as C): one I/O, 2 and 4 queues at
 # once, 8 rounds on one queue, a wrapping batch across relaunches (the stale-doorbell sequence),
 # doorbells written only on change (the poller's trace of MMIO writes checked against what the
 # launches rang), data read back and compared. A uio, B vfio type1, C vfio cdev + iommufd.

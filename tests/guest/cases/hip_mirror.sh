@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
 #
-# hip_mirror: the HIP completion mirror (nvme/cqmirror_hip.h) against the emulated NVMe c0, with
+# hip_mirror: the HIP completion mirror (gpuq/cqmirror_hip.h) against the emulated NVMe c0, with
 # CPU threads playing the resident kernel's wavefronts: the controller completes into a CQ in the
 # ivshmem BAR ("VRAM", peer to peer) beside the data, the mirror copies each entry into the host
 # CQ the CPU's queue pair reads. One, then three queues at once, a wrapping depth-8 queue, a stop

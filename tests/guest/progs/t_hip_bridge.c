@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Guest test of the HIP doorbell bridge and completion relay (nvme/bridge_hip.h) against QEMU's
+ * Guest test of the HIP doorbell bridge and completion relay (gpuq/bridge_hip.h) against QEMU's
  * emulated NVMe, with CPU threads playing the GPU on the memory layout a consumer RDNA GPU gets
- * (nvme/gqp_host_hip.h): the SQ in host memory, the controller's CQ in host memory relayed into
+ * (gpuq/gqp_host_hip.h): the SQ in host memory, the controller's CQ in host memory relayed into
  * a shadow CQ, the SQ tail and CQ head written into shadow cells that one poller per queue
  * mirrors to the controller's doorbells. The "GPU" runs the HIP device layer's own code
- * (nvme/gqp_hip.h, compiled as C): each "kernel launch" is a thread that picks the queue state
+ * (gpuq/gqp_hip.h, compiled as C): each "kernel launch" is a thread that picks the queue state
  * up where the last one left it, while the poller lives as long as the queue.
  *
  * Cases (c0, namespace 1, 512 B blocks): one I/O; 2 and 4 queues at once, a thread and a poller
@@ -31,10 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <upcie/nvme/bridge_hip.h>
+#include <upcie/gpuq/bridge_hip.h>
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
-#include <upcie/nvme/gqp_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
 #include <upcie/nvme/ns.h>
 
 #include "t_nvme_util.h"
@@ -97,7 +97,7 @@ static int hq_open(struct hq *h, uint32_t depth)
 		err = upcie_heap_alloc(&g_c.heap, (uint64_t)MAXCMD * CMD_BYTES, 4096, &h->rb);
 	if (err)
 		return err;
-	/* GPU-coherent host memory in the real thing (nvme/gqp_host_hip.h) */
+	/* GPU-coherent host memory in the real thing (gpuq/gqp_host_hip.h) */
 	h->cells = (struct upcie_nvme_bridge_cells *)aligned_alloc(64, sizeof(*h->cells));
 	h->shadow = (struct upcie_nvme_cqe *)aligned_alloc(4096, (size_t)depth * 16);
 	if (!h->cells || !h->shadow)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Guest test of the HIP completion mirror (nvme/cqmirror_hip.h) against QEMU's emulated NVMe, with
+ * Guest test of the HIP completion mirror (gpuq/cqmirror_hip.h) against QEMU's emulated NVMe, with
  * CPU threads playing the resident kernel's wavefronts on the memory layout the mirror gives a
  * real GPU: the controller's CQ and the data buffers in device memory (here the ivshmem BAR,
  * "VRAM", reached peer to peer), the host CQ in host memory, read by the CPU's own queue pair as a
@@ -33,7 +33,7 @@
 #include <upcie/base/clock.h>
 #include <upcie/mem/heap.h>
 #include <upcie/nvme/cmd.h>
-#include <upcie/nvme/cqmirror_hip.h>
+#include <upcie/gpuq/cqmirror_hip.h>
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
 #include <upcie/nvme/ns.h>

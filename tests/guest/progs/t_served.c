@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * t_served: a client of upcie-served (nvme/served_client.h) for the guest case `served`.
+ * t_served: a client of upcie-served (served/client.h) for the guest case `served`.
  *
  *   t_served io --socket S --tag NAME --lba L --blocks N [--seconds T] [--qd Q] [--as UID]
  *               [--reconnect]   (--as works for every mode)
@@ -48,7 +48,7 @@
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
 #include <upcie/nvme/ns.h>
-#include <upcie/nvme/served_client.h>
+#include <upcie/served/client.h>
 #include <upcie/pci/bdf.h>
 #include <upcie/vfio/cdev.h>
 #include <upcie/vfio/dmabuf.h>

@@ -2,7 +2,7 @@
 /*
  * Served queue pairs, the server: one process owns the controller (any path: uio, vfio type1,
  * vfio cdev + iommufd) and hands I/O queue pairs to client processes over a Unix socket
- * (nvme/served_client.h). The data path does not pass through here: a client's SQ, CQ, PRP
+ * (served/client.h). The data path does not pass through here: a client's SQ, CQ, PRP
  * lists and data live in memory the client registered (a memfd it passed; mapped here for the
  * controller), and the client submits and reaps directly. Doorbells are relayed: the client's
  * queue pair writes them into a shared relay page, a server thread forwards each new value to
@@ -31,11 +31,11 @@
  *   controller still addresses. Such a client can already aim commands at any physical address;
  *   type1 and iommufd pin the pages until the server unmaps them.
  *
- * The server's own death: see nvme/served_client.h (clients notice it through a pidfd, after
+ * The server's own death: see served/client.h (clients notice it through a pidfd, after
  * the kernel has released the device, which stops it).
  */
-#ifndef UPCIE_NVME_SERVED_SERVER_H
-#define UPCIE_NVME_SERVED_SERVER_H
+#ifndef UPCIE_SERVED_SERVER_H
+#define UPCIE_SERVED_SERVER_H
 
 #include <upcie/base/feature.h>
 
@@ -64,7 +64,7 @@
 #include <upcie/mem/hugepage.h>
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
-#include <upcie/nvme/served_proto.h>
+#include <upcie/served/proto.h>
 
 #ifndef F_GET_SEALS
 #define F_GET_SEALS 1034
@@ -1085,4 +1085,4 @@ static inline void upcie_served_fini(struct upcie_served *s)
 	upcie_served_release_(s);
 }
 
-#endif /* UPCIE_NVME_SERVED_SERVER_H */
+#endif /* UPCIE_SERVED_SERVER_H */

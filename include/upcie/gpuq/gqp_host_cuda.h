@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Host side of GPU-resident queue pairs (nvme/gqp_cuda.h): the memory and the device-resident
+ * Host side of GPU-resident queue pairs (gpuq/gqp_cuda.h): the memory and the device-resident
  * state of a queue pair that CUDA kernels drive.
  *
  * upcie_nvme_gqp_create() places the CQ in the device heap and the SQ there too, or with
@@ -26,15 +26,15 @@
  * nothing while that count stays non-zero (-EBUSY after UPCIE_NVME_GQP_DESTROY_TIMEOUT_NS). Kernels
  * launched with the queue that have not begun it yet are the caller's to finish or stop first.
  *
- * A GPU-issued queue pair and a mirrored completion queue (nvme/cqmirror_host_cuda.h) exclude each
+ * A GPU-issued queue pair and a mirrored completion queue (gpuq/cqmirror_host_cuda.h) exclude each
  * other in a process (-EBUSY). Creation and destruction are host calls from any thread; the queue
  * pair itself has one owner warp at a time (see gqp_cuda.h).
  *
  * Limits: with the LUT heap (IMPORT) an SQ of 1024 entries and a CQ of 4096 fill one 64 KiB
  * granule, the most a physically contiguous queue can be there.
  */
-#ifndef UPCIE_NVME_GQP_HOST_CUDA_H
-#define UPCIE_NVME_GQP_HOST_CUDA_H
+#ifndef UPCIE_GPUQ_GQP_HOST_CUDA_H
+#define UPCIE_GPUQ_GQP_HOST_CUDA_H
 
 #include <upcie/base/feature.h>
 
@@ -53,10 +53,10 @@
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/mem/heap.h>
-#include <upcie/nvme/gqp_cuda.h>
+#include <upcie/gpuq/gqp_cuda.h>
 #include <upcie/nvme/spec.h>
 
-/* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES: nvme/gqp_cuda.h. */
+/* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES: gpuq/gqp_cuda.h. */
 
 /* How long creation waits for its copies, and destroy for warps to leave the queue. */
 #ifndef UPCIE_NVME_GQP_SETUP_TIMEOUT_NS
@@ -411,4 +411,4 @@ static inline int upcie_nvme_gqp_destroy(struct upcie_nvme_gqp_host *h)
 	return 0;
 }
 
-#endif /* UPCIE_NVME_GQP_HOST_CUDA_H */
+#endif /* UPCIE_GPUQ_GQP_HOST_CUDA_H */

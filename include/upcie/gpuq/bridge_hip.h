@@ -21,7 +21,7 @@
  * consumed: the controller can only reuse a slot after the CQ head doorbell passed it, and that
  * doorbell is the GPU's own head, relayed.
  *
- * Plain C (pthreads): no HIP headers. nvme/gqp_host_hip.h wires it to GPU memory; a test can
+ * Plain C (pthreads): no HIP headers. gpuq/gqp_host_hip.h wires it to GPU memory; a test can
  * play the GPU with CPU threads on the same memory layout (tests/guest/progs/t_hip_bridge.c).
  * A bridge without its own thread (UPCIE_NVME_BRIDGE_MANUAL) is driven by
  * upcie_nvme_bridge_poll() from the caller's thread. Counters and an optional trace of every
@@ -29,8 +29,8 @@
  *
  * Threading: start/stop/handback from the owner; stats from any thread.
  */
-#ifndef UPCIE_NVME_BRIDGE_HIP_H
-#define UPCIE_NVME_BRIDGE_HIP_H
+#ifndef UPCIE_GPUQ_BRIDGE_HIP_H
+#define UPCIE_GPUQ_BRIDGE_HIP_H
 
 #include <upcie/base/feature.h>
 
@@ -350,4 +350,4 @@ static inline int upcie_nvme_bridge_handback(const struct upcie_nvme_bridge *b,
 	return 0;
 }
 
-#endif /* UPCIE_NVME_BRIDGE_HIP_H */
+#endif /* UPCIE_GPUQ_BRIDGE_HIP_H */

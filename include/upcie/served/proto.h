@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Served queue pairs: the wire format between the server (nvme/served_server.h, which owns the
- * controller) and its clients (nvme/served_client.h), and the doorbell relay page they share.
+ * Served queue pairs: the wire format between the server (served/server.h, which owns the
+ * controller) and its clients (served/client.h), and the doorbell relay page they share.
  *
  * Transport: a Unix SOCK_SEQPACKET socket, one request and one response per message, file
  * descriptors in SCM_RIGHTS (the client's DMA memory, a memfd; the server's relay page, a memfd;
@@ -12,8 +12,8 @@
  *
  * Both sides are the same version of these headers: a version mismatch is refused at HELLO.
  */
-#ifndef UPCIE_NVME_SERVED_PROTO_H
-#define UPCIE_NVME_SERVED_PROTO_H
+#ifndef UPCIE_SERVED_PROTO_H
+#define UPCIE_SERVED_PROTO_H
 
 #include <upcie/base/feature.h>
 
@@ -243,4 +243,4 @@ static inline ssize_t upcie_served_recv_(int sock, void *buf, size_t cap, int *f
 	return n;
 }
 
-#endif /* UPCIE_NVME_SERVED_PROTO_H */
+#endif /* UPCIE_SERVED_PROTO_H */

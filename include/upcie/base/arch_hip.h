@@ -2,8 +2,11 @@
 /*
  * AMD GPU instruction-level helpers for HIP device code: the GPU family, the wall clock, the
  * system-scope fence, the doorbell store and the completion poll load. The queue-pair core
- * (nvme/qpair_port.h) and the HIP device layer (nvme/gqp_hip.h) use these; nothing else should
- * need to know the family.
+ * (nvme/qpair_port.h) and the HIP device layer (gpuq/gqp_hip.h) use these; nothing else should
+ * need to know the family. It sits in base/ because the host driver's portable queue core needs
+ * it whenever hipcc compiles it (the host pass parses device functions too), and the host
+ * driver includes nothing from gpu/; it needs only the compiler and, under hipcc,
+ * <hip/hip_runtime.h>. The names keep the upcie_gpu_hip_ prefix: they are GPU instructions.
  *
  * Family. Decided once, here: UPCIE_GPU_HIP_GFX is 6..12 in device code (0 in host code) and
  * UPCIE_GPU_HIP_RDNA is 1 for GFX10 and GFX11. It comes from clang's family macros
@@ -41,7 +44,7 @@
  *   other GFX9    glc slc: L1 miss, L2 stream
  * No GFX9-GFX11 load bypasses the L2 itself (LLVM's AMDGPU memory model: "there is no L2 cache
  * bypass control at the ISA level"). For a CQ in VRAM the L2 is kept out by the memory's type:
- * nvme/gqp_host_hip.h and the completion mirror allocate such CQs uncached
+ * gpuq/gqp_host_hip.h and the completion mirror allocate such CQs uncached
  * (hipDeviceMallocUncached, else fine-grained). Each load waits for itself (s_waitcnt
  * vmcnt(0)) inside the assembly, since the compiler does not track loads it did not emit.
  * GFX6-GFX8 have no global memory instructions and are refused.
@@ -73,8 +76,8 @@
  * UPCIE_GPU_HIP_TEST_* macros exist for that check's negative controls only: each removes one
  * rule, and the check must then fail. Never define them in a build that runs.
  */
-#ifndef UPCIE_GPU_ARCH_HIP_H
-#define UPCIE_GPU_ARCH_HIP_H
+#ifndef UPCIE_BASE_ARCH_HIP_H
+#define UPCIE_BASE_ARCH_HIP_H
 
 #include <upcie/base/feature.h>
 
@@ -117,7 +120,7 @@
 #define UPCIE_GPU_HIP_GFX 9
 #else
 #error                                                                                             \
-    "upcie: cannot tell the GPU family of this target (no __GFXnn__ and no known __gfxNNNN__ macro): refusing to pick a doorbell sequence by default; extend gpu/arch_hip.h"
+    "upcie: cannot tell the GPU family of this target (no __GFXnn__ and no known __gfxNNNN__ macro): refusing to pick a doorbell sequence by default; extend base/arch_hip.h"
 #endif
 #else
 #define UPCIE_GPU_HIP_GFX 0 /* host code */
@@ -141,7 +144,7 @@
 
 #if UPCIE_GPU_HIP_GFX != 0 && UPCIE_GPU_HIP_GFX < 9
 #error                                                                                             \
-    "upcie: GFX6-GFX8 are not supported: no global memory instructions for the completion poll loads, and nothing here was checked on them; see gpu/arch_hip.h"
+    "upcie: GFX6-GFX8 are not supported: no global memory instructions for the completion poll loads, and nothing here was checked on them; see base/arch_hip.h"
 #endif
 
 /* The poll loads' mnemonics and cache-policy bits (see above). */
@@ -172,7 +175,7 @@
 
 #if UPCIE_GPU_HIP_GFX >= 12
 #error                                                                                             \
-    "upcie: GFX12 (RDNA4) is not supported: its doorbell store, completion poll and fence sequences (SCOPE_SYS loads/stores, global_inv/global_wb) are not written, because the compiler upcie is checked with (clang 15, ROCm 5.2) cannot target GFX12 (LLVM 18 and newer can), so they could not be proven in disassembly; see gpu/arch_hip.h"
+    "upcie: GFX12 (RDNA4) is not supported: its doorbell store, completion poll and fence sequences (SCOPE_SYS loads/stores, global_inv/global_wb) are not written, because the compiler upcie is checked with (clang 15, ROCm 5.2) cannot target GFX12 (LLVM 18 and newer can), so they could not be proven in disassembly; see base/arch_hip.h"
 #endif
 
 #if defined(__HIPCC__)
@@ -351,4 +354,4 @@ __device__ static inline void upcie_gpu_hip_store128_sys(void *p, upcie_gpu_hip_
 
 #endif /* __HIPCC__ */
 
-#endif /* UPCIE_GPU_ARCH_HIP_H */
+#endif /* UPCIE_BASE_ARCH_HIP_H */

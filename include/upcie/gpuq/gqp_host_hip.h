@@ -1,21 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Host side of GPU-issued queue pairs on AMD GPUs (nvme/gqp_hip.h): the memory, the device
+ * Host side of GPU-issued queue pairs on AMD GPUs (gpuq/gqp_hip.h): the memory, the device
  * state and, where the GPU needs it, the doorbell bridge of a queue pair that HIP kernels drive.
- * The HIP counterpart of nvme/gqp_host_cuda.h.
+ * The HIP counterpart of gpuq/gqp_host_cuda.h.
  *
  * Two placements, chosen by the caller (the GPU code is the same for both):
  * - bridged (default; consumer RDNA, where hipHostRegister refuses a peer's BAR and a peer's DMA
  *   into host memory does not snoop the GPU's caches): the SQ in the host heap (mapped for the
  *   GPU), the CQ in the host heap where the controller writes it, a shadow CQ and the two
  *   doorbell shadow cells in fine-grained host memory (hipHostMalloc coherent, touched by CPU and
- *   GPU only), and one poller thread for the queue's whole life (nvme/bridge_hip.h) that relays
+ *   GPU only), and one poller thread for the queue's whole life (gpuq/bridge_hip.h) that relays
  *   completions into the shadow and mirrors the cells to the controller's doorbells on change;
  * - direct (UPCIE_NVME_GQP_HIP_DIRECT; where the runtime maps the BAR, e.g. CDNA): the
  *   doorbells mapped for the GPU with hipHostRegisterIoMemory, the CQ in polled device memory
  *   (gpu/heap_hip.h: an uncached allocation of its own, so the GPU's L2 cannot serve a poll an
  *   old line; the poll load itself carries every cache-policy bit the target has,
- *   gpu/arch_hip.h), the SQ in the host heap; no bridge.
+ *   base/arch_hip.h), the SQ in the host heap; no bridge.
  * What it returns (sq_iova, cq_iova, depth) is what Create I/O CQ and Create I/O SQ take; the
  * controller layer issues those (and deletes the queues before destroy). `dq` is the device
  * address to hand to kernels; it stays valid across launches, which continue where the last one
@@ -30,8 +30,8 @@
  * Creation and destruction are host calls from any thread; the queue pair has one owner GPU
  * thread at a time. C++ host code with the HIP headers.
  */
-#ifndef UPCIE_NVME_GQP_HOST_HIP_H
-#define UPCIE_NVME_GQP_HOST_HIP_H
+#ifndef UPCIE_GPUQ_GQP_HOST_HIP_H
+#define UPCIE_GPUQ_GQP_HOST_HIP_H
 
 #include <upcie/base/feature.h>
 
@@ -45,8 +45,8 @@
 #include <upcie/gpu/dev_hip.h>
 #include <upcie/gpu/heap_hip.h>
 #include <upcie/mem/heap.h>
-#include <upcie/nvme/bridge_hip.h>
-#include <upcie/nvme/gqp_hip.h>
+#include <upcie/gpuq/bridge_hip.h>
+#include <upcie/gpuq/gqp_hip.h>
 #include <upcie/nvme/qpair.h>
 #include <upcie/nvme/spec.h>
 
@@ -115,7 +115,7 @@ static inline void upcie_nvme_gqp_hip_release_(struct upcie_nvme_gqp_hip_host *h
  * Create the memory, device state and (bridged) poller of a GPU-issued queue pair. The rings
  * start at tail 0, head 0, phase 1, matching queues the controller is about to create. Returns
  * 0; -EINVAL (bad depth, CIDs or doorbells); -EOPNOTSUPP (no wall-clock rate); -EBUSY (a
- * mirrored completion queue is open: nvme/cqmirror_host_hip.h); -ENOMEM (heap full); a HIP error
+ * mirrored completion queue is open: gpuq/cqmirror_host_hip.h); -ENOMEM (heap full); a HIP error
  * (direct: hipHostRegister refusing the BAR). `h` is zeroed on failure.
  */
 static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
@@ -334,4 +334,4 @@ static inline void upcie_nvme_gqp_hip_destroy(struct upcie_nvme_gqp_hip_host *h)
 	upcie_nvme_gqp_hip_release_(h);
 }
 
-#endif /* UPCIE_NVME_GQP_HOST_HIP_H */
+#endif /* UPCIE_GPUQ_GQP_HOST_HIP_H */

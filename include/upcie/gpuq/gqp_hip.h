@@ -3,18 +3,18 @@
  * GPU-issued NVMe queue pair for HIP: the portable queue-pair core (nvme/qpair.h) compiled as
  * HIP device code, plus waits on the GPU's wall clock. One GPU thread owns a queue pair at a
  * time, as one CPU thread owns one in host code; the state lives in memory that outlives a
- * kernel (device memory, set up by nvme/gqp_host_hip.h), so a queue pair is driven by one
+ * kernel (device memory, set up by gpuq/gqp_host_hip.h), so a queue pair is driven by one
  * kernel launch after another with no host work in between.
  *
  * The same code serves both placements the host side sets up:
  * - bridged: the SQ in host memory, the doorbells `sqdb`/`cqdb` are shadow cells in host memory
  *   that a host poller mirrors to the controller's doorbells, and `cq` is the shadow CQ the
- *   poller relays completions into (nvme/bridge_hip.h: GPUs that cannot map a peer's BAR, and
+ *   poller relays completions into (gpuq/bridge_hip.h: GPUs that cannot map a peer's BAR, and
  *   CQs whose peer writes the GPU would not see);
  * - direct: the doorbells are the controller's own (BAR0 mapped for the GPU with
  *   hipHostRegisterIoMemory) and the CQ lives in device memory.
  * The GPU code cannot tell them apart. The doorbell store, the completion poll load, the fences
- * and the clock are those of nvme/qpair_port.h through gpu/arch_hip.h (the RDNA store sequence
+ * and the clock are those of nvme/qpair_port.h through base/arch_hip.h (the RDNA store sequence
  * on GFX10/GFX11, GL0/GL1 invalidation before each completion load there).
  *
  * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
@@ -30,8 +30,8 @@
  * guest tests run this very code in CPU threads that play the GPU
  * (tests/guest/progs/t_hip_bridge.c).
  */
-#ifndef UPCIE_NVME_GQP_HIP_H
-#define UPCIE_NVME_GQP_HIP_H
+#ifndef UPCIE_GPUQ_GQP_HIP_H
+#define UPCIE_GPUQ_GQP_HIP_H
 
 #include <upcie/base/feature.h>
 
@@ -55,7 +55,7 @@
 /* The host stand-in's clock: nanoseconds, 10^6 kHz. */
 #define UPCIE_NVME_GQP_HIP_HOST_KHZ UINT64_C(1000000)
 
-#define UPCIE_NVME_GQP_HIP_BRIDGED 0x1u /* doorbells are shadow cells (nvme/bridge_hip.h) */
+#define UPCIE_NVME_GQP_HIP_BRIDGED 0x1u /* doorbells are shadow cells (gpuq/bridge_hip.h) */
 #define UPCIE_NVME_GQP_HIP_RELAYED 0x2u /* cq is the relayed shadow of a host CQ */
 
 /* One queue pair as GPU code drives it; every address in `qp` is a GPU address. */
@@ -206,4 +206,4 @@ UPCIE_HD static inline int upcie_nvme_gqp_hip_io(struct upcie_nvme_gqp_hip *q,
 	return upcie_nvme_cqe_ok(&c.cqe) ? 0 : -EIO;
 }
 
-#endif /* UPCIE_NVME_GQP_HIP_H */
+#endif /* UPCIE_GPUQ_GQP_HIP_H */

@@ -5,7 +5,7 @@
  * the root complex never holds a completion behind data bound elsewhere); a resident kernel copies
  * each entry, as its phase tag turns, into the host CQ that the CPU's queue pair reads. The CPU
  * keeps the queue (submissions, doorbells, reaping); the GPU never touches the controller. The
- * HIP counterpart of nvme/cqmirror_cuda.h, with the same slot protocol; nvme/cqmirror_host_hip.h
+ * HIP counterpart of gpuq/cqmirror_cuda.h, with the same slot protocol; gpuq/cqmirror_host_hip.h
  * allocates, launches and retires it.
  *
  * Protocol. The host and the kernel share a table with a slot per queue: the two CQ addresses, the
@@ -30,12 +30,12 @@
  * tag turned is copied after a system-scope acquire (each lane one 16-byte load of its entry,
  * after its tag: a controller need not write an entry in one transfer), stored to the host CQ with
  * the tag still showing the old phase, then the tag word itself with a release store (the
- * doorbell store of gpu/arch_hip.h, also used for `ack` and `taken`: on RDNA a plain store may
+ * doorbell store of base/arch_hip.h, also used for `ack` and `taken`: on RDNA a plain store may
  * linger in the GPU's write path). So the CPU, which reads the tag first, never sees a new tag
  * before the rest of the entry. A
  * controller does not reuse a slot before the CPU's head doorbell passed it, which needs this
  * copy first, so an entry with the current lap's phase is never stale. The loads are the poll
- * loads of gpu/arch_hip.h (every cache-policy bit the target has; the device CQ is uncached
+ * loads of base/arch_hip.h (every cache-policy bit the target has; the device CQ is uncached
  * memory).
  *
  * The table lives in host memory both sides reach (fine-grained), not in VRAM: the host then
@@ -51,8 +51,8 @@
  * UPCIE_NVME_CQMIRROR_HIP_TEST_* macros exist for the tests' negative controls only: each removes
  * one rule, and a test must then fail. Never define them in a build that runs.
  */
-#ifndef UPCIE_NVME_CQMIRROR_HIP_H
-#define UPCIE_NVME_CQMIRROR_HIP_H
+#ifndef UPCIE_GPUQ_CQMIRROR_HIP_H
+#define UPCIE_GPUQ_CQMIRROR_HIP_H
 
 #include <upcie/base/feature.h>
 
@@ -198,7 +198,7 @@ UPCIE_HD static inline void upcie_nvme_cqmirror_hip_acquire_(void)
 #endif
 }
 
-/* The 16-byte entry stored to the host CQ (glc slc dlc on RDNA: see gpu/arch_hip.h). */
+/* The 16-byte entry stored to the host CQ (glc slc dlc on RDNA: see base/arch_hip.h). */
 UPCIE_HD static inline void upcie_nvme_cqmirror_hip_st128_(struct upcie_nvme_cqe *dst, uint64_t lo,
 							   uint64_t hi)
 {
@@ -218,7 +218,7 @@ UPCIE_HD static inline void upcie_nvme_cqmirror_hip_st128_(struct upcie_nvme_cqe
 /*
  * A release store of a word the host polls (an entry's tag, ack, taken): everything this
  * wavefront stored before reaches the host first. On the GPU the doorbell store of
- * gpu/arch_hip.h (RDNA: drain, store past every cache level, invalidate; elsewhere a system
+ * base/arch_hip.h (RDNA: drain, store past every cache level, invalidate; elsewhere a system
  * fence and the store).
  */
 UPCIE_HD static inline void upcie_nvme_cqmirror_hip_st32_(volatile uint32_t *p, uint32_t v)
@@ -670,4 +670,4 @@ static inline uint64_t upcie_nvme_cqmirror_hip_ctl_exited(struct upcie_nvme_cqmi
 	return orphans;
 }
 
-#endif /* UPCIE_NVME_CQMIRROR_HIP_H */
+#endif /* UPCIE_GPUQ_CQMIRROR_HIP_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Served queue pairs, the client: I/O queue pairs of a controller another process owns
- * (nvme/served_server.h, e.g. the upcie-served daemon), reached over its Unix socket. Headers
+ * (served/server.h, e.g. the upcie-served daemon), reached over its Unix socket. Headers
  * only; nothing of the server is linked.
  *
  *   struct upcie_served_client cl;  struct upcie_served_mem mem;  struct upcie_served_qp qp;
@@ -34,8 +34,8 @@
  *
  * A server restarted on the same socket is a new server: connect again, register again.
  */
-#ifndef UPCIE_NVME_SERVED_CLIENT_H
-#define UPCIE_NVME_SERVED_CLIENT_H
+#ifndef UPCIE_SERVED_CLIENT_H
+#define UPCIE_SERVED_CLIENT_H
 
 #include <upcie/base/feature.h>
 
@@ -62,7 +62,7 @@
 #include <upcie/nvme/dptr.h>
 #include <upcie/nvme/prp.h>
 #include <upcie/nvme/qpair.h>
-#include <upcie/nvme/served_proto.h>
+#include <upcie/served/proto.h>
 #include <upcie/nvme/spec.h>
 
 #ifndef MFD_HUGETLB
@@ -837,4 +837,4 @@ static inline int upcie_served_qp_delete(struct upcie_served_qp *qp)
 	return err == -ENOENT ? 0 : err;
 }
 
-#endif /* UPCIE_NVME_SERVED_CLIENT_H */
+#endif /* UPCIE_SERVED_CLIENT_H */

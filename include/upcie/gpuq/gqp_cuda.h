@@ -52,7 +52,7 @@
  * the same harness reading dw0..dw2 and, 1 us later, dw3 saw nearly every warp-written entry torn.
  *
  * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
- * (nvme/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
+ * (gpuq/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
  * in registers; _end() writes them back. PRP lists, when enabled, are one 4 KiB page per CID
  * (512 entries: with PRP1 at most 513 pages, about 2 MiB, per command).
  *
@@ -65,8 +65,8 @@
  *
  * The struct compiles as C for the host; the device functions only under nvcc.
  */
-#ifndef UPCIE_NVME_GQP_CUDA_H
-#define UPCIE_NVME_GQP_CUDA_H
+#ifndef UPCIE_GPUQ_GQP_CUDA_H
+#define UPCIE_GPUQ_GQP_CUDA_H
 
 #include <upcie/base/feature.h>
 
@@ -97,7 +97,7 @@
 #define UPCIE_NVME_GQP_REAP_ROUNDS 4
 #endif
 
-/* Queue flags (struct upcie_nvme_gqp.flags; set at creation, nvme/gqp_host_cuda.h). */
+/* Queue flags (struct upcie_nvme_gqp.flags; set at creation, gpuq/gqp_host_cuda.h). */
 #define UPCIE_NVME_GQP_SQ_HOSTMEM 0x1u /* SQ (and PRP lists) in the host heap */
 #define UPCIE_NVME_GQP_DB_IOMEM	  0x2u /* sqdb/cqdb are in a host mapping of BAR0 */
 #define UPCIE_NVME_GQP_PRP_LISTS  0x4u /* one PRP list page per CID */
@@ -824,4 +824,4 @@ __device__ static inline uint32_t upcie_nvme_gqp_reclaim(struct upcie_nvme_gqp_w
 
 #endif /* __CUDACC__ */
 
-#endif /* UPCIE_NVME_GQP_CUDA_H */
+#endif /* UPCIE_GPUQ_GQP_CUDA_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Completion-queue mirror, host side: attach a completion queue whose entries the controller
- * writes into GPU memory and that the CPU reads from host memory (see nvme/cqmirror_cuda.h for
+ * writes into GPU memory and that the CPU reads from host memory (see gpuq/cqmirror_cuda.h for
  * why and how the copying works).
  *
  * upcie_nvme_cqmirror_attach() takes a CQ from the device heap (what the controller writes: give
@@ -33,13 +33,13 @@
  * kernel needing more per-thread local memory than the context has reserved waits for the
  * reservation to grow, so raise CU_LIMIT_STACK_SIZE before the first attach when kernels use
  * local memory. For the same reason a mirrored queue and a GPU-issued queue pair
- * (nvme/gqp_host_cuda.h) refuse each other with -EBUSY.
+ * (gpuq/gqp_host_cuda.h) refuse each other with -EBUSY.
  *
  * Locking: attach and detach take the provider's mutex; a mirrored CQ has one owner. Needs a
- * driver that JIT-compiles the PTX of nvme/cqmirror_ptx_cuda.h (CUDA 13.0 or newer).
+ * driver that JIT-compiles the PTX of gpuq/cqmirror_ptx_cuda.h (CUDA 13.0 or newer).
  */
-#ifndef UPCIE_NVME_CQMIRROR_HOST_CUDA_H
-#define UPCIE_NVME_CQMIRROR_HOST_CUDA_H
+#ifndef UPCIE_GPUQ_CQMIRROR_HOST_CUDA_H
+#define UPCIE_GPUQ_CQMIRROR_HOST_CUDA_H
 
 #include <upcie/base/feature.h>
 
@@ -59,10 +59,10 @@
 #include <upcie/base/log.h>
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
-#include <upcie/nvme/cqmirror_cuda.h>
+#include <upcie/gpuq/cqmirror_cuda.h>
 /* The kernel's PTX; a test may substitute a variant by defining UPCIE_NVME_CQMIRROR_PTX. */
 #ifndef UPCIE_NVME_CQMIRROR_PTX
-#include <upcie/nvme/cqmirror_ptx_cuda.h>
+#include <upcie/gpuq/cqmirror_ptx_cuda.h>
 #define UPCIE_NVME_CQMIRROR_PTX upcie_nvme_cqmirror_ptx
 #endif
 #include <upcie/nvme/spec.h>
@@ -548,4 +548,4 @@ out:
 	return err;
 }
 
-#endif /* UPCIE_NVME_CQMIRROR_HOST_CUDA_H */
+#endif /* UPCIE_GPUQ_CQMIRROR_HOST_CUDA_H */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Completion-queue mirror for AMD GPUs, host side: attach a completion queue that the controller
- * writes into GPU memory and the CPU reads from host memory (nvme/cqmirror_hip.h says why and how
- * the copying works). The HIP counterpart of nvme/cqmirror_host_cuda.h.
+ * writes into GPU memory and the CPU reads from host memory (gpuq/cqmirror_hip.h says why and how
+ * the copying works). The HIP counterpart of gpuq/cqmirror_host_cuda.h.
  *
  * upcie_nvme_cqmirror_hip_attach() gives a CQ in polled device memory (gpu/heap_hip.h: uncached,
  * so the GPU's L2 cannot serve a poll an old line; give dev_cq_iova to Create I/O CQ) and one from
@@ -23,19 +23,19 @@
  * So the device CQs of this mirror are freed only once the kernel has exited, being kept per slot
  * and reused until then; free other device memory after the last detach, and synchronise on
  * streams. For the same reason a mirrored queue and a GPU-issued queue pair
- * (nvme/gqp_host_hip.h, whose destroy synchronises the device) refuse each other with -EBUSY.
+ * (gpuq/gqp_host_hip.h, whose destroy synchronises the device) refuse each other with -EBUSY.
  *
  * The kernel is compiled into the translation unit that includes this header, so that unit is
  * built by hipcc (the kernel needs no device library). Locking: attach, stop and detach take the
  * provider's mutex; a mirrored CQ has one owner.
  */
-#ifndef UPCIE_NVME_CQMIRROR_HOST_HIP_H
-#define UPCIE_NVME_CQMIRROR_HOST_HIP_H
+#ifndef UPCIE_GPUQ_CQMIRROR_HOST_HIP_H
+#define UPCIE_GPUQ_CQMIRROR_HOST_HIP_H
 
 #include <upcie/base/feature.h>
 
 #if !defined(__HIPCC__)
-#error "upcie: nvme/cqmirror_host_hip.h launches the mirror's kernel: compile this unit with hipcc"
+#error "upcie: gpuq/cqmirror_host_hip.h launches the mirror's kernel: compile this unit with hipcc"
 #endif
 
 #include <errno.h>
@@ -54,7 +54,7 @@
 #include <upcie/gpu/dev_hip.h>
 #include <upcie/gpu/heap_hip.h>
 #include <upcie/mem/heap.h>
-#include <upcie/nvme/cqmirror_hip.h>
+#include <upcie/gpuq/cqmirror_hip.h>
 #include <upcie/nvme/spec.h>
 
 /* How long the last detach waits for the kernel to exit. */
@@ -510,4 +510,4 @@ static inline bool upcie_nvme_cqmirror_hip_running(const struct upcie_gpu_hip *g
 	return running;
 }
 
-#endif /* UPCIE_NVME_CQMIRROR_HOST_HIP_H */
+#endif /* UPCIE_GPUQ_CQMIRROR_HOST_HIP_H */

@@ -40,12 +40,12 @@
  * UPCIE_NVME_CQMIRROR_ROUNDS x 32 entries.
  *
  * The kernel is compiled once to PTX (tests/gpu/gen-cqmirror-ptx.sh writes
- * nvme/cqmirror_ptx_cuda.h) and loaded by the host side (nvme/cqmirror_host_cuda.h) through the
+ * gpuq/cqmirror_ptx_cuda.h) and loaded by the host side (gpuq/cqmirror_host_cuda.h) through the
  * driver API, so users of the mirror need no nvcc. The table layout below is shared with that
  * C code.
  */
-#ifndef UPCIE_NVME_CQMIRROR_CUDA_H
-#define UPCIE_NVME_CQMIRROR_CUDA_H
+#ifndef UPCIE_GPUQ_CQMIRROR_CUDA_H
+#define UPCIE_GPUQ_CQMIRROR_CUDA_H
 
 #include <upcie/base/feature.h>
 
@@ -291,4 +291,4 @@ extern "C" __global__ void __launch_bounds__(32)
 
 #endif /* __CUDACC__ */
 
-#endif /* UPCIE_NVME_CQMIRROR_CUDA_H */
+#endif /* UPCIE_GPUQ_CQMIRROR_CUDA_H */
