@@ -1,0 +1,559 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The NVMe controller object (struct upcie_nvme_ctrl, its options and I/O queue structs) and its
+ * registers: 32/64-bit access, CSTS waits, enable and disable, halt (disable, else bus mastering
+ * off) and failure (escalation to state FAILED), CAP checks and the admin queue registers. Every
+ * other part of the controller (nvme/ctrl.h lists them) builds on this one.
+ *
+ * One object whatever the path (nvme/dev.h: uio, vfio type1, vfio cdev + iommufd): the
+ * controller sees a register mapping and dmamem objects only. upcie_nvme_ctrl_open() takes a
+ * PCI function; upcie_nvme_ctrl_init() takes registers and host DMA memory the caller already
+ * has (another driver framework, or a controller model in tests).
+ *
+ * Bus mastering and memory (upcie_nvme_ctrl_open()/close()): open finds bus mastering off
+ * (nvme/dev.h), stops whatever the last owner left running (CC.EN = 0 and CSTS.RDY = 0, or a
+ * function reset when the controller does not disable) and only then turns bus mastering on, so
+ * a controller a crashed process left enabled cannot DMA into addresses it still holds; then
+ * (uio) the DMA memory files that process left behind are freed (upcie_nvme_dev_reclaim()). Close
+ * disables the controller, turns bus mastering off and checks it, then frees the host memory;
+ * when the disable failed the controller may still write that memory, so it is kept for the
+ * life of the process (upcie_dmamem_keep()) instead of freed.
+ */
+#ifndef UPCIE_NVME_CTRL_REGS_H
+#define UPCIE_NVME_CTRL_REGS_H
+
+#include <upcie/base/feature.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <upcie/base/barrier.h>
+#include <upcie/base/bits.h>
+#include <upcie/base/clock.h>
+#include <upcie/base/log.h>
+#include <upcie/base/mmio.h>
+#include <upcie/mem/dmamem.h>
+#include <upcie/mem/heap.h>
+#include <upcie/nvme/cmd.h>
+#include <upcie/nvme/dev.h>
+#include <upcie/nvme/dptr.h>
+#include <upcie/nvme/prp.h>
+#include <upcie/nvme/qpair.h>
+#include <upcie/nvme/spec.h>
+#include <upcie/vfio/irq.h>
+
+#define UPCIE_NVME_CTRL_ADMIN_DEPTH   32u
+#define UPCIE_NVME_CTRL_ADMIN_TIMEOUT (10 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_HOST_MEM      ((size_t)16 << 20)
+#define UPCIE_NVME_CTRL_IO_QUEUES     64u
+#define UPCIE_NVME_CTRL_SCRATCH	      ((size_t)16 << 10) /* bounce buffer for admin data */
+#define UPCIE_NVME_CTRL_ADMIN_LISTS   4u		 /* PRP list pages for admin data */
+#define UPCIE_NVME_CTRL_SHUTDOWN_MIN  (5 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_SHUTDOWN_MAX  (60 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_CTRL_ABORT_TIMEOUT (2 * UPCIE_NSEC_PER_SEC)
+#define UPCIE_NVME_IOQ_DEPTH	      256u
+#define UPCIE_NVME_IOQ_MAX_XFER	      ((uint64_t)512 << 10)
+#define UPCIE_NVME_CTRL_REG_POLL_NS   (50 * UPCIE_NSEC_PER_USEC)
+#define UPCIE_NVME_CTRL_DELETE_DRAIN  (1 * UPCIE_NSEC_PER_SEC)
+
+enum upcie_nvme_ctrl_state {
+	UPCIE_NVME_CTRL_CLOSED = 0,
+	UPCIE_NVME_CTRL_READY = 1,    /* enabled, admin queue working */
+	UPCIE_NVME_CTRL_SHUTDOWN = 2, /* shut down (CSTS.SHST complete): reset to use it again */
+	UPCIE_NVME_CTRL_FAILED = 3,   /* enable or a reset failed: reset or close */
+};
+
+struct upcie_nvme_ctrl_opts {
+	struct upcie_nvme_dev_opts dev; /* upcie_nvme_ctrl_open(): path, binding, sharing */
+	uint32_t admin_depth;		/* admin SQ/CQ entries, 2..4096; 0: 32 */
+	uint64_t admin_timeout_ns;	/* per admin command; 0: 10 s */
+	size_t host_mem;		/* host DMA memory for queues and lists; 0: 16 MiB */
+	uint32_t io_queues;		/* I/O queue pairs asked for (Set Features); 0: 64 */
+	uint32_t irq_vectors;		/* MSI-X vectors to enable (vfio paths); 0: none */
+	uint64_t
+	    abort_timeout_ns; /* after an Abort, how long the command may take to end; 0: 2 s */
+};
+
+/* The controller memory buffer once enabled (upcie_nvme_ctrl_cmb_enable()). */
+struct upcie_nvme_cmb {
+	struct upcie_dmamem mem; /* CPU view through the BAR; device address = cba + offset */
+	struct upcie_heap heap;	 /* give &ctrl->cmb.heap as an I/O queue's sq_heap */
+	struct upcie_nvme_dev_bar bar;
+	uint64_t cba;		/* the CMB's controller address (CMBMSC.CBA from NVMe 1.4) */
+	uint64_t size;		/* bytes (CMBSZ) */
+	uint64_t reserved;	/* bytes of device address space reserved for cba (vfio) */
+	uint32_t cmbloc, cmbsz; /* as read (after CMBMSC.CRE from NVMe 1.4) */
+	bool claimed;		/* cba is the BAR's own address, claimed in the IOVA space */
+	bool on;
+};
+
+/*
+ * A BAR that holds the CMB, for upcie_nvme_ctrl_cmb_enable_at() (controllers from
+ * upcie_nvme_ctrl_init(), whose BARs the caller maps).
+ */
+struct upcie_nvme_cmb_bar {
+	uint32_t bir; /* the BAR's index: CMBLOC.BIR must name it */
+	void *addr;   /* CPU mapping of the whole BAR; must outlive the CMB */
+	size_t size;
+	uint64_t bus; /* the BAR's address as the controller decodes it (before NVMe 1.4 the CMB
+			 is there) */
+	uint64_t cba; /* NVMe >= 1.4: the controller address to program in CMBMSC.CBA for the
+			 CMB, where no host memory is mapped for the device; 0: bus + offset */
+};
+
+struct upcie_nvme_ioq;
+
+struct upcie_nvme_ctrl {
+	struct upcie_nvme_qpair admin; /* polled with `lock` held */
+	volatile uint8_t *regs;
+	size_t regs_size;
+	enum upcie_nvme_ctrl_state state;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	/* from the registers */
+	uint64_t cap;
+	uint32_t vs;
+	uint32_t dstrd;
+	uint32_t cc;	     /* as written at enable */
+	unsigned page_shift; /* controller memory page: 12 + CC.MPS */
+	uint32_t mqes;	     /* I/O queue entries allowed: CAP.MQES + 1 */
+	uint64_t ready_timeout_ns;
+	uint64_t shutdown_timeout_ns;
+	uint64_t admin_timeout_ns;
+	uint64_t abort_timeout_ns;
+	uint32_t admin_depth;
+	/*
+	 * The controller cannot touch host memory any more: disabled (CC.EN = 0 and CSTS.RDY = 0
+	 * seen), gone (registers read all ones), or its bus mastering turned off. Set by a reset
+	 * or an escalation, cleared when it is enabled again. Under `lock`.
+	 */
+	bool stopped;
+	bool gone; /* registers read all ones */
+	/* from Identify Controller */
+	struct upcie_nvme_id_ctrl id;
+	char sn[21], mn[41], fr[9]; /* trimmed copies, unprintable bytes as '?' */
+	uint64_t max_xfer;	    /* MDTS in bytes; UINT64_MAX: no limit */
+	bool sgl;		    /* SGLs supported for NVM commands */
+	bool sgl_dword;		    /* ... with dword-aligned data blocks */
+	bool vwc;		    /* a volatile write cache is present */
+	uint32_t nn;		    /* highest namespace ID (NN, at most 0xfffffffe) */
+	uint32_t nbad_id;   /* Identify fields out of range: each logged, then clamped or refused */
+	uint32_t nssr_seen; /* NVM subsystem resets seen (CSTS.NSSRO at bring-up or reset) */
+	/* I/O queues: granted by Set Features, identifiers 1..nqueues */
+	uint32_t want_queues;
+	uint32_t nqueues;	      /* granted by the last Set Features */
+	uint32_t nslots;	      /* ioqs[1..nslots]: the first grant, fixed for the object */
+	struct upcie_nvme_ioq **ioqs; /* by qid, NULL: free */
+	/* memory */
+	struct upcie_dmamem host_own; /* when open allocated it */
+	const struct upcie_dmamem *host;
+	struct upcie_heap heap; /* over *host: admin queues, I/O queues, list pages */
+	struct upcie_heap_buf asq, acq, scratch, alists;
+	struct upcie_nvme_dptr_cfg admin_dptr;
+	struct upcie_nvme_cmb cmb;
+	struct upcie_vfio_irqs irqs;
+	/* the PCI function, when upcie_nvme_ctrl_open() reached it */
+	struct upcie_nvme_dev dev;
+	pthread_mutex_t lock;
+	bool lock_live;
+};
+
+struct upcie_nvme_ioq_opts {
+	uint32_t depth;		    /* SQ and CQ entries, 2..CAP.MQES + 1; 0: min(256, MQES + 1) */
+	uint64_t max_xfer;	    /* bytes per command; 0: min(MDTS, 512 KiB); larger requests
+				       are split (nvme/ns.h) */
+	struct upcie_heap *sq_heap; /* SQ memory; NULL: host memory; &ctrl->cmb.heap: the CMB */
+	struct upcie_heap *cq_heap; /* CQ memory (needs a CPU view); NULL: host memory */
+	struct upcie_heap *list_heap; /* PRP list / SGL segment pages; NULL: host memory */
+	bool sgl;		      /* data pointers as SGLs (the controller must support them) */
+	bool irq;		      /* CQ interrupts on MSI-X vector `vector` */
+	uint16_t vector;
+	uint16_t qid; /* 0: the lowest free identifier */
+};
+
+struct upcie_nvme_ioq {
+	struct upcie_nvme_qpair qp; /* hot: the protocol state */
+	struct upcie_nvme_dptr_cfg dptr;
+	const struct upcie_dmamem *lmem; /* per-CID list pages: lpages from loff + cid * lpages */
+	uint64_t loff;
+	uint32_t lpages;
+	bool sgl;
+	bool irq;
+	uint16_t vector;
+	uint16_t qid;
+	uint32_t depth;
+	struct upcie_nvme_ctrl *ctrl;
+	struct upcie_heap *sq_heap, *cq_heap, *list_heap;
+	struct upcie_heap_buf sqb, cqb, lb;
+	void *tables;
+	bool live;
+	bool ext;  /* rings in memory given by upcie_nvme_ioq_create_ext(), driven elsewhere */
+	bool lost; /* ext: a reset took the queue from the controller; only deletion is left */
+};
+
+/*
+ * A queue pair whose rings live in memory the caller mapped for the controller and whose
+ * commands another party drives (another process, through its own upcie_nvme_qpair on the same
+ * memory): served/server.h creates its clients' queues with it.
+ */
+struct upcie_nvme_ioq_ext {
+	uint32_t depth;	  /* SQ and CQ entries, 2..CAP.MQES + 1 */
+	uint64_t sq_iova; /* device address of the SQ (depth * 64 bytes, controller-page aligned) */
+	uint64_t cq_iova; /* device address of the CQ (depth * 16 bytes, controller-page aligned) */
+	void *sq; /* CPU view of the SQ and CQ, where the caller has one; the CQ is zeroed */
+	void *cq;
+	uint16_t qid; /* 0: the lowest free identifier */
+};
+
+/* Register access. 64-bit registers as two 32-bit halves (low first), as every controller
+ * accepts. */
+static inline uint32_t upcie_nvme_ctrl_rd32(const struct upcie_nvme_ctrl *c, size_t off)
+{
+	return upcie_mmio_read32(c->regs, off);
+}
+
+/* Write the 32-bit register at `off`. */
+static inline void upcie_nvme_ctrl_wr32(struct upcie_nvme_ctrl *c, size_t off, uint32_t v)
+{
+	upcie_mmio_write32(c->regs, off, v);
+}
+
+/* Read the 64-bit register at `off` as two 32-bit halves, low first. */
+static inline uint64_t upcie_nvme_ctrl_rd64(const struct upcie_nvme_ctrl *c, size_t off)
+{
+	return upcie_mmio_read64_lohi(c->regs, off);
+}
+
+/* Write the 64-bit register at `off` as two 32-bit halves, low first. */
+static inline void upcie_nvme_ctrl_wr64(struct upcie_nvme_ctrl *c, size_t off, uint64_t v)
+{
+	upcie_mmio_write64_lohi(c->regs, off, v);
+}
+
+/*
+ * Copy a space-padded Identify string, trimmed, NUL terminated. The device wrote it: bytes
+ * outside printable ASCII become '?', so a log line can never carry control sequences.
+ */
+static inline void upcie_nvme_ctrl_str_(char *dst, const char *src, size_t n)
+{
+	size_t len = n;
+
+	while (len && (src[len - 1] == ' ' || src[len - 1] == '\0'))
+		len--;
+	for (size_t i = 0; i < len; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+	dst[len] = '\0';
+}
+
+/*
+ * Wait until (CSTS & mask) == want, bounded by timeout_ns. CSTS.CFS ends the wait with -EIO
+ * unless `cfs_ok` (a disable clears it), all ones with -ENODEV. *csts gets the last value.
+ */
+static inline int upcie_nvme_ctrl_csts_wait_(struct upcie_nvme_ctrl *c, uint32_t mask,
+					     uint32_t want, uint64_t timeout_ns, bool cfs_ok,
+					     uint32_t *csts)
+{
+	struct upcie_deadline dl;
+	uint32_t v;
+
+	upcie_deadline_set(&dl, timeout_ns);
+	for (;;) {
+		v = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+		*csts = v;
+		if (v == UPCIE_NVME_REG_GONE)
+			return -ENODEV;
+		if (!cfs_ok && upcie_nvme_csts_cfs(v))
+			return -EIO;
+		if ((v & mask) == want)
+			return 0;
+		if (upcie_deadline_passed(&dl))
+			return -ETIMEDOUT;
+		upcie_sleep_ns(UPCIE_NVME_CTRL_REG_POLL_NS);
+	}
+}
+
+/*
+ * CC.EN = 0 and wait for CSTS.RDY = 0: a controller level reset, after which the controller
+ * touches no host memory. A controller still becoming ready (CC.EN = 1, CSTS.RDY = 0: taken over
+ * mid-enable, or our own enable timed out) is given its ready timeout to finish first: clearing
+ * CC.EN before CSTS.RDY = 1 is not defined by the specification. A fatal status (CSTS.CFS) ends
+ * that wait (it may never become ready; disabling is how it is reset). Sets c->stopped (and
+ * c->gone for all ones). Returns 0, -ENODEV (all ones), -ETIMEDOUT (CSTS.RDY stays 1).
+ */
+static inline int upcie_nvme_ctrl_disable_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t cc = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CC);
+	uint32_t csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	int err = 0;
+
+	if (csts == UPCIE_NVME_REG_GONE)
+		err = -ENODEV;
+	if (!err && upcie_nvme_cc_en(cc) && !(csts & 1) && !upcie_nvme_csts_cfs(csts)) {
+		err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
+		if (err == -ETIMEDOUT)
+			UPCIE_ERR("nvme %s: CC.EN = 1 but not ready after %" PRIu64
+				  " ms: disabling it anyway (CSTS 0x%08x)",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+		if (err != -ENODEV)
+			err = 0;
+	}
+	if (!err) {
+		if (upcie_nvme_cc_en(cc))
+			upcie_nvme_ctrl_wr32(
+			    c, UPCIE_NVME_REG_CC,
+			    upcie_nvme_cc_set_shn(upcie_nvme_cc_set_en(cc, false), 0));
+		err = upcie_nvme_ctrl_csts_wait_(c, 1, 0, c->ready_timeout_ns, true, &csts);
+	}
+	if (err == -ENODEV) {
+		c->gone = true;
+		c->stopped = true;
+		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
+	}
+	if (err)
+		return UPCIE_FAIL(err,
+				  "nvme %s: CSTS.RDY still 1 %" PRIu64 " ms after clearing CC.EN "
+				  "(CSTS 0x%08x)",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
+	c->stopped = true;
+	return 0;
+}
+
+/*
+ * Whether the controller is dead: -ENODEV when its registers read all ones (surprise removal),
+ * -EIO for a fatal status (CSTS.CFS), 0 otherwise. Looked at on every timeout path.
+ */
+static inline int upcie_nvme_ctrl_dead_(struct upcie_nvme_ctrl *c)
+{
+	uint32_t csts;
+
+	if (c->gone)
+		return -ENODEV;
+	csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	if (csts == UPCIE_NVME_REG_GONE) {
+		c->gone = true;
+		return UPCIE_FAIL(-ENODEV, "nvme %s: registers read all ones: device gone",
+				  c->name);
+	}
+	if (upcie_nvme_csts_cfs(csts))
+		return UPCIE_FAIL(-EIO, "nvme %s: controller fatal status (CSTS 0x%08x)", c->name,
+				  csts);
+	return 0;
+}
+
+/*
+ * Make the controller let go of all host memory: reset it (CC.EN = 0), or, if it does not even
+ * do that and we hold the PCI function, turn its bus mastering off. Then the admin commands
+ * still outstanding end with -ECANCELED; the I/O queues' owners end theirs (their waits see
+ * c->stopped), and upcie_nvme_ctrl_reset() brings the controller back. Lock held. Returns 0 when
+ * the controller has let go (c->stopped), else the disable's error.
+ *
+ * upcie_nvme_ctrl_fail_locked_() is the escalation: a command that owns memory did not end (or
+ * the controller is dead); it logs why and sets state FAILED first.
+ */
+static inline int upcie_nvme_ctrl_halt_locked_(struct upcie_nvme_ctrl *c)
+{
+	int err = 0;
+
+	if (!c->stopped) {
+		err = upcie_nvme_ctrl_disable_(c);
+		if (err == -ENODEV)
+			err = 0; /* gone: it cannot reach our memory either */
+	}
+	if (err && c->dev.open && !upcie_nvme_dev_bus_master(&c->dev, false)) {
+		UPCIE_ERR("nvme %s: not disabled: bus mastering turned off instead", c->name);
+		c->stopped = true;
+		err = 0;
+	}
+	if (!c->stopped)
+		return UPCIE_FAIL(err,
+				  "nvme %s: the controller did not let go: its queues' memory "
+				  "stays allocated",
+				  c->name);
+	upcie_nvme_qpair_stop(&c->admin, false);
+	return 0;
+}
+
+static inline int upcie_nvme_ctrl_fail_locked_(struct upcie_nvme_ctrl *c, const char *why)
+{
+	UPCIE_ERR("nvme %s: %s: resetting the controller (CC.EN = 0)", c->name, why);
+	c->state = UPCIE_NVME_CTRL_FAILED;
+	return upcie_nvme_ctrl_halt_locked_(c);
+}
+
+/*
+ * Read CAP/VS and derive what bring-up needs: page size, MQES, DSTRD, ready timeout, CC.CSS.
+ * -ENODEV (all ones), -EOPNOTSUPP (no usable page size or command set).
+ */
+static inline int upcie_nvme_ctrl_caps_(struct upcie_nvme_ctrl *c, uint32_t *css)
+{
+	unsigned host_shift = upcie_log2((uint64_t)sysconf(_SC_PAGESIZE));
+	unsigned lo, hi;
+	uint32_t to;
+
+	c->cap = upcie_nvme_ctrl_rd64(c, UPCIE_NVME_REG_CAP);
+	c->vs = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_VS);
+	if (c->cap == UINT64_MAX || c->vs == UPCIE_NVME_REG_GONE)
+		return UPCIE_FAIL(-ENODEV, "nvme %s: registers read all ones: device gone",
+				  c->name);
+	lo = upcie_nvme_cap_mpsmin_shift(c->cap);
+	hi = upcie_nvme_cap_mpsmax_shift(c->cap);
+	/* The host page is the natural controller page (PRP entries, queue alignment). A host
+	 * page above MPSMAX still works at MPSMAX: our memory is aligned to the device page. A
+	 * host page below MPSMIN would need every buffer aligned beyond what callers expect. */
+	if (host_shift < lo)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: CAP.MPSMIN is %u KiB, above the host page (%u KiB)",
+				  c->name, (1u << lo) >> 10, (1u << host_shift) >> 10);
+	c->page_shift = host_shift > hi ? hi : host_shift;
+	c->mqes = upcie_nvme_cap_mqes_entries(c->cap);
+	if (c->mqes < 2)
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: CAP.MQES allows %u entries", c->name,
+				  c->mqes);
+	c->dstrd = upcie_nvme_cap_dstrd(c->cap);
+	if (upcie_nvme_cq_hdbl_off(0, c->dstrd) + 4 > c->regs_size)
+		return UPCIE_FAIL(-ENODEV,
+				  "nvme %s: BAR0 of %zu bytes ends before the admin doorbells "
+				  "(stride %u bytes, CAP.DSTRD %u)",
+				  c->name, c->regs_size, 4u << c->dstrd, c->dstrd);
+	to = upcie_nvme_cap_to(c->cap);
+	/* NVMe 2.0: CAP.TO is min(0xff, CRTO.CRWMT) when CRWMS is set, so CRTO may be longer. */
+	if (c->vs >= UPCIE_NVME_VS(2, 0, 0) &&
+	    (upcie_nvme_cap_crms(c->cap) & UPCIE_NVME_CAP_CRMS_CRWMS)) {
+		uint32_t crwmt =
+		    upcie_nvme_crto_crwmt(upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CRTO));
+
+		if (crwmt > to)
+			to = crwmt;
+	}
+	if (!to)
+		to = 1;
+	c->ready_timeout_ns = (uint64_t)to * 500 * UPCIE_NSEC_PER_MSEC;
+	if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_IOCS)
+		*css = UPCIE_NVME_CC_CSS_IOCS;
+	else if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_NVM)
+		*css = UPCIE_NVME_CC_CSS_NVM;
+	else if (upcie_nvme_cap_css(c->cap) & UPCIE_NVME_CAP_CSS_NOIO)
+		*css = UPCIE_NVME_CC_CSS_ADMIN;
+	else
+		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: CAP.CSS 0x%02x names no command set",
+				  c->name, upcie_nvme_cap_css(c->cap));
+	return 0;
+}
+
+/* Zero the admin rings, (re)start the admin queue pair, program AQA/ASQ/ACQ. */
+static inline int upcie_nvme_ctrl_admin_setup_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_qpair_cfg qc;
+	uint32_t aqa = 0;
+	int err;
+
+	upcie_nvme_qpair_fini(&c->admin);
+	memset(c->asq.vaddr, 0, (size_t)c->admin_depth * sizeof(struct upcie_nvme_sqe));
+	memset(&qc, 0, sizeof(qc));
+	qc.sq = c->asq.vaddr;
+	qc.cq = c->acq.vaddr;
+	qc.sqdb = (volatile uint32_t *)(c->regs + upcie_nvme_sq_tdbl_off(0, c->dstrd));
+	qc.cqdb = (volatile uint32_t *)(c->regs + upcie_nvme_cq_hdbl_off(0, c->dstrd));
+	qc.sq_depth = c->admin_depth;
+	qc.qid = 0;
+	err = upcie_nvme_qpair_init(&c->admin, &qc);
+	if (err)
+		return err;
+	upcie_nvme_aqa_build(c->admin_depth, c->admin_depth, &aqa);
+	/* ASQ, ACQ, then AQA: controllers latch the queue on AQA in some implementations */
+	upcie_nvme_ctrl_wr64(c, UPCIE_NVME_REG_ASQ, c->asq.iova);
+	upcie_nvme_ctrl_wr64(c, UPCIE_NVME_REG_ACQ, c->acq.iova);
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_AQA, aqa);
+	return 0;
+}
+
+/*
+ * Re-program CMBMSC (upper half first: the controller evaluates the register on the lower).
+ * CMBMSC exists from NVMe 1.4 on; before, its offset is reserved and nothing is written.
+ */
+static inline void upcie_nvme_ctrl_cmbmsc_write_(struct upcie_nvme_ctrl *c, uint64_t v)
+{
+	if (c->vs < UPCIE_NVME_VS(1, 4, 0))
+		return;
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC + 4, (uint32_t)(v >> 32));
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CMBMSC, (uint32_t)v);
+}
+
+/* Disable, set up the admin queue, enable, wait for ready. Lock held. */
+static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_cc_fields f;
+	uint32_t css = 0, csts = 0;
+	int err;
+
+	c->state = UPCIE_NVME_CTRL_FAILED;
+	err = upcie_nvme_ctrl_caps_(c, &css);
+	if (err)
+		return err;
+	csts = upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+	if (csts != UPCIE_NVME_REG_GONE && (csts & UPCIE_NVME_CSTS_NSSRO)) {
+		/* RW1C: acknowledged, so the next subsystem reset is seen as new */
+		c->nssr_seen++;
+		UPCIE_WARN("nvme %s: an NVM subsystem reset happened (CSTS.NSSRO); clearing it",
+			   c->name);
+		upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CSTS, UPCIE_NVME_CSTS_NSSRO);
+	}
+	err = upcie_nvme_ctrl_disable_(c);
+	if (err)
+		return err;
+	err = upcie_nvme_ctrl_admin_setup_(c);
+	if (err)
+		return err;
+	if (c->cmb.on)
+		upcie_nvme_ctrl_cmbmsc_write_(c, c->cmb.cba | 3u);
+	memset(&f, 0, sizeof(f));
+	f.en = 1;
+	f.css = (uint8_t)css;
+	f.mps = (uint8_t)(c->page_shift - 12);
+	f.ams = UPCIE_NVME_CC_AMS_RR;
+	f.iosqes = 6;
+	f.iocqes = 4;
+	err = upcie_nvme_cc_build(&f, &c->cc);
+	if (err)
+		return UPCIE_FAIL(err, "nvme %s: cannot compose CC", c->name);
+	upcie_wmb(); /* queue memory before the enable */
+	c->stopped = false;
+	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC, c->cc);
+	err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
+	if (err == -EIO)
+		return UPCIE_FAIL(-EIO,
+				  "nvme %s: controller fatal status (CSTS.CFS) while enabling "
+				  "(CSTS 0x%08x, CC 0x%08x)",
+				  c->name, csts, c->cc);
+	if (err == -ENODEV)
+		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
+	if (err)
+		return UPCIE_FAIL(err,
+				  "nvme %s: not ready %" PRIu64 " ms after setting CC.EN (CSTS "
+				  "0x%08x, CC 0x%08x); is bus mastering on?",
+				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts, c->cc);
+	c->state = UPCIE_NVME_CTRL_READY;
+	return 0;
+}
+
+static inline void upcie_nvme_ctrl_zero_(struct upcie_nvme_ctrl *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->host_own.fd = -1;
+	c->irqs.dev_fd = -1;
+	c->dev.bar0.index = -1;
+	c->dev.vdev.fd = -1;
+	c->dev.group.fd = -1;
+}
+
+#endif /* UPCIE_NVME_CTRL_REGS_H */
