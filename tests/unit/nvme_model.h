@@ -34,6 +34,7 @@
 #include <upcie/base/clock.h>
 #include <upcie/mem/dmamem.h>
 #include <upcie/nvme/spec.h>
+#include <upcie/nvme/spec_id.h>
 
 #define NVME_MODEL_OPC_ECHO 0x80
 

@@ -23,6 +23,7 @@
 
 #include <upcie/nvme/cmd.h>
 #include <upcie/nvme/spec.h>
+#include <upcie/nvme/spec_id.h>
 
 #include "nvme_model.h"
 

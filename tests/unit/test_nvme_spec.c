@@ -4,6 +4,7 @@
  * offsets, SQE/CQE layouts, status decoding, Identify structure helpers.
  */
 #include <upcie/nvme/spec.h>
+#include <upcie/nvme/spec_id.h>
 
 #include <string.h>
 

@@ -21,6 +21,7 @@
 
 #include <upcie/base/compiler.h>
 #include <upcie/nvme/spec.h>
+#include <upcie/nvme/spec_id.h>
 
 UPCIE_HD static inline void upcie_nvme_cmd_init_(struct upcie_nvme_sqe *sqe, uint8_t opc,
 						 uint32_t nsid)

@@ -51,6 +51,7 @@
 #include <upcie/nvme/prp.h>
 #include <upcie/nvme/qpair.h>
 #include <upcie/nvme/spec.h>
+#include <upcie/nvme/spec_id.h>
 #include <upcie/vfio/irq.h>
 
 #define UPCIE_NVME_CTRL_ADMIN_DEPTH   32u
