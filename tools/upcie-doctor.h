@@ -987,4 +987,10 @@ static inline void upcie_doctor_print(const struct upcie_doctor *d, FILE *o, boo
 		d->count[0], d->count[1], d->count[2], d->count[3], d->count[4]);
 }
 
+/* The exit status of upcie-setup doctor: 1 when a check failed, else 0. */
+static inline int upcie_doctor_exit_status(const struct upcie_doctor *d)
+{
+	return d->count[UPCIE_DOCTOR_FAIL] ? 1 : 0;
+}
+
 #endif /* UPCIE_TOOLS_DOCTOR_H */

@@ -3,8 +3,8 @@
  * upcie-perf: NVMe load generator on upcie's public headers (the role of spdk_nvme_perf).
  *
  *   upcie-perf --bdf 0000:01:00.0 [--path auto|uio|type1|iommufd] [--bind] [--ns 1]
- *              [--queues 1,4] [--qd 1,32] [--bs 4k,128k] [--pattern rand,seq] [--mix 100,70,0]
- *              [--time 10] [--size BYTES] [--json]
+ *              [--queues 1,4] [--qd 1,32] [--bs 4k,128KiB] [--pattern rand,seq]
+ *              [--mix 100,70,0] [--time 10s|500ms|1m] [--size 1G] [--json] [--dry-run]
  *
  * Lists run as their cartesian product on one controller. Each run: one thread per queue pair,
  * each keeping QD requests of BS bytes in flight (polled), random or sequential offsets in the
@@ -38,6 +38,7 @@
 #include <upcie/nvme/ns.h>
 #include <upcie/pci/bdf.h>
 
+#include "opt.h"
 #include "perf-stats.h"
 
 #define PERF_MAX_LIST 16
@@ -302,63 +303,255 @@ static int perf_run_cpu(struct upcie_nvme_ctrl *c, const struct upcie_nvme_ns *n
 #include "upcie-perf-gpu.cuh"
 #endif
 
-static int perf_list_parse(const char *s, struct perf_list *l, bool sizes)
+static int perf_item_pattern(const char *s, uint64_t *v)
 {
-	char buf[256], *tok, *save = NULL;
+	if (!strcmp(s, "rand"))
+		*v = 0;
+	else if (!strcmp(s, "seq"))
+		*v = 1;
+	else
+		return -EINVAL;
+	return 0;
+}
 
-	snprintf(buf, sizeof(buf), "%s", s);
-	l->n = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *end;
-		uint64_t v;
+static int perf_item_queues(const char *s, uint64_t *v)
+{
+	return opt_u64_range(s, 1, PERF_MAX_Q, v);
+}
 
-		if (l->n == PERF_MAX_LIST)
-			return -EINVAL;
-		if (!sizes && !strcmp(tok, "rand")) {
-			l->v[l->n++] = 0;
-			continue;
-		}
-		if (!sizes && !strcmp(tok, "seq")) {
-			l->v[l->n++] = 1;
-			continue;
-		}
-		errno = 0;
-		v = strtoull(tok, &end, 0);
-		if (errno || end == tok)
-			return -EINVAL;
-		if (sizes && (*end == 'k' || *end == 'K'))
-			v <<= 10, end++;
-		else if (sizes && (*end == 'm' || *end == 'M'))
-			v <<= 20, end++;
-		if (*end)
-			return -EINVAL;
-		l->v[l->n++] = v;
-	}
-	return l->n ? 0 : -EINVAL;
+static int perf_item_qd(const char *s, uint64_t *v)
+{
+	return opt_u64_range(s, 1, 4095, v);
+}
+
+static int perf_item_mix(const char *s, uint64_t *v)
+{
+	return opt_u64_range(s, 0, 100, v);
+}
+
+/* A request size: a size with suffix, 1 byte .. 1 GiB (the namespace's block size is checked
+ * once it is known). */
+static int perf_item_bs(const char *s, uint64_t *v)
+{
+	uint64_t x;
+	int err = opt_size(s, &x);
+
+	if (err)
+		return err;
+	if (!x || x > (1ull << 30))
+		return -ERANGE;
+	*v = x;
+	return 0;
+}
+
+static int perf_list(const char *s, opt_item_fn one, struct perf_list *l)
+{
+	return opt_list(s, one, l->v, PERF_MAX_LIST, &l->n);
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: upcie-perf --bdf BDF [options]      (CPU-driven queues)\n"
+	fprintf(
+	    f,
+	    "usage: upcie-perf --bdf BDF [options]      (CPU-driven queues)\n"
 #if defined(UPCIE_PERF_GPU)
-		"       upcie-perf --gpu null|BDF [options] (GPU-initiated queues)\n"
+	    "       upcie-perf --gpu null|BDF [options] (GPU-initiated queues)\n"
 #endif
-		"  --path auto|uio|type1|iommufd   DMA path (default auto)\n"
-		"  --bind                           bind the function to the path's driver first\n"
-		"  --ns N                           namespace (default 1)\n"
-		"  --queues LIST                    queue pairs, one thread each (default 1)\n"
-		"  --qd LIST                        requests in flight per queue (default 1)\n"
-		"  --bs LIST                        bytes per request, k/M suffixes (default 4k)\n"
-		"  --pattern LIST                   rand, seq (default rand)\n"
-		"  --mix LIST                       percent reads, the rest writes (default 100)\n"
-		"  --time S                         seconds per run (default 5)\n"
-		"  --size BYTES                     region of the namespace (default all)\n"
+	    "  --bdf BDF                        the NVMe controller (DDDD:BB:DD.F or BB:DD.F)\n"
+	    "  --path auto|uio|type1|iommufd    DMA path (default auto)\n"
+	    "  --bind                           bind the function to the path's driver first\n"
+	    "  --ns N                           namespace (default 1)\n"
+	    "  --queues LIST                    queue pairs, one thread each, 1..%u (default 1)\n"
+	    "  --qd LIST                        requests in flight per queue, 1..4095 (default 1)\n"
+	    "  --bs LIST                        bytes per request: 4096, 4k, 128KiB, 1M, 1GiB\n"
+	    "                                   (default 4k)\n"
+	    "  --pattern LIST                   rand, seq (default rand)\n"
+	    "  --mix LIST                       percent reads 0..100, the rest writes (default "
+	    "100)\n"
+	    "  --time T                         per run: 10 (seconds), 500ms, 30s, 2m (default "
+	    "5s)\n"
+	    "  --size SIZE                      region of the namespace, e.g. 1G (default all)\n"
 #if defined(UPCIE_PERF_GPU)
-		"  --sq-host                        GPU mode: SQs in host memory (default VRAM)\n"
+	    "  --sq-host                        GPU mode: SQs in host memory (default VRAM)\n"
 #endif
-		"  --json                           summaries as JSON on stdout\n"
-		"LISTs are comma-separated; every combination runs. Writes overwrite data.\n");
+	    "  --json                           summaries as JSON on stdout\n"
+	    "  --dry-run                        print the runs the options make, run nothing\n"
+	    "  -h, --help                       this text\n"
+	    "  --version                        the upcie version this tool was built from\n"
+	    "LISTs are comma-separated; every combination runs. Writes overwrite data.\n"
+	    "Sizes take k/K/KiB, M/MiB, G/GiB (all binary); times s, ms, us, m (minutes), h.\n"
+	    "Exit status: 0 every run completed without an I/O error, 1 a run failed, 2 usage.\n",
+	    PERF_MAX_Q);
+}
+
+enum {
+	PERF_O_BDF = 256,
+	PERF_O_GPU,
+	PERF_O_PATH,
+	PERF_O_BIND,
+	PERF_O_NS,
+	PERF_O_QUEUES,
+	PERF_O_QD,
+	PERF_O_BS,
+	PERF_O_PATTERN,
+	PERF_O_MIX,
+	PERF_O_TIME,
+	PERF_O_SIZE,
+	PERF_O_SQ_HOST,
+	PERF_O_JSON,
+	PERF_O_DRY_RUN,
+	PERF_O_VERSION,
+};
+
+static const struct option perf_long_opts[] = {
+	{ "bdf", required_argument, NULL, PERF_O_BDF },
+	{ "gpu", required_argument, NULL, PERF_O_GPU },
+	{ "path", required_argument, NULL, PERF_O_PATH },
+	{ "bind", no_argument, NULL, PERF_O_BIND },
+	{ "ns", required_argument, NULL, PERF_O_NS },
+	{ "queues", required_argument, NULL, PERF_O_QUEUES },
+	{ "qd", required_argument, NULL, PERF_O_QD },
+	{ "bs", required_argument, NULL, PERF_O_BS },
+	{ "pattern", required_argument, NULL, PERF_O_PATTERN },
+	{ "mix", required_argument, NULL, PERF_O_MIX },
+	{ "time", required_argument, NULL, PERF_O_TIME },
+	{ "size", required_argument, NULL, PERF_O_SIZE },
+	{ "sq-host", no_argument, NULL, PERF_O_SQ_HOST },
+	{ "json", no_argument, NULL, PERF_O_JSON },
+	{ "dry-run", no_argument, NULL, PERF_O_DRY_RUN },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, PERF_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Every option into *o; 0 to go on, else the exit status (0 after --help or --version). */
+static int perf_parse(int argc, char **argv, struct perf_opts *o, enum upcie_nvme_path *path,
+		      bool *dry_run, bool *done)
+{
+	struct upcie_pci_bdf bdf;
+	uint64_t x;
+	int c;
+
+	*done = false;
+	memset(o, 0, sizeof(*o));
+	o->nsid = 1;
+	o->secs = 5;
+	o->queues.v[0] = 1, o->queues.n = 1;
+	o->qd.v[0] = 1, o->qd.n = 1;
+	o->bs.v[0] = 4096, o->bs.n = 1;
+	o->mix.v[0] = 100, o->mix.n = 1;
+	o->pattern.v[0] = 0, o->pattern.n = 1;
+	optind = 0;
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the tool, not its path */
+	while ((c = getopt_long(argc, argv, "h", perf_long_opts, NULL)) != -1) {
+		const char *v = optarg;
+
+		switch (c) {
+		case PERF_O_BDF:
+			if (upcie_pci_bdf_parse_quiet_(v, &bdf))
+				return opt_bad("--bdf", v, "a PCI address DDDD:BB:DD.F or BB:DD.F");
+			o->bdf = v;
+			break;
+		case PERF_O_GPU:
+			if (strcmp(v, "null") && upcie_pci_bdf_parse_quiet_(v, &bdf))
+				return opt_bad("--gpu", v,
+					       "null or the PCI address of an NVMe controller");
+			o->gpu = true, o->gpu_target = v;
+			break;
+		case PERF_O_PATH:
+			if (upcie_nvme_path_parse(v, path))
+				return opt_bad("--path", v, "auto, uio, type1 or iommufd");
+			o->path = v;
+			break;
+		case PERF_O_BIND:
+			o->bind = true;
+			break;
+		case PERF_O_NS:
+			if (opt_u64_range(v, 1, 0xfffffffeu, &x))
+				return opt_bad("--ns", v, "a namespace ID 1..4294967294");
+			o->nsid = (uint32_t)x;
+			break;
+		case PERF_O_QUEUES:
+			if (perf_list(v, perf_item_queues, &o->queues))
+				return opt_bad("--queues", v, "a list of counts 1..64, e.g. 1,2,4");
+			break;
+		case PERF_O_QD:
+			if (perf_list(v, perf_item_qd, &o->qd))
+				return opt_bad("--qd", v, "a list of depths 1..4095, e.g. 1,32");
+			break;
+		case PERF_O_BS:
+			if (perf_list(v, perf_item_bs, &o->bs))
+				return opt_bad(
+				    "--bs", v,
+				    "a list of sizes 1 B..1 GiB, e.g. 4096,4k,128KiB,1M");
+			break;
+		case PERF_O_PATTERN:
+			if (perf_list(v, perf_item_pattern, &o->pattern))
+				return opt_bad("--pattern", v, "a list of rand, seq");
+			break;
+		case PERF_O_MIX:
+			if (perf_list(v, perf_item_mix, &o->mix))
+				return opt_bad("--mix", v, "a list of read percentages 0..100");
+			break;
+		case PERF_O_TIME:
+			if (opt_time_ns(v, &x) || x < 1000000ull || x > 86400ull * 1000000000ull)
+				return opt_bad("--time", v,
+					       "a time 1ms..24h, e.g. 10 (seconds), 500ms, 2m");
+			o->secs = (double)x / 1e9;
+			break;
+		case PERF_O_SIZE:
+			if (opt_size(v, &x) || !x)
+				return opt_bad("--size", v, "a size such as 1G, 512MiB, 1048576");
+			o->size = x;
+			break;
+		case PERF_O_SQ_HOST:
+			o->gpu_sq_host = true;
+			break;
+		case PERF_O_JSON:
+			o->json = true;
+			break;
+		case PERF_O_DRY_RUN:
+			*dry_run = true;
+			break;
+		case 'h':
+			usage(stdout);
+			*done = true;
+			return 0;
+		case PERF_O_VERSION:
+			*done = true;
+			return opt_version();
+		default:
+			return opt_unknown();
+		}
+	}
+	if (optind < argc)
+		return opt_bad("argument", argv[optind], "options only (--bdf BDF, see --help)");
+	if (o->bdf && o->gpu && strcmp(o->gpu_target, "null"))
+		return opt_usage_error("--bdf and --gpu BDF name the controller twice: use one");
+	if (!o->bdf && !o->gpu)
+		return opt_usage_error("--bdf BDF is required");
+	return 0;
+}
+
+static void perf_dry_run(const struct perf_opts *o)
+{
+	unsigned n = o->queues.n * o->qd.n * o->bs.n * o->pattern.n * o->mix.n;
+
+	printf("target %s%s ns %u path %s time %.3f s size %" PRIu64 "%s: %u run%s\n",
+	       o->gpu ? "gpu:" : "", o->gpu ? o->gpu_target : o->bdf, o->nsid,
+	       o->path ? o->path : "auto", o->secs, o->size, o->size ? "" : " (all)", n,
+	       n == 1 ? "" : "s");
+	for (unsigned a = 0; a < o->queues.n; a++)
+		for (unsigned b = 0; b < o->qd.n; b++)
+			for (unsigned s = 0; s < o->bs.n; s++)
+				for (unsigned p = 0; p < o->pattern.n; p++)
+					for (unsigned m = 0; m < o->mix.n; m++)
+						printf("run queues=%u qd=%u bs=%" PRIu64
+						       " %s read=%u%%\n",
+						       (unsigned)o->queues.v[a],
+						       (unsigned)o->qd.v[b], o->bs.v[s],
+						       o->pattern.v[p] ? "seq" : "rand",
+						       (unsigned)o->mix.v[m]);
 }
 
 int main(int argc, char **argv)
@@ -369,89 +562,17 @@ int main(int argc, char **argv)
 	struct upcie_nvme_ns ns;
 	struct upcie_pci_bdf bdf;
 	enum upcie_nvme_path path = UPCIE_NVME_PATH_AUTO;
-	bool first = true, failed = false;
+	bool first = true, failed = false, dry_run = false, done;
 	int err;
 
-	memset(&o, 0, sizeof(o));
-	o.nsid = 1;
-	o.secs = 5;
-	perf_list_parse("1", &o.queues, true);
-	perf_list_parse("1", &o.qd, true);
-	perf_list_parse("4k", &o.bs, true);
-	perf_list_parse("100", &o.mix, true);
-	perf_list_parse("rand", &o.pattern, false);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-
-		if (!strcmp(a, "--json")) {
-			o.json = true;
-			continue;
-		} else if (!strcmp(a, "--bind")) {
-			o.bind = true;
-			continue;
-		} else if (!strcmp(a, "--sq-host")) {
-			o.gpu_sq_host = true;
-			continue;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			fprintf(stderr, "upcie-perf: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "--bdf"))
-			o.bdf = v;
-		else if (!strcmp(a, "--gpu"))
-			o.gpu = true, o.gpu_target = v;
-		else if (!strcmp(a, "--path"))
-			o.path = v, bad = upcie_nvme_path_parse(v, &path);
-		else if (!strcmp(a, "--ns"))
-			o.nsid = (uint32_t)strtoul(v, NULL, 0), bad = !o.nsid;
-		else if (!strcmp(a, "--queues"))
-			bad = perf_list_parse(v, &o.queues, true);
-		else if (!strcmp(a, "--qd"))
-			bad = perf_list_parse(v, &o.qd, true);
-		else if (!strcmp(a, "--bs"))
-			bad = perf_list_parse(v, &o.bs, true);
-		else if (!strcmp(a, "--mix"))
-			bad = perf_list_parse(v, &o.mix, true);
-		else if (!strcmp(a, "--pattern"))
-			bad = perf_list_parse(v, &o.pattern, false);
-		else if (!strcmp(a, "--time"))
-			o.secs = atof(v), bad = !(o.secs > 0);
-		else if (!strcmp(a, "--size")) {
-			struct perf_list l;
-
-			bad = perf_list_parse(v, &l, true);
-			o.size = bad ? 0 : l.v[0];
-		} else {
-			fprintf(stderr, "upcie-perf: unknown option %s\n", a);
-			usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, "upcie-perf: bad value for %s: '%s'\n", a, v);
-			return 2;
-		}
+	opt_tool = "upcie-perf";
+	err = perf_parse(argc, argv, &o, &path, &dry_run, &done);
+	if (err || done)
+		return err;
+	if (dry_run) {
+		perf_dry_run(&o);
+		return 0;
 	}
-	for (unsigned i = 0; i < o.queues.n; i++)
-		if (!o.queues.v[i] || o.queues.v[i] > PERF_MAX_Q) {
-			fprintf(stderr, "upcie-perf: queues 1..%u\n", PERF_MAX_Q);
-			return 2;
-		}
-	for (unsigned i = 0; i < o.qd.n; i++)
-		if (!o.qd.v[i] || o.qd.v[i] > 4095) {
-			fprintf(stderr, "upcie-perf: qd 1..4095\n");
-			return 2;
-		}
-	for (unsigned i = 0; i < o.mix.n; i++)
-		if (o.mix.v[i] > 100) {
-			fprintf(stderr, "upcie-perf: mix is a percentage of reads\n");
-			return 2;
-		}
 	if (o.gpu) {
 #if defined(UPCIE_PERF_GPU)
 		return perf_gpu_main(&o);
@@ -460,10 +581,8 @@ int main(int argc, char **argv)
 		return 2;
 #endif
 	}
-	if (!o.bdf || upcie_pci_bdf_parse(o.bdf, &bdf)) {
-		usage(stderr);
+	if (upcie_pci_bdf_parse(o.bdf, &bdf))
 		return 2;
-	}
 	memset(&co, 0, sizeof(co));
 	co.dev.path = path;
 	co.dev.bind = o.bind;

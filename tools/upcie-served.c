@@ -4,8 +4,8 @@
  * (served/server.h; clients use served/client.h).
  *
  *   upcie-served BDF[,BDF...] [--dir /run/upcie | --socket PATH] [--path auto|uio|type1|iommufd]
- *                [--bind] [--mode 0660] [--group GID] [--allow-uid UID] [--max-clients N]
- *                [--max-qp N] [--max-mem N] [--max-bytes B] [--max-depth N]
+ *                [--bind] [--mode 660] [--group NAME|GID] [--allow-uid NAME|UID]
+ *                [--max-clients N] [--max-qp N] [--max-mem N] [--max-bytes 1G] [--max-depth N]
  *                [--direct-doorbells] [--relay-spin-us N]
  *
  * One socket per controller: --socket for a single one, else DIR/<bdf>.sock. Each controller
@@ -39,6 +39,8 @@
 #include <upcie/served/server.h>
 #include <upcie/pci/bdf.h>
 
+#include "opt.h"
+
 #define SERVED_MAX_CTRL 32
 
 struct served_one {
@@ -70,121 +72,216 @@ static void *served_thread(void *arg)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: upcie-served BDF[,BDF...] [options]\n"
-		"  --dir DIR             sockets DIR/<bdf>.sock (default /run/upcie)\n"
-		"  --socket PATH         the socket of a single controller\n"
-		"  --path P              auto, uio, type1, iommufd (default auto)\n"
-		"  --bind                bind the functions to the path's driver first\n"
-		"  --mode OCTAL          socket file mode (default 0600)\n"
-		"  --group GID           socket file group\n"
-		"  --allow-uid UID       only this uid (and root) may connect\n"
-		"  --max-clients N       per controller (default 64)\n"
-		"  --max-qp N            queue pairs per client (default 16, at most %u)\n"
-		"  --max-mem N           registered regions per client (default 16)\n"
-		"  --max-bytes B         registered bytes per client (default 1 GiB)\n"
-		"  --max-depth N         entries per queue (default CAP.MQES + 1)\n"
-		"  --direct-doorbells    let root and this user map the doorbells themselves\n"
-		"  --relay-spin-us N     relay spins N us after the last doorbell (default 2000)\n",
-		UPCIE_SERVED_MAX_QP);
+	fprintf(
+	    f,
+	    "usage: upcie-served BDF[,BDF...] [options]\n"
+	    "  --dir DIR             sockets DIR/<bdf>.sock (default /run/upcie)\n"
+	    "  --socket PATH         the socket of a single controller\n"
+	    "  --path P              auto, uio, type1, iommufd (default auto)\n"
+	    "  --bind                bind the functions to the path's driver first\n"
+	    "  --mode OCTAL          socket file mode, always octal: 660 = 0660 (default 0600)\n"
+	    "  --group GROUP         socket file group, a name or a number\n"
+	    "  --allow-uid USER      only this user (a name or a uid) and root may connect\n"
+	    "  --max-clients N       per controller, 1..4096 (default 64)\n"
+	    "  --max-qp N            queue pairs per client (default 16, at most %u)\n"
+	    "  --max-mem N           registered regions per client, 1..1024 (default 16)\n"
+	    "  --max-bytes SIZE      registered bytes per client: 1G, 512MiB (default 1 GiB)\n"
+	    "  --max-depth N         entries per queue, 2..65536 (default CAP.MQES + 1)\n"
+	    "  --direct-doorbells    let root and this user map the doorbells themselves\n"
+	    "  --relay-spin-us N     relay spins N us after the last doorbell (default 2000)\n"
+	    "  --dry-run             print what the options say, serve nothing\n"
+	    "  -h, --help            this text\n"
+	    "  --version             the upcie version this tool was built from\n"
+	    "Exit status: 0 after a clean stop, 1 a controller could not be opened or served,\n"
+	    "2 usage.\n",
+	    UPCIE_SERVED_MAX_QP);
 }
 
-static int parse_u64(const char *s, uint64_t *v)
-{
-	char *end;
+enum {
+	SRV_O_DIR = 256,
+	SRV_O_SOCKET,
+	SRV_O_PATH,
+	SRV_O_BIND,
+	SRV_O_MODE,
+	SRV_O_GROUP,
+	SRV_O_ALLOW_UID,
+	SRV_O_MAX_CLIENTS,
+	SRV_O_MAX_QP,
+	SRV_O_MAX_MEM,
+	SRV_O_MAX_BYTES,
+	SRV_O_MAX_DEPTH,
+	SRV_O_DIRECT_DB,
+	SRV_O_RELAY_SPIN,
+	SRV_O_DRY_RUN,
+	SRV_O_VERSION,
+};
 
-	if (!s || !*s)
-		return -1;
-	errno = 0;
-	*v = strtoull(s, &end, 0);
-	return errno || *end ? -1 : 0;
-}
+static const struct option served_long_opts[] = {
+	{ "dir", required_argument, NULL, SRV_O_DIR },
+	{ "socket", required_argument, NULL, SRV_O_SOCKET },
+	{ "path", required_argument, NULL, SRV_O_PATH },
+	{ "bind", no_argument, NULL, SRV_O_BIND },
+	{ "mode", required_argument, NULL, SRV_O_MODE },
+	{ "group", required_argument, NULL, SRV_O_GROUP },
+	{ "allow-uid", required_argument, NULL, SRV_O_ALLOW_UID },
+	{ "max-clients", required_argument, NULL, SRV_O_MAX_CLIENTS },
+	{ "max-qp", required_argument, NULL, SRV_O_MAX_QP },
+	{ "max-mem", required_argument, NULL, SRV_O_MAX_MEM },
+	{ "max-bytes", required_argument, NULL, SRV_O_MAX_BYTES },
+	{ "max-depth", required_argument, NULL, SRV_O_MAX_DEPTH },
+	{ "direct-doorbells", no_argument, NULL, SRV_O_DIRECT_DB },
+	{ "relay-spin-us", required_argument, NULL, SRV_O_RELAY_SPIN },
+	{ "dry-run", no_argument, NULL, SRV_O_DRY_RUN },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, SRV_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
 
 int main(int argc, char **argv)
 {
 	static struct served_one one[SERVED_MAX_CTRL];
 	enum upcie_nvme_path path = UPCIE_NVME_PATH_AUTO;
-	const char *dir = "/run/upcie", *sock = NULL;
+	const char *dir = "/run/upcie", *sock = NULL, *path_name = "auto", *bdfs = NULL;
 	struct upcie_served_opts so;
 	unsigned n = 0, failed = 0;
 	struct sigaction sa;
-	bool bind = false;
+	bool bind = false, dry_run = false;
 	char *list, *tok, *save = NULL;
+	int c;
 
-	if (argc < 2 || argv[1][0] == '-') {
-		usage(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr);
-		return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
-	}
+	opt_tool = "upcie-served";
 	memset(&so, 0, sizeof(so));
 	so.gid = (gid_t)-1;
 	so.allow_uid = -1;
-	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		uint64_t x = 0;
-		int bad = 0;
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the tool */
+	while ((c = getopt_long(argc, argv, "h", served_long_opts, NULL)) != -1) {
+		const char *v = optarg;
+		uint64_t x;
+		unsigned mode;
+		gid_t gid;
+		uid_t uid;
 
-		if (!strcmp(a, "--bind")) {
-			bind = true;
-			continue;
-		}
-		if (!strcmp(a, "--direct-doorbells")) {
-			so.direct_doorbells = true;
-			continue;
-		}
-		if (!v) {
-			fprintf(stderr, "upcie-served: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "--dir"))
+		switch (c) {
+		case SRV_O_DIR:
+			if (!*v)
+				return opt_bad("--dir", v, "a directory");
 			dir = v;
-		else if (!strcmp(a, "--socket"))
+			break;
+		case SRV_O_SOCKET:
+			if (!*v)
+				return opt_bad("--socket", v, "a socket path");
 			sock = v;
-		else if (!strcmp(a, "--path"))
-			bad = upcie_nvme_path_parse(v, &path) != 0;
-		else if (!strcmp(a, "--mode"))
-			bad = parse_u64(v, &x) || x > 0777, so.mode = (mode_t)x;
-		else if (!strcmp(a, "--group"))
-			bad = parse_u64(v, &x) || x > UINT32_MAX, so.gid = (gid_t)x;
-		else if (!strcmp(a, "--allow-uid"))
-			bad = parse_u64(v, &x) || x > UINT32_MAX, so.allow_uid = (long)x;
-		else if (!strcmp(a, "--max-clients"))
-			bad = parse_u64(v, &x) || !x || x > 4096, so.max_clients = (uint32_t)x;
-		else if (!strcmp(a, "--max-qp"))
-			bad = parse_u64(v, &x) || !x || x > UPCIE_SERVED_MAX_QP,
+			break;
+		case SRV_O_PATH:
+			if (upcie_nvme_path_parse(v, &path))
+				return opt_bad("--path", v, "auto, uio, type1 or iommufd");
+			path_name = v;
+			break;
+		case SRV_O_BIND:
+			bind = true;
+			break;
+		case SRV_O_MODE:
+			if (opt_mode(v, &mode) || mode > 0777)
+				return opt_bad("--mode", v, "octal permissions 0..777, e.g. 660");
+			so.mode = (mode_t)mode;
+			break;
+		case SRV_O_GROUP:
+			if (opt_gid(v, &gid))
+				return opt_bad("--group", v, "an existing group name or a gid");
+			so.gid = gid;
+			break;
+		case SRV_O_ALLOW_UID:
+			if (opt_uid(v, &uid))
+				return opt_bad("--allow-uid", v, "an existing user name or a uid");
+			so.allow_uid = (long)uid;
+			break;
+		case SRV_O_MAX_CLIENTS:
+			if (opt_u64_range(v, 1, 4096, &x))
+				return opt_bad("--max-clients", v, "a count 1..4096");
+			so.max_clients = (uint32_t)x;
+			break;
+		case SRV_O_MAX_QP:
+			if (opt_u64_range(v, 1, UPCIE_SERVED_MAX_QP, &x)) {
+				char want[32];
+
+				snprintf(want, sizeof(want), "a count 1..%u", UPCIE_SERVED_MAX_QP);
+				return opt_bad("--max-qp", v, want);
+			}
 			so.max_qp = (uint32_t)x;
-		else if (!strcmp(a, "--max-mem"))
-			bad = parse_u64(v, &x) || !x || x > 1024, so.max_mem = (uint32_t)x;
-		else if (!strcmp(a, "--max-bytes"))
-			bad = parse_u64(v, &x) || !x, so.max_bytes = x;
-		else if (!strcmp(a, "--max-depth"))
-			bad = parse_u64(v, &x) || x < 2 || x > 65536, so.max_depth = (uint32_t)x;
-		else if (!strcmp(a, "--relay-spin-us"))
-			bad = parse_u64(v, &x) || !x || x > 10000000, so.relay_spin_ns = x * 1000;
-		else {
-			fprintf(stderr, "upcie-served: unknown option %s\n", a);
-			usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, "upcie-served: bad value for %s: %s\n", a, v);
-			return 2;
+			break;
+		case SRV_O_MAX_MEM:
+			if (opt_u64_range(v, 1, 1024, &x))
+				return opt_bad("--max-mem", v, "a count 1..1024");
+			so.max_mem = (uint32_t)x;
+			break;
+		case SRV_O_MAX_BYTES:
+			if (opt_size(v, &x) || !x)
+				return opt_bad("--max-bytes", v,
+					       "a size such as 1G, 512MiB, 65536");
+			so.max_bytes = x;
+			break;
+		case SRV_O_MAX_DEPTH:
+			if (opt_u64_range(v, 2, 65536, &x))
+				return opt_bad("--max-depth", v, "a queue depth 2..65536");
+			so.max_depth = (uint32_t)x;
+			break;
+		case SRV_O_DIRECT_DB:
+			so.direct_doorbells = true;
+			break;
+		case SRV_O_RELAY_SPIN:
+			if (opt_u64_range(v, 1, 10000000, &x))
+				return opt_bad("--relay-spin-us", v, "microseconds 1..10000000");
+			so.relay_spin_ns = x * 1000;
+			break;
+		case SRV_O_DRY_RUN:
+			dry_run = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case SRV_O_VERSION:
+			return opt_version();
+		default:
+			return opt_unknown();
 		}
 	}
-	list = strdup(argv[1]);
+	if (optind == argc)
+		return opt_usage_error("the controllers to serve (BDF[,BDF...]) are missing");
+	if (optind + 1 < argc)
+		return opt_bad("argument", argv[optind + 1],
+			       "one list of controllers, comma-separated (BDF,BDF)");
+	bdfs = argv[optind];
+	list = strdup(bdfs);
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (n == SERVED_MAX_CTRL || upcie_pci_bdf_parse(tok, &one[n].bdf)) {
-			fprintf(stderr, "upcie-served: bad or too many controllers: %s\n", tok);
+		if (n == SERVED_MAX_CTRL || upcie_pci_bdf_parse_quiet_(tok, &one[n].bdf)) {
+			int rc =
+			    opt_bad("controller", tok,
+				    n == SERVED_MAX_CTRL ? "at most 32 controllers"
+							 : "a PCI address DDDD:BB:DD.F or BB:DD.F");
+
 			free(list);
-			return 2;
+			return rc;
 		}
 		upcie_pci_bdf_format(&one[n].bdf, one[n].name, sizeof(one[n].name));
 		n++;
 	}
 	free(list);
-	if (!n || (sock && n > 1)) {
-		fprintf(stderr, "upcie-served: --socket takes a single controller\n");
-		return 2;
+	if (!n)
+		return opt_usage_error("no controller to serve");
+	if (sock && n > 1)
+		return opt_usage_error(
+		    "--socket takes a single controller (use --dir for several)");
+	if (dry_run) {
+		for (unsigned i = 0; i < n; i++)
+			printf("serve %s on %s%s%s%s\n", one[i].name, sock ? sock : dir,
+			       sock ? "" : "/", sock ? "" : one[i].name, sock ? "" : ".sock");
+		printf("path %s bind %d mode %04o group %ld allow-uid %ld max-clients %u max-qp %u "
+		       "max-mem %u max-bytes %" PRIu64 " max-depth %u direct-doorbells %d "
+		       "relay-spin-us %" PRIu64 "\n",
+		       path_name, bind, (unsigned)so.mode, so.gid == (gid_t)-1 ? -1L : (long)so.gid,
+		       so.allow_uid, so.max_clients, so.max_qp, so.max_mem, so.max_bytes,
+		       so.max_depth, so.direct_doorbells, so.relay_spin_ns / 1000);
+		return 0;
 	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = served_signal;

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The tools as a user runs them: each row of the table runs one built tool (upcie-perf,
+ * upcie-served, upcie-setup; paths from the command line) with arguments and environment and
+ * checks its exit status and what it printed (stdout and stderr together): every bad value is
+ * refused with exit 2 and a message naming the option and the value, every good one is read as
+ * documented (the tools' --dry-run prints what they understood). The machine is fake
+ * (tests/unit/fake_machine.h), so binding, resetting and reserving hugepages act on files that
+ * the test then reads back.
+ */
+#include <upcie/base/feature.h>
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/check.h"
+#include "../unit/fake_machine.h"
+
+enum { PERF, SERVED, SETUP, NTOOLS };
+
+static const char *tool_path[NTOOLS];
+
+struct row {
+	int tool;
+	const char *env; /* "NAME=value" or NULL */
+	const char *argv[16];
+	int rc;
+	const char *want;    /* substring of the output, or NULL */
+	const char *notwant; /* must not be in the output, or NULL */
+};
+
+/* Run the tool; its output (stdout and stderr) into out. Returns the exit status, -1 failed. */
+static int run(const struct row *r, char *out, size_t len)
+{
+	char *argv[18];
+	int p[2], st, n = 0;
+	size_t got = 0;
+	ssize_t k;
+	pid_t pid;
+
+	argv[n++] = (char *)tool_path[r->tool];
+	for (int i = 0; r->argv[i]; i++)
+		argv[n++] = (char *)r->argv[i];
+	argv[n] = NULL;
+	if (pipe(p))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		close(p[0]);
+		if (r->env)
+			putenv((char *)r->env);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	while (got + 1 < len && (k = read(p[0], out + got, len - 1 - got)) > 0)
+		got += (size_t)k;
+	out[got] = '\0';
+	while (read(p[0], &st, sizeof(st)) > 0)
+		;
+	close(p[0]);
+	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+static void row_check(const struct row *r)
+{
+	static const char *const names[] = { "upcie-perf", "upcie-served", "upcie-setup" };
+	char out[16384], cmd[512];
+	int rc;
+
+	snprintf(cmd, sizeof(cmd), "%s%s%s", r->env ? r->env : "", r->env ? " " : "",
+		 names[r->tool]);
+	for (int i = 0; r->argv[i]; i++) {
+		size_t o = strlen(cmd);
+
+		snprintf(cmd + o, sizeof(cmd) - o, " %s", r->argv[i]);
+	}
+	rc = run(r, out, sizeof(out));
+	CHECK(rc == r->rc && (!r->want || strstr(out, r->want)) &&
+		  (!r->notwant || !strstr(out, r->notwant)),
+	      "%s: exit %d%s%s%s", cmd, r->rc, r->want ? ", says \"" : "", r->want ? r->want : "",
+	      r->want ? "\"" : "");
+	if (rc != r->rc || (r->want && !strstr(out, r->want)) ||
+	    (r->notwant && strstr(out, r->notwant)))
+		printf("#   exit %d, output:\n#   %s\n", rc, out);
+}
+
+/* clang-format off */
+static const struct row rows[] = {
+	/* upcie-perf: times */
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "1m", "--dry-run" }, 0, "time 60.000 s", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "1.5m", "--dry-run" }, 0, "time 90.000 s", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "500ms", "--dry-run" }, 0, "time 0.500 s", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "10", "--dry-run" }, 0, "time 10.000 s", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time=30s", "--dry-run" }, 0, "time 30.000 s", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "1x" }, 2, "--time: bad value '1x'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "0" }, 2, "--time: bad value '0'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "-1" }, 2, "--time: bad value '-1'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "1e3" }, 2, "--time: bad value '1e3'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--time", "25h" }, 2, "--time: bad value '25h'", NULL },
+	/* upcie-perf: numbers and sizes */
+	{ PERF, NULL, { "--bdf", "01:00.0", "--ns", "1x" }, 2, "--ns: bad value '1x'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--ns", "0" }, 2, "--ns: bad value '0'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--ns", "2", "--dry-run" }, 0, " ns 2 ", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "1G", "--dry-run" }, 0, "bs=1073741824", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "4KiB", "--dry-run" }, 0, "bs=4096 ", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "4k,128kib,1M,1MiB", "--dry-run" }, 0,
+	  "bs=131072", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "2G" }, 2, "--bs: bad value '2G'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "4x" }, 2, "--bs: bad value '4x'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "4k,,8k" }, 2, "--bs: bad value '4k,,8k'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bs", "1.5k" }, 2, "--bs: bad value '1.5k'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--size", "1G", "--dry-run" }, 0, "size 1073741824", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--size", "99999999999999999999" }, 2,
+	  "--size: bad value", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--queues", "65" }, 2, "--queues: bad value '65'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--queues", "1,2", "--qd", "1,32", "--dry-run" }, 0,
+	  ": 4 runs", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--qd", "0" }, 2, "--qd: bad value '0'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--mix", "101" }, 2, "--mix: bad value '101'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--pattern", "rnd" }, 2, "--pattern: bad value 'rnd'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--path", "vfoo" }, 2, "--path: bad value 'vfoo'", NULL },
+	/* upcie-perf: addresses, options, help */
+	{ PERF, NULL, { "--bdf=0000:01:00.0", "--dry-run" }, 0, "target 0000:01:00.0", NULL },
+	{ PERF, NULL, { "--bdf", "zz" }, 2, "--bdf: bad value 'zz'", NULL },
+	{ PERF, NULL, { "--gpu", "zz" }, 2, "--gpu: bad value 'zz'", NULL },
+	{ PERF, NULL, { "--bdf" }, 2, "option '--bdf' requires an argument", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	{ PERF, NULL, { "--bdf", "01:00.0", "stray" }, 2, "argument: bad value 'stray'", NULL },
+	{ PERF, NULL, { NULL }, 2, "--bdf BDF is required", NULL },
+	{ PERF, NULL, { "--version" }, 0, "upcie-perf (upcie) 0.", "needs a value" },
+	{ PERF, NULL, { "-h" }, 0, "usage: upcie-perf", NULL },
+	{ PERF, NULL, { "--help" }, 0, "--time T", NULL },
+	/* accepted, then the (fake, empty) machine has no such function: exit 1, not 2 */
+	{ PERF, NULL, { "--bdf", "0000:ff:1f.7", "--time", "1m", "--bs", "4KiB" }, 1, "cannot open",
+	  "bad value" },
+
+	/* upcie-served */
+	{ SERVED, NULL, { "-h" }, 0, "usage: upcie-served", NULL },
+	{ SERVED, NULL, { "--help" }, 0, "usage: upcie-served", NULL },
+	{ SERVED, NULL, { "--version" }, 0, "upcie-served (upcie) 0.", NULL },
+	{ SERVED, NULL, { NULL }, 2, "controllers to serve", NULL },
+	{ SERVED, NULL, { "01:00.0", "--mode", "666", "--dry-run" }, 0, "mode 0666 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--mode", "0660", "--dry-run" }, 0, "mode 0660 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--mode", "8" }, 2, "--mode: bad value '8'", NULL },
+	{ SERVED, NULL, { "01:00.0", "--mode", "1777" }, 2, "--mode: bad value '1777'", NULL },
+	{ SERVED, NULL, { "01:00.0", "--group", "root", "--dry-run" }, 0, " group 0 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--group", "0", "--dry-run" }, 0, " group 0 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--group", "no-such-group-29" }, 2,
+	  "--group: bad value 'no-such-group-29'", NULL },
+	{ SERVED, NULL, { "01:00.0", "--allow-uid", "root", "--dry-run" }, 0, " allow-uid 0 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--allow-uid", "no-such-user-29" }, 2,
+	  "--allow-uid: bad value", NULL },
+	{ SERVED, NULL, { "01:00.0", "--max-bytes", "1G", "--dry-run" }, 0,
+	  "max-bytes 1073741824 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--max-bytes", "1x" }, 2, "--max-bytes: bad value '1x'", NULL },
+	{ SERVED, NULL, { "01:00.0", "--max-qp", "0" }, 2, "--max-qp: bad value '0'", NULL },
+	{ SERVED, NULL, { "01:00.0", "--max-clients", "1k" }, 2, "--max-clients: bad value", NULL },
+	{ SERVED, NULL, { "01:00.0", "--relay-spin-us=5", "--dry-run" }, 0, "relay-spin-us 5\n",
+	  NULL },
+	{ SERVED, NULL, { "--dir=/tmp/s29", "01:00.0", "--dry-run" }, 0,
+	  "on /tmp/s29/0000:01:00.0.sock", NULL },
+	{ SERVED, NULL, { "zz" }, 2, "controller: bad value 'zz'", NULL },
+	{ SERVED, NULL, { "01:00.0", "02:00.0" }, 2, "argument: bad value '02:00.0'", NULL },
+	{ SERVED, NULL, { "01:00.0,02:00.0", "--socket", "/tmp/x.sock" }, 2,
+	  "--socket takes a single controller", NULL },
+	{ SERVED, NULL, { "01:00.0", "--dir" }, 2, "option '--dir' requires an argument", NULL },
+	{ SERVED, NULL, { "01:00.0", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+
+	/* upcie-setup: usage */
+	{ SETUP, NULL, { "--version" }, 0, "upcie-setup (upcie) 0.", NULL },
+	{ SETUP, NULL, { "-h" }, 0, "usage: upcie-setup", NULL },
+	{ SETUP, NULL, { "frobnicate" }, 2, "command: bad value 'frobnicate'", NULL },
+	{ SETUP, NULL, { "list", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	{ SETUP, NULL, { "hugepages", "reserve", "10", "--size" }, 2,
+	  "option '--size' requires an argument", "unknown option" },
+	{ SETUP, NULL, { "hugepages", "reserve", "10", "--size", "3x" }, 2,
+	  "--size: bad value '3x'", NULL },
+	{ SETUP, NULL, { "hugepages", "reserve", "ten" }, 2, "reserve: bad value 'ten'", NULL },
+	{ SETUP, NULL, { "hugepages", "reserve", "1", "--node", "z" }, 2, "--node: bad value 'z'",
+	  NULL },
+	{ SETUP, NULL, { "hugepages", "reserve", "3", "--size", "1GiB" }, 0, "1G     all", NULL },
+	{ SETUP, NULL, { "hugepages", "reserve", "--size=2M", "5", "--node", "0" }, 0, "2M     0 ",
+	  NULL },
+	/* upcie-setup list */
+	{ SETUP, NULL, { "list" }, 0, "nvme0 (nvme0n1) \"QEMU NVMe Ctrl\" sn deadbeef fw 9.2.0", NULL },
+	{ SETUP, NULL, { "list" }, 0, "nvme1 (nvme1n1)", NULL },
+	{ SETUP, NULL, { "list", "--nvme" }, 0, "0000:00:04.0", "0000:00:06.0" },
+	{ SETUP, NULL, { "list", "--json" }, 0,
+	  "\"nvme\": {\"controller\": \"nvme0\", \"namespaces\": [\"nvme0n1\"], \"model\": "
+	  "\"QEMU NVMe Ctrl\", \"serial\": \"deadbeef\", \"firmware\": \"9.2.0\"}", NULL },
+	{ SETUP, NULL, { "list", "--json" }, 0, "{\"schema\": 1, \"functions\": [", NULL },
+	/* upcie-setup bind: class check, in-use guard, bulk bind */
+	{ SETUP, NULL, { "bind", "0000:00:06.0", "uio_pci_generic" }, 1,
+	  "is a Ethernet(class 020000), not an NVMe controller", NULL },
+	{ SETUP, NULL, { "bind", "00:02.0", "vfio-pci", "--any-class", "--dry-run" }, 0,
+	  "0000:00:02.0: would take it from pcieport and bind it to vfio-pci", NULL },
+	{ SETUP, NULL, { "bind", "0000:00:04.0", "vfio-pci", "--dry-run" }, 1, "mounted", NULL },
+	{ SETUP, NULL, { "bind", "0000:00:0a.0", "vfio-pci", "--dry-run" }, 0,
+	  "would take it from nvme and bind it to vfio-pci", NULL },
+	{ SETUP, NULL, { "bind", "0000:00:07.0", "vfio-pci" }, 0, "already bound to vfio-pci", NULL },
+	{ SETUP, NULL, { "bind", "0000:00:0a.0" }, 2, "bind needs BDF and DRIVER", NULL },
+	{ SETUP, NULL, { "bind", "zz", "vfio-pci" }, 2, "BDF: bad value 'zz'", NULL },
+	{ SETUP, NULL, { "bind", "--all", "vfio-pci", "--dry-run" }, 0,
+	  "0000:00:04.0: skipped (in use", NULL },
+	{ SETUP, NULL, { "bind", "--all", "vfio-pci", "--dry-run" }, 0,
+	  "2 of 5 NVMe controllers would be on vfio-pci, 3 skipped, 0 failed", NULL },
+	{ SETUP, "PCI_BLOCKED=0000:00:0a.0", { "bind", "--all", "vfio-pci", "--dry-run" }, 0,
+	  "0000:00:0a.0: skipped (in PCI_BLOCKED", "would take" },
+	{ SETUP, "PCI_ALLOWED=00:0a.0 00:05.0", { "bind", "--all", "vfio-pci", "--dry-run" }, 0,
+	  "0000:00:04.0: skipped (not in PCI_ALLOWED", NULL },
+	{ SETUP, "PCI_ALLOWED=00:0a.0", { "bind", "--all", "vfio-pci", "--dry-run" }, 0,
+	  "0000:00:0a.0: would take it from nvme and bind it to vfio-pci", NULL },
+	{ SETUP, NULL, { "bind", "--all", "vfio-pci", "--allow", "0000:00:07.0", "--dry-run" }, 0,
+	  "1 of 5 NVMe controllers would be on vfio-pci, 4 skipped", NULL },
+	{ SETUP, "PCI_ALLOWED=zz", { "bind", "--all", "vfio-pci" }, 2,
+	  "PCI_ALLOWED: bad value 'zz'", NULL },
+	{ SETUP, NULL, { "bind", "--all", "vfio-pci", "--block", "1:2" }, 2,
+	  "--block: bad value '1:2'", NULL },
+	{ SETUP, NULL, { "bind", "0000:00:0a.0", "vfio-pci", "--allow", "00:0a.0" }, 2,
+	  "--allow and --block go with --all", NULL },
+	/* reset: nothing recorded yet; then unbind writes the driver down and reset reads it */
+	{ SETUP, NULL, { "reset" }, 0, "nothing to reset", NULL },
+	{ SETUP, NULL, { "reset", "0000:00:0a.0" }, 1, "no record of the driver 0000:00:0a.0 had",
+	  NULL },
+	{ SETUP, NULL, { "reset", "zz" }, 2, "BDF: bad value 'zz'", NULL },
+	{ SETUP, NULL, { "unbind", "0000:00:0a.0", "--dry-run" }, 0,
+	  "would take it from nvme (unbind)", NULL },
+	{ SETUP, NULL, { "unbind", "0000:00:0a.0" }, 0, "0000:00:0a.0 unbound (was nvme)", NULL },
+};
+
+/* After the unbind above, in order: the record, and reset reading it. */
+static const struct row rows_after[] = {
+	{ SETUP, NULL, { "reset", "--dry-run" }, 0, "0000:00:0a.0: already bound to nvme", NULL },
+	{ SETUP, NULL, { "reset", "--all", "0000:00:0a.0" }, 2, "BDFs or --all, not both", NULL },
+	{ SETUP, NULL, { "reset", "0000:00:0a.0" }, 0, "0000:00:0a.0: already bound to nvme", NULL },
+	{ SETUP, NULL, { "reset" }, 0, "nothing to reset", NULL },
+};
+/* clang-format on */
+
+static void read_file(const char *rel, char *buf, size_t len)
+{
+	char p[512];
+	FILE *f;
+	size_t n = 0;
+
+	snprintf(p, sizeof(p), "%s/%s", fm_root, rel);
+	buf[0] = '\0';
+	f = fopen(p, "r");
+	if (!f)
+		return;
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+	char state[256], buf[512];
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s UPCIE-PERF UPCIE-SERVED UPCIE-SETUP\n", argv[0]);
+		return 2;
+	}
+	for (int i = 0; i < NTOOLS; i++)
+		tool_path[i] = argv[i + 1];
+	fm_machine();
+	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
+	setenv("UPCIE_DOCTOR_NO_HIP", "1", 1);
+	/* the kernel nvme driver's identity files of 04.0 and 05.0 (a multipath path) */
+	fm_put(FM_DEV "0000:00:04.0/nvme/nvme0/model",
+	       "QEMU NVMe Ctrl                          \n");
+	fm_put(FM_DEV "0000:00:04.0/nvme/nvme0/serial", "deadbeef            \n");
+	fm_put(FM_DEV "0000:00:04.0/nvme/nvme0/firmware_rev", "9.2.0   \n");
+	fm_mkdirs(FM_DEV "0000:00:04.0/nvme/nvme0/nvme0n1");
+	fm_put(FM_DEV "0000:00:05.0/nvme/nvme1/model", "QEMU NVMe Ctrl\n");
+	/* 0a.0: an idle NVMe controller with the nvme driver */
+	fm_func("0000:00:0a.0", "0x1b36\n", "0x0010\n", "0x010802\n", "nvme", 7);
+	/* hugepage pools */
+	fm_put("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "0\n");
+	fm_put("sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "0\n");
+	fm_put("sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages", "0\n");
+	fm_put("sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages", "0\n");
+	fm_put("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "0\n");
+	fm_put("sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages", "0\n");
+	snprintf(state, sizeof(state), "%s/run/setup-drivers", fm_root);
+	setenv("UPCIE_SETUP_STATE", state, 1);
+	fm_rm("run/setup-drivers"); /* reset starts with nothing written down */
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		row_check(&rows[i]);
+	read_file("sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages", buf, sizeof(buf));
+	CHECK(!strcmp(buf, "3\n"), "hugepages reserve 3 --size 1GiB wrote 3 to the 1 GiB pool");
+	read_file("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", buf,
+		  sizeof(buf));
+	CHECK(!strcmp(buf, "5\n"), "hugepages reserve 5 --size=2M --node 0 wrote 5 to node 0");
+	read_file("sys/bus/pci/drivers/nvme/unbind", buf, sizeof(buf));
+	CHECK(!strcmp(buf, "0000:00:0a.0"), "unbind wrote the address to the driver's unbind");
+	read_file("run/setup-drivers", buf, sizeof(buf));
+	CHECK(strstr(buf, "\n0000:00:0a.0 nvme\n") != NULL, "unbind wrote down 0a.0 had nvme: %s",
+	      buf);
+	for (size_t i = 0; i < sizeof(rows_after) / sizeof(rows_after[0]); i++) {
+		row_check(&rows_after[i]);
+		if (i == 0) {
+			read_file("run/setup-drivers", buf, sizeof(buf));
+			CHECK(strstr(buf, "0000:00:0a.0 nvme") != NULL,
+			      "reset --dry-run keeps the record");
+		}
+	}
+	read_file("run/setup-drivers", buf, sizeof(buf));
+	CHECK(!strstr(buf, "0000:00:0a.0"),
+	      "reset of a function back on its driver drops the record");
+	fm_cleanup();
+	return check_done();
+}
