@@ -103,6 +103,7 @@ tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
 tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
 tap "CQ mirror PTX matches its source" tests/gpu/gen-cqmirror-ptx.sh --check
 tap "GPU completion ordering points in the PTX (with its negative control)" tests/gpu/check-order-ptx.sh
+tap "P2P placement check: BAR window, System RAM (fake sysfs and iomem)" tests/gpu/check-p2p.sh
 tap "HIP sources, headers, bridge host tests" tests/hip/check-hip.sh
 tap "HIP device code disassembly (RDNA fences)" tests/hip/check-disasm.sh
 tap "aarch64 queue-pair barriers (disassembly)" scripts/check-arm64.sh

@@ -7,6 +7,9 @@
  * (cuMemGetHandleForAddressRange, asking for a PCIe BAR1 mapping where the driver knows the flag),
  * resolved to bus addresses by the dmabuf_import module (kmod/dmabuf_import.h) and described by a
  * LUT dmamem of 64 KiB granules, the granule the CUDA exporter works in; a upcie heap on top.
+ * Every granule's bus address is checked to lie inside this GPU's BAR1 and outside system RAM
+ * (gpu/p2p_check.h), here and for every registration: an export that landed in host memory is
+ * refused with -EXDEV instead of handing the controller addresses of pages that are not VRAM.
  * PRPs are built at 4 KiB inside each 64 KiB entry (a LUT granule is device contiguous).
  * Host heap (1 GiB by default, rounded up to the hugepage size): hugepages for SQs, CQs and PRP
  * lists, described by physical addresses (the uio_pci_generic case), registered with CUDA
@@ -54,6 +57,7 @@
 #include <upcie/base/compiler.h>
 #include <upcie/base/log.h>
 #include <upcie/gpu/dev_cuda.h>
+#include <upcie/gpu/p2p_check.h>
 #include <upcie/gpu/xlate_cuda.h>
 #include <upcie/kmod/dmabuf_import.h>
 #include <upcie/mem/dmamem.h>
@@ -175,6 +179,33 @@ static inline int upcie_gpu_cuda_export(CUdeviceptr ptr, uint64_t size, int *fd)
 	return 0;
 }
 
+/*
+ * IMPORT translation: every granule's bus address inside this GPU's BAR1 and none in system RAM
+ * (gpu/p2p_check.h). A test may stand in other addresses (UPCIE_GPU_CUDA_P2P_CHECK).
+ */
+#ifndef UPCIE_GPU_CUDA_P2P_CHECK
+#define UPCIE_GPU_CUDA_P2P_CHECK(p, mem, what) upcie_gpu_cuda_p2p_check_(p, mem, what)
+#endif
+static inline int upcie_gpu_cuda_p2p_check_(const struct upcie_gpu_cuda_proc *p,
+					    const struct upcie_dmamem *mem, const char *what)
+{
+	struct upcie_gpu_p2p_window w;
+	struct upcie_gpu_p2p_sysram *s;
+	int err;
+
+	err = upcie_gpu_p2p_window_read(p->dev.pci_name, p->dev.bar1_index, &w);
+	if (err)
+		return err;
+	s = (struct upcie_gpu_p2p_sysram *)malloc(sizeof(*s));
+	if (!s)
+		return UPCIE_FAIL(-ENOMEM, "gpu: out of host memory");
+	err = upcie_gpu_p2p_sysram_load(s);
+	if (!err)
+		err = upcie_gpu_p2p_check_dmamem(&w, s, mem, what);
+	free(s);
+	return err;
+}
+
 /* Export [base, base + size) and build its dmamem by the process's translation. */
 static inline int upcie_gpu_cuda_dmamem_(struct upcie_gpu_cuda_proc *p, CUdeviceptr base,
 					 uint64_t size, struct upcie_dmamem *mem)
@@ -188,10 +219,17 @@ static inline int upcie_gpu_cuda_dmamem_(struct upcie_gpu_cuda_proc *p, CUdevice
 	err = upcie_gpu_cuda_export(base, size, &fd);
 	if (err)
 		goto fail;
-	if (p->xlate == UPCIE_GPU_CUDA_XLATE_IMPORT)
+	if (p->xlate == UPCIE_GPU_CUDA_XLATE_IMPORT) {
 		err = upcie_dmamem_dmabuf_import(mem, &p->kmod, fd, (void *)(uintptr_t)base, size,
 						 UPCIE_GPU_CUDA_GRANULE_SHIFT);
-	else
+		/* What the exporter handed out must be VRAM behind BAR1, at heap creation and
+		 * at every registration alike (both come through here). */
+		if (!err) {
+			err = UPCIE_GPU_CUDA_P2P_CHECK(p, mem, "CUDA dma-buf export");
+			if (err)
+				upcie_dmamem_destroy(mem);
+		}
+	} else
 		err = upcie_dmamem_init_arith(mem, (void *)(uintptr_t)base, (size_t)size,
 					      (uint64_t)base + p->iova_offset);
 	if (err)
@@ -830,7 +868,8 @@ static inline int upcie_gpu_cuda_iova(struct upcie_gpu_cuda *gpu, const void *pt
  * Fill *x so GPU code can translate the registered range containing `ptr` (the device heap, the
  * host heap or a registration; for the host heap `base` is its GPU address). A LUT is copied into
  * device memory, released by upcie_gpu_cuda_xlate_destroy(). The range must stay registered while
- * *x is used. Returns 0, -ENOENT (not registered), -ENOMEM, a CUDA error.
+ * *x is used. The host heap's translation carries UPCIE_GPU_XLATE_HOSTMEM. Returns 0, -ENOENT
+ * (not registered), -ENOMEM, a CUDA error.
  */
 static inline int upcie_gpu_cuda_xlate_create(struct upcie_gpu_cuda *gpu, const void *ptr,
 					      struct upcie_gpu_xlate *x)
@@ -851,6 +890,10 @@ static inline int upcie_gpu_cuda_xlate_create(struct upcie_gpu_cuda *gpu, const 
 		base = (uint64_t)gpu->p->hbase_dev;
 	x->base = base;
 	x->size = hit.size;
+	/* Registrations are cuMemAlloc memory (buf_register checks): only the host heap is host
+	 * memory, and GPU-issued queues must know it (gpuq/gqp_cuda.h, "Payload placement"). */
+	if (hit.base == gpu->p->hbase)
+		x->flags |= UPCIE_GPU_XLATE_HOSTMEM;
 	if (!hit.mem->lut) {
 		x->iova = upcie_dmamem_iova_fast(hit.mem,
 						 hit.off - ((uintptr_t)ptr - (uintptr_t)hit.base));

@@ -23,8 +23,14 @@ struct upcie_gpu_xlate {
 	const uint64_t *lut; /* device pointer: device address per granule; NULL: arithmetic */
 	uint64_t iova;	     /* arithmetic: device address of `base` */
 	uint32_t shift;	     /* LUT granule, log2 */
-	uint32_t rsvd;
+	uint32_t flags;	     /* UPCIE_GPU_XLATE_* */
 };
+
+/*
+ * The range is host memory mapped into the GPU, not GPU memory. GPU-issued queues refuse it as a
+ * payload unless created with UPCIE_NVME_GQP_HOST_DATA (gpuq/gqp_cuda.h says why).
+ */
+#define UPCIE_GPU_XLATE_HOSTMEM 0x1u
 
 /* Device address of `p`, no bounds check (the hot path). */
 UPCIE_HD static inline uint64_t upcie_gpu_xlate_iova(const struct upcie_gpu_xlate *x, const void *p)
