@@ -7,7 +7,9 @@
 # (the caller's plain ld.global, or the state the reap writes). Then it proves it can fail: the same
 # kernels built with the fence removed (-DUPCIE_NVME_GQP_ACQUIRE()= and
 # -DUPCIE_NVME_PORT_DMA_RMB()=, what the H200 stale-read control runs) must fail the check. The SASS
-# these become on the H200 is in docs/results/gpu-queues.md. TAP; SKIP without nvcc.
+# these become on the H200 is in docs/results/gpu-queues.md. Also: the CQE re-load after the
+# acquire (and its control), and that tests/gpu/check-nc-ptx.sh reports ld.global.nc after a reap
+# in a user kernel and nowhere else. TAP; SKIP without nvcc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-$(command -v nvcc || true)}
@@ -82,6 +84,39 @@ if build "$tmp/ctl.ptx" '-DUPCIE_NVME_GQP_ACQUIRE()=' '-DUPCIE_NVME_PORT_DMA_RMB
 	fi
 else
 	echo "not ok $n - control build"
+	fail=$((fail + 1))
+fi
+# The CQE re-load: after the acquire, the reap loads the consumed entries again (a 16-byte load
+# after the fence); its control (-DUPCIE_NVME_GQP_CQE_RELOAD=0) has none.
+reload() { # PTX NAME
+	fn "$1" "$2" | awk '/fence\.acquire\.sys/ && !fe { fe = NR }
+		fe && NR > fe && /ld(\.volatile)?(\.global)?\.v4\.u32/ { r = 1 }
+		END { exit !r }'
+}
+n=$((n + 1))
+if reload "$tmp/ok.ptx" upcie_ordchk_gqp_reap && reload "$tmp/ok.ptx" upcie_ordchk_gqp_reap_each; then
+	echo "ok $n - gqp reap and reap_each: the CQ entries loaded again after fence.acquire.sys"
+else
+	echo "not ok $n - gqp reap and reap_each: the CQ entries loaded again after fence.acquire.sys"
+	fail=$((fail + 1))
+fi
+n=$((n + 1))
+if build "$tmp/nore.ptx" -DUPCIE_NVME_GQP_CQE_RELOAD=0 && ! reload "$tmp/nore.ptx" upcie_ordchk_gqp_reap &&
+	! reload "$tmp/nore.ptx" upcie_ordchk_gqp_reap_each; then
+	echo "ok $n - control: without the re-load the check fails"
+else
+	echo "not ok $n - control: without the re-load the check still passes (or the build failed)"
+	fail=$((fail + 1))
+fi
+
+# The read-only-load debug check: it reports the user kernel reading the payload through __ldg
+# after a reap, and none of the library's own paths.
+n=$((n + 1))
+rep=$(bash tests/gpu/check-nc-ptx.sh "$tmp/ok.ptx" | grep '^  ' | sed 's/^  //; s/:.*//' | sort -u)
+if [ "$rep" = upcie_ordchk_nc_user ]; then
+	echo "ok $n - check-nc-ptx.sh reports ld.global.nc after a reap in upcie_ordchk_nc_user only"
+else
+	echo "not ok $n - check-nc-ptx.sh reported: ${rep:-nothing}"
 	fail=$((fail + 1))
 fi
 echo "1..$n"

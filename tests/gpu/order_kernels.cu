@@ -46,3 +46,17 @@ extern "C" __global__ void upcie_ordchk_core_reap(struct upcie_nvme_qpair *qp, c
 
 	out[0] = (uint32_t)n + data[0];
 }
+
+/* A user's kernel that breaks the read-only-load rule: the payload through __ldg after the reap
+ * (tests/gpu/check-nc-ptx.sh must report it, and only it). */
+extern "C" __global__ void upcie_ordchk_nc_user(struct upcie_nvme_gqp *q,
+						const uint32_t *__restrict__ data, uint32_t *out)
+{
+	struct upcie_nvme_gqp_warp w;
+	uint32_t n;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	n = upcie_nvme_gqp_reap(&w);
+	upcie_nvme_gqp_end(&w);
+	out[threadIdx.x] = n + __ldg(&data[threadIdx.x]);
+}

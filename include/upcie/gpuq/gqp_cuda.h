@@ -29,27 +29,67 @@
  * caller's ordinary loads of the payload see what the controller wrote before the completion.
  * The controller's writes arrive in order only on a GPU that promises ordered peer writes
  * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING at least OWNER, which
- * upcie_nvme_gqp_create() checks). Another warp that reads the payload after this warp tells it
- * to is ordered after this warp as usual: __syncthreads() inside a block (the fence invalidated
- * the SM's L1), a release by this warp and an acquire by the reader (st.release.gpu /
- * ld.acquire.gpu, or __threadfence() on both sides) across blocks. A warp that takes the queue
- * over (begin) after another warp reaped sees those completions through begin's fence.
+ * upcie_nvme_gqp_create() checks). A warp that takes the queue over (begin) after another warp
+ * reaped sees those completions through begin's fence.
+ *
+ * Readers outside the owning warp. The reap's fence orders the owning warp's loads only. Every
+ * other thread that reads a payload after learning of its completion executes its own acquire
+ * after it learnt and before its first load of the payload, whatever told it:
+ *   - a thread of the same block, told by __syncthreads() (or a named barrier) after the owner
+ *     reaped: upcie_nvme_gqp_data_acquire() after the barrier. On the H200 the owner's fence has
+ *     already invalidated the L1 the block shares, but the PTX model orders a barrier at CTA scope
+ *     only, and the controller is outside it;
+ *   - a thread of another block, told by a flag: the owner publishes with
+ *     upcie_nvme_gqp_signal() (a system-scope release, then the flag store), the reader waits with
+ *     upcie_nvme_gqp_signal_wait() (relaxed polls, then the acquire); a reader that polls a flag
+ *     of its own making calls upcie_nvme_gqp_data_acquire() once it saw the flag. A relaxed or
+ *     volatile poll alone gives the flag, not the data behind it: without the acquire the reader's
+ *     plain loads return what its SM's L1 held (measured: docs/results/gpu-queues.md);
+ *   - a resident kernel told by the CPU (the CPU reaped, e.g. through the completion mirror, and
+ *     wrote a flag the kernel polls): the same, upcie_nvme_gqp_signal_wait() or a poll followed by
+ *     upcie_nvme_gqp_data_acquire(). The CPU's own order (completion, then its flag store) is the
+ *     host core's business (nvme/qpair.h).
+ * Read-only loads: a payload that a device or another SM writes while the kernel runs is read
+ * with ordinary loads (ld.global, ld.weak), never through const __restrict__ pointers the
+ * compiler turns into ld.global.nc nor __ldg(): the PTX model gives the non-coherent path no
+ * ordering with fences at all, so no acquire makes it fresh (on sm_90 it shares the L1 that
+ * fence.acquire invalidates; nothing promises that elsewhere). tests/gpu/check-nc-ptx.sh finds
+ * ld.global.nc in kernels that also reap or acquire (run it on a user's PTX, a debug check).
  *
  * Data of a write command: upcie_nvme_gqp_ring()'s release fence orders what the ringing warp
  * wrote or observed before the doorbell. When other threads produced the payload, each of them
- * calls upcie_nvme_gqp_data_release() after its last store of it and before it tells the ringing
- * warp (barrier, flag); a __syncthreads() alone orders the stores for the block's threads, which
- * is not what a device reading them across PCIe is promised.
+ * publishes it with upcie_nvme_gqp_signal() (or calls upcie_nvme_gqp_data_release() after its
+ * last store and before whatever tells the ringing warp), and the ringing warp, once told,
+ * executes upcie_nvme_gqp_data_acquire() (upcie_nvme_gqp_signal_wait() does) before it enqueues
+ * and rings: the release fence before the doorbell covers the producers' stores only when the
+ * ringing warp has synchronised with them, and the acquire also makes what it reads of their data
+ * (an LBA, a length) fresh. A __syncthreads() alone orders the stores at CTA scope, which is not
+ * what a device reading them across PCIe is promised.
  *
- * CQE loads are 16 bytes at once (ld.volatile.v4): the phase tag and the rest of the entry come
- * from one load, with no ordering point between them. The host path reads the phase first and
- * the rest after a barrier, which is consistent as long as a controller writes the entry's last
- * dword no earlier than the others (one 16-byte write, or in address order). One 16-byte load
- * gives the same consistency when it reads the 16 bytes at once. PTX does not promise that, so it
- * was measured on the H200 (tests/gpu/test_gpu.cu, "CQE written in two parts"; numbers in
- * docs/results/gpu-tests.md): entries written as dw0..dw2 then dw3 while the reader polled them, by
- * a warp (200000) and by the copy engine (20000), were never seen torn through this load, while
- * the same harness reading dw0..dw2 and, 1 us later, dw3 saw nearly every warp-written entry torn.
+ * Payload placement. Payloads must be GPU memory: a translation of host memory
+ * (UPCIE_GPU_XLATE_HOSTMEM, the host heap) is refused with -EXDEV unless the queue was created
+ * with UPCIE_NVME_GQP_HOST_DATA. The GPU's ordering promise covers the controller's writes into
+ * GPU memory; a read into host memory goes to DRAM through the root complex while its completion
+ * goes to the CQ in VRAM, two destinations that PCIe does not order against each other, so the
+ * completion can be seen before the data. Set the flag only when the platform is known to order
+ * them; upcie cannot check it.
+ *
+ * CQE loads. The CQ is polled with 16-byte loads (ld.volatile.v4). PTX models a vector load as
+ * one load per element in unspecified order, so the phase tag (dw3) can be newer than dw0..dw2
+ * of the same load. After the acquire, dw0..dw2 of every consumed entry are loaded again; dw3 is
+ * kept from the poll (the CID and the status live in the same dword as the phase tag). A
+ * controller writes the entry's last dword no earlier than the others (one 16-byte write, or in
+ * address order), and its writes arrive in order (the peer-write promise above), so the second
+ * load sees the dwords written before the tag. The re-loads are ordinary loads issued together,
+ * beside the per-CID state loads that follow the fence (what they cost: docs/results/
+ * gpu-queues.md). Tested with polls that tear on purpose (tests/gpu/test_gpu.cu, group "tear"):
+ * torn entries reach the caller only without the re-load (UPCIE_NVME_GQP_CQE_RELOAD 0, the
+ * negative control). A single 16-byte load was never seen torn on the H200
+ * (docs/results/gpu-tests.md), which the code does not rely on.
+ *
+ * Untrusted completions: an entry for a CID that is not outstanding, a late one for a cancelled
+ * CID, and a CID posted twice in one reap round are counted (q->nbad, q->nlate) and free nothing
+ * twice, so the free-CID stack never outgrows its table.
  *
  * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
  * (gpuq/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
@@ -109,6 +149,31 @@
  * pair at QD 32 runs 12 % slower; at the queue level with many pairs both are equal there.
  */
 #define UPCIE_NVME_GQP_SQ_COOP_STORES 0x8u
+/*
+ * Accept payloads in host memory (UPCIE_GPU_XLATE_HOSTMEM): the caller asserts that the platform
+ * orders the controller's writes into host memory before its completions in GPU memory (see
+ * "Payload placement" above). Without it enqueue_data() refuses them with -EXDEV.
+ */
+#define UPCIE_NVME_GQP_HOST_DATA 0x10u
+
+/*
+ * The poll's 16-byte CQ load, and whether dw0..dw2 are loaded again after the acquire; a test
+ * substitutes a load that tears on purpose, and its negative control turns the re-load off.
+ */
+#ifndef UPCIE_NVME_GQP_CQ_LOAD
+#define UPCIE_NVME_GQP_CQ_LOAD(p) upcie_nvme_port_ld16(p)
+#endif
+#ifndef UPCIE_NVME_GQP_CQE_RELOAD
+#define UPCIE_NVME_GQP_CQE_RELOAD 1
+#endif
+/*
+ * The re-load itself: an ordinary 16-byte load, ordered by the acquire like the caller's payload
+ * loads (a strong system-scope load, as the poll's, measured slower on the H200:
+ * docs/results/gpu-queues.md).
+ */
+#ifndef UPCIE_NVME_GQP_CQE_RELOAD_LD
+#define UPCIE_NVME_GQP_CQE_RELOAD_LD(p) (*(const uint4 *)(p))
+#endif
 
 /*
  * How an SQE reaches its slot when a lane writes its own; a test may substitute another store
@@ -148,6 +213,12 @@
 #else
 #define UPCIE_NVME_GQP_ACQUIRE() __threadfence_system()
 #endif
+#endif
+
+/* The acquire of readers outside the owning warp (upcie_nvme_gqp_data_acquire()); a test's
+ * negative control defines it empty. */
+#ifndef UPCIE_NVME_GQP_DATA_ACQUIRE
+#define UPCIE_NVME_GQP_DATA_ACQUIRE() UPCIE_NVME_GQP_ACQUIRE()
 #endif
 
 /* One queue pair, in device memory. Addresses are as GPU code uses them. */
@@ -193,7 +264,8 @@ struct upcie_nvme_gqp_warp {
 	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
 	uint32_t nbad, nbad_sqhd, nlate;
 	bool locked;
-	bool coop; /* warp-cooperative SQE stores (UPCIE_NVME_GQP_SQ_COOP_STORES) */
+	bool coop;     /* warp-cooperative SQE stores (UPCIE_NVME_GQP_SQ_COOP_STORES) */
+	bool hostdata; /* payloads in host memory accepted (UPCIE_NVME_GQP_HOST_DATA) */
 };
 
 #define UPCIE_NVME_GQP_FULL_ 0xffffffffu
@@ -245,6 +317,7 @@ __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w
 	w->coop = UPCIE_NVME_GQP_COOP_STORES_ &&
 		  (q->flags & (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES)) ==
 		      (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES);
+	w->hostdata = (q->flags & UPCIE_NVME_GQP_HOST_DATA) != 0;
 	__syncwarp();
 }
 
@@ -320,7 +393,7 @@ __device__ static inline void upcie_nvme_gqp_prp_fill_(const struct upcie_nvme_g
 	}
 }
 
-/* Whether `len` bytes at `buf` can be described for this queue (0 or -EINVAL). */
+/* Whether `len` bytes at `buf` can be described for this queue (0, -EINVAL, -EXDEV). */
 __device__ static inline int upcie_nvme_gqp_prp_check_(const struct upcie_nvme_gqp_warp *w,
 						       const struct upcie_gpu_xlate *x,
 						       const void *buf, uint32_t len)
@@ -329,6 +402,8 @@ __device__ static inline int upcie_nvme_gqp_prp_check_(const struct upcie_nvme_g
 
 	if (!x)
 		return 0;
+	if ((x->flags & UPCIE_GPU_XLATE_HOSTMEM) && !w->hostdata)
+		return -EXDEV; /* "Payload placement" above */
 	if (!len || !upcie_gpu_xlate_contains(x, buf, len))
 		return -EINVAL;
 	a = upcie_gpu_xlate_iova(x, buf);
@@ -510,7 +585,8 @@ __device__ static inline int upcie_nvme_gqp_enqueue(struct upcie_nvme_gqp_warp *
  * As upcie_nvme_gqp_enqueue(), with the data pointer of the command filled for `len` bytes at
  * `buf`, translated through `x` (gpu/xlate_cuda.h): PRP1/PRP2 at 4 KiB, a PRP list in the CID's
  * list page beyond two pages. -EINVAL for a lane whose buffer is outside `x`, not dword aligned,
- * empty, or longer than the queue's lists allow (2 pages without lists, 513 with).
+ * empty, or longer than the queue's lists allow (2 pages without lists, 513 with); -EXDEV for a
+ * buffer in host memory on a queue without UPCIE_NVME_GQP_HOST_DATA.
  */
 __device__ static inline int upcie_nvme_gqp_enqueue_data(struct upcie_nvme_gqp_warp *w,
 							 const struct upcie_nvme_sqe *sqe,
@@ -553,6 +629,56 @@ __device__ static inline void upcie_nvme_gqp_data_release(void)
 	UPCIE_NVME_GQP_WMB();
 }
 
+/*
+ * Per thread, not collective. The acquire of a thread that reads data behind a completion (or a
+ * producer's data) it learnt of from someone else: after it learnt (a barrier, a flag it polled,
+ * a word the CPU wrote) and before its first load of the data. See "Readers outside the owning
+ * warp" above. A system-scope acquire fence (on sm_90 one CCTL.IVALL: the SM's L1 invalidated).
+ */
+__device__ static inline void upcie_nvme_gqp_data_acquire(void)
+{
+	UPCIE_NVME_GQP_DATA_ACQUIRE();
+}
+
+/*
+ * Per thread, not collective. Tell readers in other blocks (or the ringing warp) that data is
+ * ready: a system-scope release fence, then `v` stored into *flag with a relaxed system-scope
+ * store (the flag may live in host memory the CPU watches). Use a sequence number for `v`.
+ */
+__device__ static inline void upcie_nvme_gqp_signal(uint32_t *flag, uint32_t v)
+{
+	UPCIE_NVME_GQP_WMB();
+	asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+}
+
+/*
+ * Per thread, not collective. Wait until *flag reaches `v` (sequence order: (int32_t)(*flag - v)
+ * >= 0) or `timeout_ns` has passed, then acquire (upcie_nvme_gqp_data_acquire()). The flag is
+ * polled with relaxed loads, which cost half an acquire load per poll on the H200; the acquire is
+ * paid once. Returns 0, -ETIMEDOUT (nothing acquired: the data must not be read).
+ */
+__device__ static inline int upcie_nvme_gqp_signal_wait(const uint32_t *flag, uint32_t v,
+							uint64_t timeout_ns)
+{
+	uint64_t t0 = upcie_nvme_port_time_ns();
+
+	for (;;) {
+		uint32_t f;
+
+		asm volatile("ld.relaxed.sys.global.u32 %0, [%1];"
+			     : "=r"(f)
+			     : "l"(flag)
+			     : "memory");
+		if ((int32_t)(f - v) >= 0)
+			break;
+		if (upcie_nvme_port_time_ns() - t0 >= timeout_ns)
+			return -ETIMEDOUT;
+		upcie_nvme_port_relax();
+	}
+	UPCIE_NVME_GQP_DATA_ACQUIRE();
+	return 0;
+}
+
 /* What reap does with a completion it keeps for upcie_nvme_gqp_complete(). */
 struct upcie_nvme_gqp_keep_ {
 	__device__ void operator()(const struct upcie_nvme_cqe &) const
@@ -581,7 +707,7 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 
 		if (idx >= w->depth)
 			idx -= w->depth;
-		v[r] = r < rounds && pos < w->depth ? upcie_nvme_port_ld16(&w->cq[idx])
+		v[r] = r < rounds && pos < w->depth ? UPCIE_NVME_GQP_CQ_LOAD(&w->cq[idx])
 						    : make_uint4(0, 0, 0, 0);
 	}
 #pragma unroll
@@ -608,14 +734,40 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 		return 0;
 	/* What the controller wrote before these entries is visible to this warp's loads after. */
 	UPCIE_NVME_GQP_ACQUIRE();
+	/* dw0..dw2 again, after the fence: the poll's vector load may have torn ("CQE loads"). */
+	if (UPCIE_NVME_GQP_CQE_RELOAD) {
+#pragma unroll
+		for (uint32_t r = 0; r < R; r++) {
+			uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
+
+			if (idx >= w->depth)
+				idx -= w->depth;
+			if (pos < n) {
+				uint4 e = UPCIE_NVME_GQP_CQE_RELOAD_LD(&w->cq[idx]);
+
+				v[r].x = e.x;
+				v[r].y = e.y;
+				v[r].z = e.z;
+			}
+		}
+	}
 #pragma unroll
 	for (uint32_t r = 0; r < R; r++) {
 		uint32_t pos = r * 32 + lane;
 		bool mine = pos < n, freeing = false, bad = false, late = false;
-		uint32_t fm, bm, lm;
+		uint32_t fm, bm, lm, dup;
 
 		if (r * 32 >= n)
 			break;
+		/* A controller that posts one CID twice in a round must not free it twice (the free
+		 * stack would outgrow its table): the lowest lane takes it, the others count as bad.
+		 * Across rounds the state each round leaves behind does the same. */
+		dup = __match_any_sync(UPCIE_NVME_GQP_FULL_,
+				       mine ? v[r].w & 0xffffu : 0x10000u + lane);
+		if (mine && (dup & lt)) {
+			mine = false;
+			bad = true;
+		}
 		if (mine) {
 			uint16_t c = (uint16_t)v[r].w;
 			uint8_t st = c < w->ncids ? w->state[c] : (uint8_t)UPCIE_NVME_GQP_FREE;

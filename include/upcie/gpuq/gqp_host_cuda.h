@@ -56,7 +56,8 @@
 #include <upcie/gpuq/gqp_cuda.h>
 #include <upcie/nvme/spec.h>
 
-/* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES: gpuq/gqp_cuda.h. */
+/* Flags UPCIE_NVME_GQP_SQ_HOSTMEM, _DB_IOMEM, _PRP_LISTS, _SQ_COOP_STORES, _HOST_DATA:
+ * gpuq/gqp_cuda.h. */
 
 /* How long creation waits for its copies, and destroy for warps to leave the queue. */
 #ifndef UPCIE_NVME_GQP_SETUP_TIMEOUT_NS
@@ -204,10 +205,17 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 	    ncids > 65535)
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: depth %u with %u CIDs", cfg->qid,
 				  cfg->depth, ncids);
-	if (cfg->flags & ~(UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_DB_IOMEM |
-			   UPCIE_NVME_GQP_PRP_LISTS | UPCIE_NVME_GQP_SQ_COOP_STORES))
+	if (cfg->flags &
+	    ~(UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_DB_IOMEM | UPCIE_NVME_GQP_PRP_LISTS |
+	      UPCIE_NVME_GQP_SQ_COOP_STORES | UPCIE_NVME_GQP_HOST_DATA))
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: unknown flags 0x%x", cfg->qid,
 				  cfg->flags);
+	if (cfg->flags & UPCIE_NVME_GQP_HOST_DATA)
+		UPCIE_WARN(
+		    "nvme: gqp %u: payloads in host memory accepted on the caller's word that "
+		    "the platform orders the controller's host-memory writes before its "
+		    "completions in GPU memory",
+		    cfg->qid);
 	if (!cfg->sqdb || !cfg->cqdb || (((uintptr_t)cfg->sqdb | (uintptr_t)cfg->cqdb) & 3))
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp %u: doorbells missing or misaligned",
 				  cfg->qid);
