@@ -75,6 +75,10 @@
 #ifndef UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS
 #define UPCIE_NVME_CQMIRROR_COPY_TIMEOUT_NS (2 * UPCIE_NSEC_PER_SEC)
 #endif
+/* A table write that fails (a test's stand-in for a copy engine error): 0, or the error. */
+#ifndef UPCIE_NVME_CQMIRROR_PUT_FAIL
+#define UPCIE_NVME_CQMIRROR_PUT_FAIL(off, src, len) 0
+#endif
 /* Whether slot s acknowledged the generation before even g; a test may stand in a slow warp. */
 #ifndef UPCIE_NVME_CQMIRROR_ACKED
 #define UPCIE_NVME_CQMIRROR_ACKED(ms, s, g) ((ms)->ack[s] == (g)-1)
@@ -104,6 +108,9 @@ struct upcie_nvme_cqmirror_state_ {
 	uint32_t gen[UPCIE_NVME_CQMIRROR_SLOTS];
 	bool used[UPCIE_NVME_CQMIRROR_SLOTS];
 	bool parked[UPCIE_NVME_CQMIRROR_SLOTS]; /* attach timed out: CQs kept until acknowledged */
+	/* The table still holds an odd generation because writing the even one failed: the slot
+	 * is not free until a later call writes it (a warp would serve it on the next launch). */
+	bool regen[UPCIE_NVME_CQMIRROR_SLOTS];
 	struct upcie_heap_buf park_dev[UPCIE_NVME_CQMIRROR_SLOTS],
 	    park_host[UPCIE_NVME_CQMIRROR_SLOTS];
 	unsigned nused;
@@ -117,7 +124,10 @@ static inline int upcie_nvme_cqmirror_put_(struct upcie_nvme_cqmirror_state_ *ms
 					   const void *src, size_t len)
 {
 	CUresult r;
+	int err = UPCIE_NVME_CQMIRROR_PUT_FAIL(off, src, len);
 
+	if (err)
+		return UPCIE_FAIL(err, "nvme: cqmirror: table update at %zu failed", off);
 	memcpy(ms->stage, src, len);
 	r = cuMemcpyHtoDAsync(ms->table + off, ms->stage, len, ms->ctl);
 	if (r != CUDA_SUCCESS)
@@ -126,16 +136,48 @@ static inline int upcie_nvme_cqmirror_put_(struct upcie_nvme_cqmirror_state_ *ms
 					  "nvme: cqmirror: table update");
 }
 
-/* Free the CQs of parked slots whose warp acknowledged (all: the kernel has ended). */
+/* Take slot s's generation to even if it is odd; on failure the slot is marked to retry. */
+static inline int upcie_nvme_cqmirror_close_gen_(struct upcie_nvme_cqmirror_state_ *ms, int s)
+{
+	size_t off = offsetof(struct upcie_nvme_cqmirror_table, slot) +
+		     (size_t)s * sizeof(struct upcie_nvme_cqmirror_slot) +
+		     offsetof(struct upcie_nvme_cqmirror_slot, gen);
+	uint32_t e = ms->gen[s] + 1;
+	int err;
+
+	if (!(ms->gen[s] & 1u)) {
+		ms->regen[s] = false;
+		return 0;
+	}
+	err = upcie_nvme_cqmirror_put_(ms, off, &e, sizeof(e));
+	ms->regen[s] = err != 0;
+	if (!err)
+		ms->gen[s] = e;
+	return err;
+}
+
+/*
+ * Write the even generations that failed before, then free the CQs of parked slots whose warp
+ * acknowledged (all: the kernel has ended, so none can write any more). A slot whose table entry
+ * is still odd stays taken: the next launch would serve it.
+ */
 static inline void upcie_nvme_cqmirror_unpark_(struct upcie_gpu_cuda_proc *p,
 					       struct upcie_nvme_cqmirror_state_ *ms, bool all)
 {
 	for (int s = 0; s < UPCIE_NVME_CQMIRROR_SLOTS; s++) {
-		if (!ms->parked[s] || (!all && ms->ack[s] != ms->gen[s] - 1))
+		if (ms->regen[s] && !upcie_nvme_cqmirror_close_gen_(ms, s) && !ms->parked[s]) {
+			/* Nothing ran under it (the launch had failed): free now. */
+			ms->used[s] = false;
+			ms->nused--;
+			continue;
+		}
+		if (!ms->parked[s] || (!all && (ms->regen[s] || ms->ack[s] != ms->gen[s] - 1)))
 			continue;
 		upcie_heap_free(&p->hheap, ms->park_host[s].off);
 		upcie_heap_free(&p->dheap, ms->park_dev[s].off);
 		ms->parked[s] = false;
+		if (ms->regen[s])
+			continue; /* kernel ended, CQs freed; the slot waits for its even write */
 		ms->used[s] = false;
 		ms->nused--;
 	}
@@ -359,6 +401,16 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 		goto out;
 	ms = (struct upcie_nvme_cqmirror_state_ *)p->mirror;
 	upcie_nvme_cqmirror_unpark_(p, ms, false);
+	for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS; i++)
+		if (ms->regen[i] && !ms->running) {
+			/* A launch now would let slot i's warp serve CQs that are gone. */
+			err =
+			    UPCIE_FAIL(-EIO,
+				       "nvme: cqmirror: slot %d keeps an odd generation (its even "
+				       "write failed again); no launch until it is written",
+				       i);
+			goto out;
+		}
 	if (ms->stopping) { /* an earlier stop timed out: the kernel must end first */
 		err = upcie_nvme_cqmirror_retire_(p, ms);
 		if (err)
@@ -419,16 +471,13 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 	if (!ms->running) {
 		err = upcie_nvme_cqmirror_launch_(ms);
 		if (err) {
-			/* Nothing runs: take the slot back as the warp would have. */
-			g++;
-			if (!upcie_nvme_cqmirror_put_(
-				ms, off + offsetof(struct upcie_nvme_cqmirror_slot, gen), &g,
-				sizeof(g))) {
-				ms->gen[s] = g;
-				ms->ack[s] = g - 1;
+			/* Nothing runs: take the slot back as the warp would have. If the even
+			 * write fails too, the slot stays taken until unpark_ writes it. */
+			if (!upcie_nvme_cqmirror_close_gen_(ms, s)) {
+				ms->ack[s] = ms->gen[s] - 1;
+				ms->used[s] = false;
+				ms->nused--;
 			}
-			ms->used[s] = false;
-			ms->nused--;
 			p->nmirror--;
 			goto out;
 		}
@@ -437,8 +486,6 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 	t0 = upcie_time_ns();
 	while (ms->ack[UPCIE_NVME_CQMIRROR_SLOTS + s] != g) {
 		if (upcie_time_ns() - t0 > UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS) {
-			uint32_t e = g + 1;
-
 			err =
 			    UPCIE_FAIL(-ETIMEDOUT,
 				       "nvme: cqmirror: slot %d: the mirror warp did not start "
@@ -446,11 +493,10 @@ static inline int upcie_nvme_cqmirror_attach(struct upcie_nvme_cqmirror_cq *m,
 				       " ms (no room on the GPU for its block: kernels filling "
 				       "every SM?); the slot is parked until it acknowledges",
 				       s, (uint64_t)(UPCIE_NVME_CQMIRROR_ACK_TIMEOUT_NS / 1000000));
-			if (!upcie_nvme_cqmirror_put_(
-				ms, off + offsetof(struct upcie_nvme_cqmirror_slot, gen), &e,
-				sizeof(e)))
-				ms->gen[s] = e;
-			/* Kept with its CQs: the warp may still start and copy under g. */
+			/* Even again (or marked to retry: the slot would otherwise stay odd, and
+			 * taken, until the kernel ends). Kept with its CQs: the warp may still start
+			 * and copy under g. */
+			upcie_nvme_cqmirror_close_gen_(ms, s);
 			ms->parked[s] = true;
 			ms->park_dev[s] = m->dev;
 			ms->park_host[s] = m->host;
