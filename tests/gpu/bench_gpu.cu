@@ -16,6 +16,9 @@
  *           ordering (system fences vs GPU-scope acquire/release, "lean")
  *   qd      one queue pair at QD 1, 32 and 128 with either controller ordering: the rows that
  *           compare the reap's acquire fence with the code before it (built against both)
+ *   bare    the library's path beside a bare ring of the same shape (no library, no fences) and
+ *           the bare ring with the library's release, then also its acquire, at the shapes of
+ *           "rate", with either controller ordering, in one call
  *   l2lat   one-way latency between two SMs through device memory, per load/store flavour
  *   fence   cost of the fences a submitter can publish a batch with
  * Built a second time as bench_gpu_store4 with the SQE stores of the queue path made 4-byte ones
@@ -242,6 +245,197 @@ static void part_qd(struct rig *r)
 		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 			rate_case(r, res, 1, cases[i].depth, cases[i].qd, 0, lean, 0,
 				  lean ? "lean (acquire/release)" : "system fences");
+	cudaFreeHost(res);
+}
+
+/* ---------------- bare ---------------- */
+
+/*
+ * The bare ring: the same shape as rate_kernel (one warp per queue pair, Flush commands, up to 32
+ * per enqueue round, one doorbell per round, up to 4 x 32 CQEs polled per reap) on the same queue
+ * memory, written by hand with no library: the slot index is the CID, no per-CID state, no checks.
+ * Rel adds the library's release fence before each SQ doorbell, Acq its acquire after each poll
+ * that found entries: the steps between the bare ring and the library, to place the time.
+ */
+template <bool Rel, bool Acq>
+__global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t dur_ns,
+			    struct bres *res)
+{
+	const struct upcie_nvme_gqp *q = qs[blockIdx.x];
+	struct upcie_nvme_sqe *sq = q->sq;
+	const struct upcie_nvme_cqe *cq = q->cq;
+	volatile uint32_t *sqdb = q->sqdb, *cqdb = q->cqdb;
+	uint32_t depth = q->depth, lane = threadIdx.x & 31;
+	uint32_t tail = 0, head = 0, cqh = 0, phase = 1, inflight = 0;
+	struct upcie_nvme_sqe sqe;
+	unsigned long long n = 0;
+	uint64_t t0, deadline, t1;
+
+	upcie_nvme_cmd_flush(&sqe, 1);
+	t0 = __shfl_sync(0xffffffffu, gnow(), 0);
+	deadline = t0 + dur_ns;
+	for (;;) {
+		bool rung = false;
+
+		while (inflight < qd) {
+			uint32_t used = tail >= head ? tail - head : tail + depth - head;
+			uint32_t room = depth - 1 - used, k = qd - inflight;
+
+			k = k < 32 ? k : 32;
+			k = k < room ? k : room;
+			if (!k)
+				break;
+			if (lane < k) {
+				uint32_t slot = tail + lane;
+
+				if (slot >= depth)
+					slot -= depth;
+				upcie_nvme_port_sqe_store(&sq[slot], &sqe, (uint16_t)slot);
+			}
+			tail += k;
+			if (tail >= depth)
+				tail -= depth;
+			inflight += k;
+			rung = true;
+		}
+		if (rung) {
+			if (Rel)
+				UPCIE_NVME_GQP_WMB();
+			__syncwarp();
+			if (lane == 0)
+				*sqdb = tail;
+		}
+		{
+			uint4 v[4];
+			uint32_t got = 0, m;
+			bool stop = false;
+
+#pragma unroll
+			for (uint32_t r = 0; r < 4; r++) {
+				uint32_t idx = cqh + r * 32 + lane;
+
+				if (idx >= depth)
+					idx -= depth;
+				v[r] = r * 32 + lane < depth ? upcie_nvme_port_ld16(&cq[idx])
+							     : make_uint4(0, 0, 0, 0);
+			}
+#pragma unroll
+			for (uint32_t r = 0; r < 4; r++) {
+				uint32_t pos = r * 32 + lane,
+					 ph = phase ^ (cqh + pos >= depth ? 1u : 0u);
+
+				m = __ballot_sync(0xffffffffu,
+						  pos < depth && ((v[r].w >> 16) & 1u) == ph);
+				if (!stop) {
+					if (m == 0xffffffffu) {
+						got += 32;
+					} else {
+						got += __ffs(~m) - 1;
+						stop = true;
+					}
+				}
+			}
+			if (got) {
+				uint32_t lr = (got - 1) >> 5, ll = (got - 1) & 31, d2 = 0;
+
+				if (Acq)
+					UPCIE_NVME_GQP_ACQUIRE();
+#pragma unroll
+				for (uint32_t r = 0; r < 4; r++)
+					if (r == lr)
+						d2 = v[r].z;
+				head = __shfl_sync(0xffffffffu, d2, ll) & 0xffffu;
+				cqh += got;
+				if (cqh >= depth) {
+					cqh -= depth;
+					phase ^= 1u;
+				}
+				if (lane == 0)
+					*cqdb = cqh;
+				inflight -= got;
+				n += got;
+			}
+		}
+		if (__shfl_sync(0xffffffffu, gnow(), 0) >= deadline)
+			break;
+	}
+	t1 = __shfl_sync(0xffffffffu, gnow(), 0);
+	if (lane == 0) {
+		res[blockIdx.x].n = n;
+		res[blockIdx.x].bad = 0;
+		res[blockIdx.x].t_ns = t1 - t0;
+	}
+}
+
+/*
+ * The bare ring (and its two fenced steps) beside the library's path, same queues, same
+ * controller, one after the other in this call: the figures of gpu-queues.md's "fenced path"
+ * table. kind: 0 library (rate_kernel), 1 bare, 2 bare + release, 3 bare + release + acquire.
+ */
+static double bare_case(struct rig *r, struct bres *res, int kind, int nq, uint32_t depth,
+			uint32_t qd, uint32_t lean)
+{
+	unsigned long long n = 0, tmax = 0;
+	int err = rig_queues_create(r, nq, depth, 0);
+
+	if (err)
+		return -1;
+	r->c.lean = lean;
+	rig_ctl_start(r, 0, 0);
+	switch (kind) {
+	case 0:
+		rate_kernel<<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 0, 100 * UPCIE_NSEC_PER_MSEC, res);
+		break;
+	case 1:
+		bare_kernel<false, false>
+		    <<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 100 * UPCIE_NSEC_PER_MSEC, res);
+		break;
+	case 2:
+		bare_kernel<true, false>
+		    <<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 100 * UPCIE_NSEC_PER_MSEC, res);
+		break;
+	default:
+		bare_kernel<true, true>
+		    <<<nq, 32, 0, r->s_run>>>(r->dqs, qd, 100 * UPCIE_NSEC_PER_MSEC, res);
+		break;
+	}
+	rig_sync(r->s_run, "bench kernel");
+	rig_ctl_stop(r);
+	r->c.lean = 0;
+	for (int i = 0; i < nq; i++) {
+		n += res[i].n;
+		if (res[i].t_ns > tmax)
+			tmax = res[i].t_ns;
+	}
+	rig_queues_destroy(r);
+	return tmax ? n * 1e3 / tmax : 0;
+}
+
+static void part_bare(struct rig *r)
+{
+	struct bres *res = (struct bres *)rig_pinned(128 * sizeof(*res));
+	static const struct {
+		int nq;
+		uint32_t depth, qd;
+	} cases[] = { { 1, 64, 32 },	{ 1, 256, 128 },   { 1, 1024, 1023 },
+		      { 64, 256, 128 }, { 128, 256, 128 }, { 128, 1024, 1023 } };
+
+	printf("\n| controller ordering | queue pairs | depth | QD | bare ring Mcmd/s | bare + "
+	       "release "
+	       "| bare + release + acquire | library | library / bare |\n"
+	       "|---|---|---|---|---|---|---|---|---|\n");
+	for (uint32_t lean = 0; lean < 2; lean++)
+		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			double m[4];
+
+			for (int k = 0; k < 4; k++)
+				m[k] = bare_case(r, res, k == 3 ? 0 : k + 1, cases[i].nq,
+						 cases[i].depth, cases[i].qd, lean);
+			printf("| %s | %d | %u | %u | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+			       lean ? "lean (acquire/release)" : "system fences", cases[i].nq,
+			       cases[i].depth, cases[i].qd, m[0], m[1], m[2], m[3],
+			       m[0] > 0 ? m[3] / m[0] : 0);
+		}
 	cudaFreeHost(res);
 }
 
@@ -1012,6 +1206,8 @@ int main(int argc, char **argv)
 			part_qd32(&r);
 		if (!strcmp(p, "qd"))
 			part_qd(&r);
+		if (!strcmp(p, "bare"))
+			part_bare(&r);
 		if (!strcmp(p, "l2lat") || !strcmp(p, "all"))
 			part_l2lat(&r);
 		if (!strcmp(p, "fence") || !strcmp(p, "all"))

@@ -14,7 +14,8 @@
  * in reverse order; `lean` (benchmarks) orders with GPU-scope acquire/release instead of two
  * system-scope fences per batch, valid when every party but the controller is this GPU (it
  * reads the doorbell with ld.acquire.gpu, and fences before the completions only when the batch
- * moved data). A test instrument: it checks what a real controller checks only where the
+ * moved data); `split_ns` writes each completion as dw0..dw2, a fence, `split_ns` of waiting,
+ * then dw3 (the CQE tear tests). A test instrument: it checks what a real controller checks only where the
  * tests need it (PRP alignment, LBA range).
  */
 #ifndef UPCIE_TEST_NULLCTL_CUH
@@ -54,6 +55,7 @@ struct nullctl {
 	uint8_t *ns;
 	uint64_t ns_bytes;
 	uint64_t delay_ns;
+	uint32_t split_ns;
 };
 
 __device__ static inline uint64_t nullctl_now(void)
@@ -174,7 +176,7 @@ nullctl_exec(const struct nullctl *c, const struct upcie_nvme_sqe *e, unsigned l
 
 /* One warp serving queue q until *stop (Lean: c->lean, compiled apart so the fenced loop stays
  * as it was). */
-template <bool Lean>
+template <bool Lean, bool Split>
 __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_queue *q)
 {
 	uint32_t lane = threadIdx.x & 31, depth = q->depth;
@@ -277,10 +279,26 @@ __device__ static inline void nullctl_serve(struct nullctl *c, struct nullctl_qu
 			cqe.y = 0;
 			cqe.z = sq_head | ((uint32_t)q->qid << 16);
 			cqe.w = upcie_nvme_cqe_dw3_make(e.cid, ph, status, status != 0);
-			asm volatile(
-			    "st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(&q->cq[slot]),
-			    "r"(cqe.x), "r"(cqe.y), "r"(cqe.z), "r"(cqe.w)
-			    : "memory");
+			if (Split) {
+				uint32_t *d = (uint32_t *)&q->cq[slot];
+				uint64_t until;
+
+				asm volatile("st.global.cg.v2.u32 [%0], {%1, %2};" ::"l"(d),
+					     "r"(cqe.x), "r"(cqe.y)
+					     : "memory");
+				asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(d + 2), "r"(cqe.z)
+					     : "memory");
+				__threadfence();
+				until = nullctl_now() + c->split_ns;
+				while (nullctl_now() < until)
+					;
+				asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(d + 3), "r"(cqe.w)
+					     : "memory");
+			} else
+				asm volatile("st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(
+						 &q->cq[slot]),
+					     "r"(cqe.x), "r"(cqe.y), "r"(cqe.z), "r"(cqe.w)
+					     : "memory");
 		}
 		cq_tail += ncq;
 		if (cq_tail >= depth) {
@@ -320,10 +338,12 @@ __global__ void nullctl_kernel(struct nullctl *c)
 {
 	if (blockIdx.x >= c->nq)
 		return;
-	if (c->lean)
-		nullctl_serve<true>(c, &c->q[blockIdx.x]);
+	if (c->split_ns)
+		nullctl_serve<false, true>(c, &c->q[blockIdx.x]);
+	else if (c->lean)
+		nullctl_serve<true, false>(c, &c->q[blockIdx.x]);
 	else
-		nullctl_serve<false>(c, &c->q[blockIdx.x]);
+		nullctl_serve<false, false>(c, &c->q[blockIdx.x]);
 }
 
 #endif /* UPCIE_TEST_NULLCTL_CUH */

@@ -10,6 +10,12 @@
 #            the core's stale-read test must fail
 #   clear    -DUPCIE_NVME_GQP_TEST_CLEAR_UNORDERED  the CQ cleared by cuMemsetD8 on the legacy
 #            stream, not waited for: the CQ clear test must fail
+#   dacq     -DUPCIE_NVME_GQP_DATA_ACQUIRE()=  no acquire in readers outside the owning warp
+#            (data_acquire, signal_wait): the other-block, ringing-warp and CPU-told reader tests
+#            must fail (the same-block reader shares the owner's L1, which the owner's reap
+#            invalidates on the H200: the "acquire" control, which removes both, covers it)
+#   reload   -DUPCIE_NVME_GQP_CQE_RELOAD=0  no re-load of dw0..dw2 after the acquire: the
+#            queue-level tear test must fail
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
@@ -44,10 +50,19 @@ control() { # NAME FLAG GROUPS PATTERN...
 	fi
 	grep -E "^(not )?ok .*($(IFS='|'; echo "$*"))" "$log" | sed 's/^/#   /'
 }
-control acquire '-DUPCIE_NVME_GQP_ACQUIRE()=' "stale ce" \
+control acquire '-DUPCIE_NVME_GQP_ACQUIRE()=' "stale ce readers" \
 	"stale read, GPU queue pair, warp controller" \
-	"stale read, GPU queue pair, copy-engine controller"
+	"stale read, GPU queue pair, copy-engine controller" \
+	"reader in the owner's block (__syncthreads, data_acquire), warp controller" \
+	"reader in the owner's block (__syncthreads, data_acquire), copy-engine controller"
 control rmb '-DUPCIE_NVME_PORT_DMA_RMB()=' "stale" "stale read, core queue pair"
 control clear -DUPCIE_NVME_GQP_TEST_CLEAR_UNORDERED "clear" "CQ clear at creation ordered"
+control dacq '-DUPCIE_NVME_GQP_DATA_ACQUIRE()=' "readers" \
+	"reader in another block (signal, signal_wait), warp controller" \
+	"reader in another block (signal, signal_wait), copy-engine controller" \
+	"ringing warp told by a producer block (signal, signal_wait), warp controller" \
+	"ringing warp told by a producer block (signal, signal_wait), copy-engine controller" \
+	"resident kernel told by the CPU"
+control reload -DUPCIE_NVME_GQP_CQE_RELOAD=0 "tear" "re-load after the acquire"
 echo "1..$n"
 [ "$fail" -eq 0 ]

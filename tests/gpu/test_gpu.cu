@@ -15,8 +15,13 @@
  * the CQ clear at creation under a persistent kernel filling every SM; a GPU without ordered peer
  * writes refused; gqp_destroy while a kernel holds the queue; mirror detach while completions
  * arrive, a detach that times out and its retry, attach with every SM taken, and provider close
- * with a mirror warp that never started. tests/gpu/run-controls.sh builds this with each ordering
- * rule removed and checks that the guarding test fails.
+ * with a mirror warp that never started, and an attach timeout whose even-generation write fails.
+ * The readers group drives every reader kind of gpuq/gqp_cuda.h as a user's kernel would (same
+ * block, another block, the ringing warp told by producers, a resident kernel told by the CPU);
+ * the place group checks that host-memory payloads are refused and runs the P2P placement check
+ * against this GPU's BAR1 and this machine's /proc/iomem with pinned host pages presented as device
+ * memory. tests/gpu/run-controls.sh builds this with each ordering rule removed and checks that
+ * the guarding test fails.
  *
  * The dma-buf import module is not on the H200: where it is absent the import path is checked to
  * fail naming its package, and everything else runs with the tests' own address scheme
@@ -49,8 +54,79 @@ static inline CUresult test_attr(int *v, CUdevice_attribute a, CUdevice d)
 }
 #define UPCIE_GPU_CUDA_DEVICE_ATTRIBUTE(v, a, d) test_attr(v, a, d)
 
+/*
+ * The mirror table's even-generation writes can be made to fail (a copy-engine error at the worst
+ * moment): test_put_fail_even of them fail, then they work again.
+ */
+static int test_put_fail_even;
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include <upcie/gpuq/cqmirror_cuda.h>
+static inline int test_put_fail(size_t off, const void *src, size_t len)
+{
+	size_t base = offsetof(struct upcie_nvme_cqmirror_table, slot);
+	uint32_t v;
+
+	if (!test_put_fail_even || len != 4 || off < base ||
+	    (off - base) % sizeof(struct upcie_nvme_cqmirror_slot) !=
+		offsetof(struct upcie_nvme_cqmirror_slot, gen))
+		return 0;
+	memcpy(&v, src, 4);
+	if (v & 1u)
+		return 0;
+	test_put_fail_even--;
+	return -EIO;
+}
+#define UPCIE_NVME_CQMIRROR_PUT_FAIL(off, src, len) test_put_fail(off, src, len)
+
+/*
+ * CQE polls that tear on purpose (test_tear_poll_ns > 0: dw0..dw2 first, dw3 that many ns later,
+ * its address made dependent on dw0), and the re-load after the acquire switchable at run time
+ * (test_no_reload), so one binary shows both that the queue survives a torn poll and that the
+ * harness can see one; run-controls.sh builds it with the re-load compiled out as well.
+ */
+__device__ unsigned test_tear_poll_ns;
+__device__ unsigned test_no_reload;
+__device__ static inline uint4 test_cq_load(const void *p)
+{
+	uint4 v;
+
+	if (!test_tear_poll_ns) {
+		asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+			     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+			     : "l"(p)
+			     : "memory");
+	} else {
+		const uint32_t *q = (const uint32_t *)p;
+		uint32_t z;
+
+		asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+			     : "=r"(v.x), "=r"(v.y)
+			     : "l"(q)
+			     : "memory");
+		asm volatile("ld.volatile.global.u32 %0, [%1];"
+			     : "=r"(v.z)
+			     : "l"(q + 2)
+			     : "memory");
+		asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(v.x));
+		__nanosleep(test_tear_poll_ns);
+		asm volatile("ld.volatile.global.u32 %0, [%1];"
+			     : "=r"(v.w)
+			     : "l"(q + 3 + z)
+			     : "memory");
+	}
+	return v;
+}
+#define UPCIE_NVME_GQP_CQ_LOAD(p) test_cq_load(p)
+#ifndef UPCIE_NVME_GQP_CQE_RELOAD
+#define UPCIE_NVME_GQP_CQE_RELOAD (!test_no_reload)
+#endif
+
 #include <upcie/gpu/dev_cuda.h>
 #include <upcie/gpu/heap_cuda.h>
+#include <upcie/gpu/p2p_check.h>
+#include <upcie/mem/hugepage.h>
 #include <upcie/nvme/cmd.h>
 #include <upcie/gpuq/cqmirror_host_cuda.h>
 #include <upcie/gpuq/gqp_cuda.h>
@@ -1973,6 +2049,53 @@ static struct upcie_nvme_cqmirror_state_ *mstate(struct rig *r)
 	return (struct upcie_nvme_cqmirror_state_ *)r->gpu.p->mirror;
 }
 
+/*
+ * The attach timeout again, with the write that takes the slot back to an even generation failing:
+ * the slot must not keep its odd generation (served, and taken, until the kernel ends). The next
+ * call writes it; once the warp acknowledges, the slot is freed and the last detach retires the
+ * kernel.
+ */
+static void test_mirror_regen(struct rig *r, struct hog *h)
+{
+	struct upcie_nvme_cqmirror_state_ *ms;
+	struct upcie_nvme_cqmirror_cq c, c2;
+	int err, s = -1, n = 0;
+
+	if (!hog_start(h)) {
+		hog_stop(h);
+		SKIP("attach timeout with a failing generation write: the persistent kernel's "
+		     "blocks were not all resident");
+		return;
+	}
+	test_put_fail_even = 1;
+	err = upcie_nvme_cqmirror_attach(&c, &r->gpu, 64);
+	test_put_fail_even = 0;
+	ms = mstate(r);
+	for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS; i++)
+		if (ms->parked[i])
+			s = i;
+	CHECK(err == -ETIMEDOUT && s >= 0 && ms->regen[s] && (ms->gen[s] & 1u),
+	      "attach timeout whose even-generation write fails: %d, slot %d parked and marked "
+	      "to retry (generation %u)",
+	      err, s, s >= 0 ? ms->gen[s] : 0);
+	hog_stop(h);
+	usleep(20000);
+	err = upcie_nvme_cqmirror_attach(&c2, &r->gpu, 64);
+	/* Written, and then (the warp acknowledging at once) possibly the very slot attached. */
+	CHECK(err == 0 && s >= 0 && !ms->regen[s] && ((ms->gen[s] & 1u) == (c2.slot == s)),
+	      "the next attach writes it (%d): generation %u, slot %d now attached as %d", err,
+	      s >= 0 ? ms->gen[s] : 0, s, c2.slot);
+	usleep(5000);
+	if (!err)
+		err = upcie_nvme_cqmirror_detach(&c2);
+	for (int i = 0; i < UPCIE_NVME_CQMIRROR_SLOTS; i++)
+		n += ms->parked[i] || ms->used[i];
+	CHECK(err == 0 && n == 0 && !upcie_nvme_cqmirror_running(&r->gpu),
+	      "and once acknowledged the slot is free and the last detach retires the kernel "
+	      "(%d, %d slots still taken)",
+	      err, n);
+}
+
 static void test_mirror_life(struct rig *r, struct hog *h)
 {
 	volatile uint32_t *db;
@@ -2097,6 +2220,7 @@ static void test_mirror_life(struct rig *r, struct hog *h)
 		CHECK(err == 0 && !upcie_nvme_cqmirror_running(&r->gpu),
 		      "and its detach retires the kernel (%d)", err);
 	}
+	test_mirror_regen(r, h);
 	cudaFreeHost((void *)db);
 }
 
@@ -2132,6 +2256,798 @@ static void test_shutdown_stuck(struct rig *r, struct hog *h)
 	RIG_CK(cudaDeviceSynchronize()); /* the mirror kernel saw its stop flag and ended */
 }
 
+/* ---- readers outside the owning warp, CQE tearing, payload and P2P placement ---- */
+
+/*
+ * Every reader kind of gpuq/gqp_cuda.h ("Readers outside the owning warp"), written as a user's
+ * kernel would: the reader holds the buffer in its L1 (it read it before), the owner reads LBA i
+ * into it, and the reader, once told, executes its acquire and reads with plain loads. The blocks
+ * take STALE_SMEM of shared memory each, so owner, reader and the warp controller run on three SMs.
+ */
+
+/* Same block: warp 0 owns the queue, warp 1 reads after __syncthreads() + data_acquire(). */
+__global__ void rd_block_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x, uint32_t *buf,
+				uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	struct upcie_nvme_gqp_warp w;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	if (warp == 0)
+		upcie_nvme_gqp_begin(&w, q, false);
+	for (uint32_t i = 0; i < iters; i++) {
+		if (warp == 1)
+			sum += ((const uint4 *)buf)[lane].x; /* the lines now in L1 */
+		__syncthreads();
+		if (warp == 0) {
+			struct upcie_nvme_sqe sqe;
+			struct upcie_nvme_cqe cqe;
+			uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+			int r;
+
+			upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
+			r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512,
+							&cid);
+			upcie_nvme_gqp_ring(&w);
+			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
+		}
+		__syncthreads();
+		if (warp == 1) {
+			uint4 v;
+
+			upcie_nvme_gqp_data_acquire();
+			v = ((const uint4 *)buf)[lane];
+			stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+		}
+	}
+	if (warp == 0)
+		upcie_nvme_gqp_end(&w);
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+	}
+	if (lane == 0) {
+		if (warp == 1) {
+			t->mism = stale;
+			t->late = sum;
+		} else {
+			t->bad = errs;
+		}
+	}
+}
+
+/*
+ * Another block: block 0 owns the queue and publishes with upcie_nvme_gqp_signal(); block 1 says it
+ * holds the old lines (flags[0]), waits with upcie_nvme_gqp_signal_wait() (flags[1]), reads.
+ */
+__global__ void rd_grid_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x, uint32_t *buf,
+			       uint32_t *flags, uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	if (blockIdx.x == 0) {
+		struct upcie_nvme_gqp_warp w;
+
+		upcie_nvme_gqp_begin(&w, q, false);
+		for (uint32_t i = 0; i < iters; i++) {
+			struct upcie_nvme_sqe sqe;
+			struct upcie_nvme_cqe cqe;
+			uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+			int r = upcie_nvme_gqp_signal_wait(&flags[0], i + 1, UPCIE_NSEC_PER_SEC);
+
+			upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
+			r = r ? r
+			      : upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf,
+							    512, &cid);
+			upcie_nvme_gqp_ring(&w);
+			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
+			if (lane == 0)
+				upcie_nvme_gqp_signal(&flags[1], i + 1);
+			if (__any_sync(0xffffffffu, r != 0))
+				break;
+		}
+		upcie_nvme_gqp_end(&w);
+		if (lane == 0)
+			t->bad = errs;
+		return;
+	}
+	for (uint32_t i = 0; i < iters; i++) {
+		uint4 v;
+		int r;
+
+		sum += ((const uint4 *)buf)[lane].x;
+		__syncwarp();
+		if (lane == 0)
+			upcie_nvme_gqp_signal(&flags[0], i + 1);
+		r = upcie_nvme_gqp_signal_wait(&flags[1], i + 1, UPCIE_NSEC_PER_SEC);
+		if (r) {
+			errs++;
+			break;
+		}
+		v = ((const uint4 *)buf)[lane];
+		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+	}
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+	}
+	if (lane == 0) {
+		t->mism = stale;
+		t->late = sum;
+		t->timeouts = errs;
+	}
+}
+
+/*
+ * A resident kernel told by the CPU: the CPU (standing in for a host driver that reaped a
+ * completion) has the copy engine write the buffer, waits for the copy, then raises a flag in
+ * mapped host memory; the kernel waits with upcie_nvme_gqp_signal_wait() and reads.
+ */
+__global__ void rd_cpu_kernel(uint32_t *buf, uint32_t *flags, uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	for (uint32_t i = 0; i < iters; i++) {
+		uint4 v;
+
+		sum += ((const uint4 *)buf)[lane].x;
+		__syncwarp();
+		if (lane == 0)
+			upcie_nvme_gqp_signal(&flags[0], i + 1);
+		if (upcie_nvme_gqp_signal_wait(&flags[1], i + 1, UPCIE_NSEC_PER_SEC)) {
+			errs++;
+			break;
+		}
+		v = ((const uint4 *)buf)[lane];
+		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+	}
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+	}
+	if (lane == 0) {
+		t->mism = stale;
+		t->late = sum;
+		t->timeouts = errs;
+	}
+}
+
+struct rd_cpu {
+	volatile uint32_t *flags; /* pinned, mapped */
+	CUdeviceptr buf;
+	uint32_t *stage; /* pinned: the pattern */
+	uint32_t iters;
+	CUcontext ctx;
+	unsigned long long fail;
+};
+
+static void *rd_cpu_thread(void *arg)
+{
+	struct rd_cpu *a = (struct rd_cpu *)arg;
+	CUstream s;
+
+	cuCtxSetCurrent(a->ctx);
+	if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+		a->fail++;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < a->iters; i++) {
+		uint64_t t0 = upcie_time_ns();
+
+		while (__atomic_load_n(&a->flags[0], __ATOMIC_ACQUIRE) != i + 1)
+			if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC) {
+				a->fail++;
+				goto out;
+			}
+		if (cuMemcpyHtoDAsync(a->buf, a->stage + i * STALE_WORDS, 512, s) != CUDA_SUCCESS ||
+		    cuStreamSynchronize(s) != CUDA_SUCCESS) {
+			a->fail++;
+			goto out;
+		}
+		__atomic_store_n(&a->flags[1], i + 1, __ATOMIC_RELEASE);
+	}
+out:
+	cuStreamDestroy(s);
+	return NULL;
+}
+
+/*
+ * The ringing warp's acquire: a producer block writes the payload and a descriptor (the LBA) and
+ * publishes with upcie_nvme_gqp_signal(); the ringing warp, which holds the descriptor's old line
+ * in its L1, waits with upcie_nvme_gqp_signal_wait(), reads the LBA, writes the payload there.
+ * A stale descriptor sends the data to the wrong LBA, which the host sees afterwards.
+ */
+__global__ void rd_ring_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x, uint32_t *buf,
+			       uint32_t *desc, uint32_t *flags, uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	unsigned long long errs = 0, sum = 0, wrong = 0;
+
+	if (blockIdx.x == 1) { /* producer */
+		for (uint32_t i = 0; i < iters; i++) {
+			if (upcie_nvme_gqp_signal_wait(&flags[0], i + 1, UPCIE_NSEC_PER_SEC)) {
+				errs++;
+				break;
+			}
+			for (uint32_t k = lane; k < STALE_WORDS; k += 32)
+				buf[k] = i + 1;
+			if (lane == 0)
+				desc[0] = i;
+			__syncwarp();
+			upcie_nvme_gqp_signal(&flags[1], i + 1); /* every lane: each released */
+		}
+		if (lane == 0)
+			t->timeouts = errs;
+		return;
+	}
+	{
+		struct upcie_nvme_gqp_warp w;
+
+		upcie_nvme_gqp_begin(&w, q, false);
+		for (uint32_t i = 0; i < iters; i++) {
+			struct upcie_nvme_sqe sqe;
+			struct upcie_nvme_cqe cqe;
+			uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+			uint32_t lba;
+			int r;
+
+			sum += desc[0]; /* the old line in L1 */
+			__syncwarp();
+			if (lane == 0)
+				upcie_nvme_gqp_signal(&flags[0], i + 1);
+			r = upcie_nvme_gqp_signal_wait(&flags[1], i + 1, UPCIE_NSEC_PER_SEC);
+			lba = desc[0];
+			wrong += lane == 0 && lba != i;
+			upcie_nvme_cmd_write(&sqe, 1, lba, 1, 0);
+			r = r ? r
+			      : upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf,
+							    512, &cid);
+			upcie_nvme_gqp_ring(&w);
+			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
+			/* The producer rewrites buf next round: only after the write completed. */
+			if (__any_sync(0xffffffffu, r != 0))
+				break;
+		}
+		upcie_nvme_gqp_end(&w);
+		for (int o = 16; o; o >>= 1) {
+			errs += __shfl_down_sync(0xffffffffu, errs, o);
+			wrong += __shfl_down_sync(0xffffffffu, wrong, o);
+		}
+		if (lane == 0) {
+			t->bad = errs;
+			t->mism = wrong;
+			t->late = sum;
+		}
+	}
+}
+
+/*
+ * Read-only loads (informational): the owner itself reads the buffer through __ldg
+ * (ld.global.nc) before and after the completion. The rule in gqp_cuda.h does not depend on what
+ * this shows: the PTX model promises nothing for that path.
+ */
+__global__ void rd_nc_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x,
+			     const uint32_t *__restrict__ buf, uint32_t iters, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	struct upcie_nvme_gqp_warp w;
+	unsigned long long stale = 0, sum = 0, errs = 0;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	for (uint32_t i = 0; i < iters; i++) {
+		struct upcie_nvme_sqe sqe;
+		struct upcie_nvme_cqe cqe;
+		uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+		uint4 v = __ldg((const uint4 *)buf + lane);
+		int r;
+
+		sum += v.x;
+		upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
+		r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512, &cid);
+		upcie_nvme_gqp_ring(&w);
+		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
+		v = __ldg((const uint4 *)buf + lane);
+		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
+	}
+	upcie_nvme_gqp_end(&w);
+	for (int o = 16; o; o >>= 1) {
+		stale += __shfl_down_sync(0xffffffffu, stale, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+	}
+	if (lane == 0) {
+		t->mism = stale;
+		t->bad = errs;
+		t->late = sum;
+	}
+}
+
+/*
+ * Namespace contents `ns` (STALE_ITERS LBAs), queue, then controller, for one reader run: the warp
+ * controller (ce NULL) or the copy engine. Earlier memsets on the legacy stream are waited for
+ * first (no persistent kernel runs yet).
+ */
+static int rd_setup(struct rig *r, struct cerig *ce, const uint32_t *ns)
+{
+	int err;
+
+	RIG_CK(cudaStreamSynchronize(0));
+	if (!ce) {
+		RIG_CK(cudaMemcpy(r->ns, ns, STALE_ITERS * 512, cudaMemcpyHostToDevice));
+		err = rig_queues_create(r, 1, 64, 0);
+		if (!err) {
+			r->ctl_smem = STALE_SMEM;
+			rig_ctl_start(r, 0, 0);
+		}
+		return err;
+	}
+	memcpy(ce->ns, ns, STALE_ITERS * 512);
+	cerig_ctl_init(r, ce, 0, 0, 0, 0);
+	err = cerig_gqp_create(r, ce, 1, 64, 0);
+	if (!err)
+		err = cectl_start(&ce->c);
+	return err;
+}
+
+static void rd_teardown(struct rig *r, struct cerig *ce)
+{
+	if (!ce) {
+		rig_ctl_stop(r);
+		r->ctl_smem = 0;
+	} else {
+		cectl_stop(&ce->c);
+	}
+	rig_queues_destroy(r);
+}
+
+static void test_readers(struct rig *r, struct cerig *ce)
+{
+	static uint32_t pat_h[STALE_ITERS * STALE_WORDS], zero_h[STALE_ITERS * STALE_WORDS];
+	struct tres *t = tres_alloc(1);
+	uint32_t *flags;
+	struct upcie_heap_buf buf;
+	struct upcie_gpu_xlate x;
+	int err;
+
+	stale_pattern(pat_h);
+	RIG_CK(cudaMalloc(&flags, 256));
+	err = upcie_gpu_cuda_alloc(&r->gpu, 4096, 4096, &buf);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, buf.vaddr, &x);
+	CHECK(err == 0, "readers: buffer and translation (%d)", err);
+	if (err)
+		return;
+	RIG_CK(cudaFuncSetAttribute(nullctl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(rd_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(rd_grid_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(rd_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	RIG_CK(cudaFuncSetAttribute(rd_nc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				    STALE_SMEM));
+	for (int c = 0; c < 2; c++) {
+		struct cerig *cc = c ? ce : NULL;
+		const char *who = c ? "copy-engine controller" : "warp controller";
+
+		/* Same block. */
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		memset(t, 0, sizeof(*t));
+		err = rd_setup(r, cc, pat_h);
+		if (!err) {
+			rd_block_kernel<<<1, 64, STALE_SMEM, r->s_run>>>(
+			    r->gq[0].dq, x, (uint32_t *)buf.vaddr, STALE_ITERS, t);
+			rig_sync(r->s_run, "reader kernel (block)");
+			rd_teardown(r, cc);
+		}
+		CHECK(err == 0 && t->bad == 0 && t->mism == 0,
+		      "reader in the owner's block (__syncthreads, data_acquire), %s: %llu of %d "
+		      "lane-reads stale, %llu failed commands",
+		      who, t->mism, 32 * STALE_ITERS, t->bad);
+
+		/* Another block. */
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		RIG_CK(cudaMemset(flags, 0, 256));
+		memset(t, 0, sizeof(*t));
+		err = rd_setup(r, cc, pat_h);
+		if (!err) {
+			rd_grid_kernel<<<2, 32, STALE_SMEM, r->s_run>>>(
+			    r->gq[0].dq, x, (uint32_t *)buf.vaddr, flags, STALE_ITERS, t);
+			rig_sync(r->s_run, "reader kernel (grid)");
+			rd_teardown(r, cc);
+		}
+		CHECK(err == 0 && t->bad == 0 && t->timeouts == 0 && t->mism == 0,
+		      "reader in another block (signal, signal_wait), %s: %llu of %d lane-reads "
+		      "stale, %llu failed commands, %llu timeouts",
+		      who, t->mism, 32 * STALE_ITERS, t->bad, t->timeouts);
+
+		/* The ringing warp told by a producer block. */
+		RIG_CK(cudaMemset(flags, 0, 256));
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		RIG_CK(cudaMemset((char *)buf.vaddr + 2048, 0xff, 4)); /* desc[0]: no LBA yet */
+		memset(t, 0, sizeof(*t));
+		err = rd_setup(r, cc, zero_h);
+		if (!err) {
+			rd_ring_kernel<<<2, 32, STALE_SMEM, r->s_run>>>(
+			    r->gq[0].dq, x, (uint32_t *)buf.vaddr,
+			    (uint32_t *)((char *)buf.vaddr + 2048), flags, STALE_ITERS, t);
+			rig_sync(r->s_run, "ringing kernel");
+			rd_teardown(r, cc);
+		}
+		{
+			static uint32_t got[STALE_ITERS * STALE_WORDS];
+			unsigned long long bad_lba = 0;
+
+			if (!c)
+				RIG_CK(cudaMemcpy(got, r->ns, sizeof(got), cudaMemcpyDeviceToHost));
+			else
+				memcpy(got, ce->ns, sizeof(got));
+			for (uint32_t i = 0; i < STALE_ITERS; i++)
+				for (uint32_t k = 0; k < STALE_WORDS; k++)
+					if (got[i * STALE_WORDS + k] != i + 1) {
+						bad_lba++;
+						break;
+					}
+			CHECK(err == 0 && t->bad == 0 && t->timeouts == 0 && t->mism == 0 &&
+				  bad_lba == 0,
+			      "ringing warp told by a producer block (signal, signal_wait), %s: "
+			      "%llu stale descriptors, %llu of %d LBAs wrong, %llu failed "
+			      "commands, %llu timeouts",
+			      who, t->mism, bad_lba, STALE_ITERS, t->bad, t->timeouts);
+		}
+
+		/* ld.global.nc, informational. */
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		memset(t, 0, sizeof(*t));
+		err = rd_setup(r, cc, pat_h);
+		if (!err) {
+			rd_nc_kernel<<<1, 32, STALE_SMEM, r->s_run>>>(
+			    r->gq[0].dq, x, (const uint32_t *)buf.vaddr, STALE_ITERS, t);
+			rig_sync(r->s_run, "nc kernel");
+			rd_teardown(r, cc);
+		}
+		printf("# read-only loads (__ldg, ld.global.nc) after the completion, %s: %llu of "
+		       "%d lane-reads stale, %llu failed commands (not relied on either way)\n",
+		       who, t->mism, 32 * STALE_ITERS, t->bad);
+	}
+
+	/* A resident kernel told by the CPU. */
+	{
+		volatile uint32_t *hf = (volatile uint32_t *)rig_pinned(256);
+		uint32_t *hf_dev;
+		struct rd_cpu a;
+		pthread_t th;
+
+		RIG_CK(cudaHostGetDevicePointer((void **)&hf_dev, (void *)hf, 0));
+		RIG_CK(cudaMemset(buf.vaddr, 0, 4096));
+		RIG_CK(cudaStreamSynchronize(0));
+		memset(t, 0, sizeof(*t));
+		memset(&a, 0, sizeof(a));
+		a.flags = hf;
+		a.buf = (CUdeviceptr)(uintptr_t)buf.vaddr;
+		a.stage = (uint32_t *)rig_pinned(sizeof(pat_h));
+		memcpy(a.stage, pat_h, sizeof(pat_h));
+		a.iters = STALE_ITERS;
+		cuCtxGetCurrent(&a.ctx);
+		rd_cpu_kernel<<<1, 32, 0, r->s_run>>>((uint32_t *)buf.vaddr, hf_dev, STALE_ITERS,
+						      t);
+		pthread_create(&th, NULL, rd_cpu_thread, &a);
+		pthread_join(th, NULL);
+		rig_sync(r->s_run, "reader kernel (CPU)");
+		CHECK(a.fail == 0 && t->timeouts == 0 && t->mism == 0,
+		      "resident kernel told by the CPU (copy engine wrote, CPU raised a flag, "
+		      "signal_wait): %llu of %d lane-reads stale, %llu timeouts",
+		      t->mism, 32 * STALE_ITERS, t->timeouts + a.fail);
+		cudaFreeHost(a.stage);
+		cudaFreeHost((void *)hf);
+	}
+	upcie_gpu_cuda_xlate_destroy(&r->gpu, &x);
+	upcie_gpu_cuda_free(&r->gpu, &buf);
+	cudaFree(flags);
+	cudaFreeHost(t);
+}
+
+/*
+ * CQE tearing at the queue level: the warp controller writes every completion as dw0..dw2, a
+ * fence, 200 ns, dw3; the queue's polls tear on purpose (dw3 read about 8 us after dw0..dw2,
+ * longer than the controller takes from the doorbell to the entry, so the first poll after a ring
+ * reads dw0..dw2 before they are written and dw3 after). A user's
+ * kernel submits tagged flushes and checks each completion's dw0 (the echoed tag) and dw2 (SQ
+ * head, SQ id). With the re-load after the acquire no torn entry reaches it; without (the same
+ * binary, test_no_reload), torn entries must be seen, or the test could not fail.
+ */
+__global__ void tear_q_kernel(struct upcie_nvme_gqp *q, uint32_t rounds, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	struct upcie_nvme_gqp_warp w;
+	unsigned long long torn = 0, errs = 0, ok = 0;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	for (uint32_t i = 0; i < rounds; i++) {
+		struct upcie_nvme_sqe sqe;
+		struct upcie_nvme_cqe cqe;
+		uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+		uint32_t tag = (i << 5) | lane;
+		int r;
+
+		upcie_nvme_cmd_flush(&sqe, 1);
+		sqe.cdw2 = tag;
+		r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
+		upcie_nvme_gqp_ring(&w);
+		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		if (r)
+			errs++;
+		else if (cqe.dw0 != tag || (cqe.dw2 >> 16) != 1u)
+			torn++;
+		else
+			ok++;
+		if (__any_sync(0xffffffffu, r != 0))
+			break;
+	}
+	upcie_nvme_gqp_end(&w);
+	for (int o = 16; o; o >>= 1) {
+		torn += __shfl_down_sync(0xffffffffu, torn, o);
+		errs += __shfl_down_sync(0xffffffffu, errs, o);
+		ok += __shfl_down_sync(0xffffffffu, ok, o);
+	}
+	if (lane == 0) {
+		t->mism = torn;
+		t->bad = errs;
+		t->ok = ok;
+	}
+}
+
+static void test_tear_queue(struct rig *r)
+{
+	struct tres *t = tres_alloc(1);
+	const uint32_t rounds = 2000;
+	unsigned poll_ns = 8000, off = 0;
+
+	for (int noreload = 0; noreload < 2; noreload++) {
+		int err;
+
+		RIG_CK(cudaMemcpyToSymbol(test_tear_poll_ns, &poll_ns, sizeof(poll_ns)));
+		RIG_CK(cudaMemcpyToSymbol(test_no_reload, &noreload, sizeof(noreload)));
+		memset(t, 0, sizeof(*t));
+		err = rig_queues_create(r, 1, 64, 0);
+		if (!err) {
+			r->c.split_ns = 200;
+			rig_ctl_start(r, 0, 0);
+			tear_q_kernel<<<1, 32, 0, r->s_run>>>(r->gq[0].dq, rounds, t);
+			rig_sync(r->s_run, "tear queue kernel");
+			rig_ctl_stop(r);
+			r->c.split_ns = 0;
+			rig_queues_destroy(r);
+		}
+		if (!noreload)
+			CHECK(
+			    err == 0 && t->mism == 0 && t->bad == 0 && t->ok == 32ull * rounds,
+			    "CQE written in two parts, polls that tear, re-load after the acquire: "
+			    "%llu of %u completions torn, %llu failed",
+			    t->mism, 32 * rounds, t->bad);
+		else
+			CHECK(
+			    err == 0 && t->mism > 0,
+			    "control: the same without the re-load hands torn entries on (%llu of "
+			    "%u, %llu failed)",
+			    t->mism, 32 * rounds, t->bad);
+	}
+	RIG_CK(cudaMemcpyToSymbol(test_tear_poll_ns, &off, sizeof(off)));
+	RIG_CK(cudaMemcpyToSymbol(test_no_reload, &off, sizeof(off)));
+	cudaFreeHost(t);
+}
+
+/* Lane 0 enqueues `len` bytes at buf; the command is then cancelled and reclaimed, never rung. */
+__global__ void place_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x, const void *buf,
+			     int *ret)
+{
+	uint32_t lane = threadIdx.x & 31;
+	struct upcie_nvme_gqp_warp w;
+	struct upcie_nvme_sqe sqe;
+	uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+	int r;
+
+	upcie_nvme_gqp_begin(&w, q, false);
+	upcie_nvme_cmd_read(&sqe, 1, 0, 1, 0);
+	r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512, &cid);
+	upcie_nvme_gqp_cancel(&w, r == 0 ? cid : (uint16_t)UPCIE_NVME_GQP_CID_NONE);
+	upcie_nvme_gqp_reclaim(&w);
+	upcie_nvme_gqp_end(&w);
+	if (lane == 0)
+		*ret = r;
+}
+
+/*
+ * Payload placement: GPU-issued queues refuse host-memory payloads unless created with
+ * UPCIE_NVME_GQP_HOST_DATA; and the P2P placement check with this GPU's real BAR1 and this
+ * machine's /proc/iomem: granules inside BAR1 pass, pages of pinned host memory presented as
+ * device memory (what an exporter that placed the buffer in host memory hands out) are refused.
+ */
+static void test_placement(struct rig *r)
+{
+	int *ret = (int *)rig_pinned(64);
+	struct upcie_heap_buf hb, db;
+	struct upcie_gpu_xlate hx, dx;
+	int err;
+
+	err = upcie_gpu_cuda_host_alloc(&r->gpu, 4096, 4096, &hb);
+	if (!err)
+		err = upcie_gpu_cuda_alloc(&r->gpu, 4096, 4096, &db);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, hb.vaddr, &hx);
+	if (!err)
+		err = upcie_gpu_cuda_xlate_create(&r->gpu, db.vaddr, &dx);
+	CHECK(err == 0 && (hx.flags & UPCIE_GPU_XLATE_HOSTMEM) &&
+		  !(dx.flags & UPCIE_GPU_XLATE_HOSTMEM),
+	      "host heap translation marked host memory, device heap not (%d)", err);
+	for (int f = 0; f < 2 && !err; f++) {
+		int rh = 1, rd = 1;
+
+		err = rig_queues_create(r, 1, 64, f ? UPCIE_NVME_GQP_HOST_DATA : 0);
+		if (err)
+			break;
+		place_kernel<<<1, 32, 0, r->s_run>>>(
+		    r->gq[0].dq, hx, (const void *)upcie_gpu_cuda_host_devptr(&r->gpu, hb.vaddr),
+		    ret);
+		rig_sync(r->s_run, "placement kernel");
+		rh = *ret;
+		place_kernel<<<1, 32, 0, r->s_run>>>(r->gq[0].dq, dx, db.vaddr, ret);
+		rig_sync(r->s_run, "placement kernel");
+		rd = *ret;
+		rig_queues_destroy(r);
+		if (!f)
+			CHECK(rh == -EXDEV && rd == 0,
+			      "GPU-issued queue: host-memory payload refused (%d), device-memory "
+			      "payload taken (%d)",
+			      rh, rd);
+		else
+			CHECK(rh == 0 && rd == 0,
+			      "with UPCIE_NVME_GQP_HOST_DATA both are taken (%d, %d)", rh, rd);
+	}
+	upcie_gpu_cuda_xlate_destroy(&r->gpu, &hx);
+	upcie_gpu_cuda_xlate_destroy(&r->gpu, &dx);
+	upcie_gpu_cuda_host_free(&r->gpu, &hb);
+	upcie_gpu_cuda_free(&r->gpu, &db);
+
+	/* The P2P placement check on this machine. */
+	{
+		struct upcie_gpu_p2p_window w;
+		struct upcie_gpu_p2p_sysram *s =
+		    (struct upcie_gpu_p2p_sysram *)calloc(1, sizeof(*s));
+		const size_t n = 32;
+		uint64_t lut[32];
+		struct upcie_dmamem mem;
+		char *host = NULL;
+
+		err =
+		    upcie_gpu_p2p_window_read(r->gpu.p->dev.pci_name, r->gpu.p->dev.bar1_index, &w);
+		CHECK(err == 0 && w.size >= r->gpu.p->dev.vram,
+		      "this GPU's BAR1 from sysfs: %s BAR%d at 0x%" PRIx64 " + %" PRIu64
+		      " GiB (%d)",
+		      r->gpu.p->dev.pci_name, r->gpu.p->dev.bar1_index, w.start, w.size >> 30, err);
+		if (!err)
+			err = upcie_gpu_p2p_sysram_load(s);
+		if (err == -EPERM || err == -EACCES) {
+			SKIP("P2P placement check with the real /proc/iomem: its addresses are "
+			     "hidden "
+			     "(not root)");
+		} else if (!err) {
+			memset(&mem, 0, sizeof(mem));
+			mem.size = n << 16;
+			mem.lut = lut;
+			mem.nlut = n;
+			mem.granule_shift = 16;
+			for (size_t i = 0; i < n; i++)
+				lut[i] = w.start + (w.size - (n << 16)) * (i & 1) + (i << 16) / 2;
+			for (size_t i = 0; i < n; i++)
+				lut[i] &= ~UINT64_C(0xffff);
+			err = upcie_gpu_p2p_check_dmamem(&w, s, &mem, "BAR1 granules");
+			CHECK(err == 0,
+			      "granules at both ends of this GPU's BAR1 pass (%d, %u System "
+			      "RAM ranges)",
+			      err, s->n);
+			RIG_CK(cudaHostAlloc((void **)&host, n << 16, cudaHostAllocMapped));
+			memset(host, 1, n << 16);
+			err = 0;
+			for (size_t i = 0; i < n && !err; i++)
+				err = upcie_pagemap_phys(host + (i << 16), &lut[i]);
+			if (err) {
+				SKIP(
+				    "P2P placement check against host pages: no physical addresses "
+				    "(%d)",
+				    err);
+			} else {
+				/* Each granule's first page stands for the granule. */
+				last_err[0] = 0;
+				err = upcie_gpu_p2p_check_dmamem(&w, s, &mem, "pinned host memory");
+				CHECK(
+				    err == -EXDEV && strstr(last_err, "system RAM"),
+				    "pinned host memory presented as device memory is refused: %d "
+				    "(\"%s\")",
+				    err, last_err);
+			}
+			cudaFreeHost(host);
+		} else {
+			CHECK(0, "P2P placement check: /proc/iomem (%d)", err);
+		}
+		free(s);
+	}
+	cudaFreeHost(ret);
+}
+
+/*
+ * A controller that posts one CID twice in a round: the kernel plays the controller itself, writing
+ * three entries (CID a, CID a again, CID b) into the CQ of a queue with two outstanding flushes,
+ * then reaps them with reap_each. The duplicate must be counted bad and the CID freed once: two
+ * callbacks, and the free stack no larger than the CID table.
+ */
+struct dup_count {
+	unsigned *n;
+	__device__ void operator()(const struct upcie_nvme_cqe &) const
+	{
+		atomicAdd(n, 1u);
+	}
+};
+
+__global__ void dup_kernel(struct upcie_nvme_gqp *q, unsigned *calls, struct tres *t)
+{
+	uint32_t lane = threadIdx.x & 31;
+	struct upcie_nvme_gqp_warp w;
+	struct upcie_nvme_sqe sqe;
+	struct dup_count f = { calls };
+	uint16_t cid = UPCIE_NVME_GQP_CID_NONE;
+	uint32_t a, b, got;
+
+	upcie_nvme_cmd_flush(&sqe, 1);
+	upcie_nvme_gqp_begin(&w, q, false);
+	upcie_nvme_gqp_enqueue(&w, lane < 2 ? &sqe : NULL, &cid);
+	a = __shfl_sync(0xffffffffu, cid, 0);
+	b = __shfl_sync(0xffffffffu, cid, 1);
+	if (lane < 3) {
+		uint32_t c = lane == 2 ? b : a;
+		uint4 e = make_uint4(0, 0, 2u | (1u << 16), c | (w.phase << 16));
+
+		nullctl_st16(&w.cq[w.cq_head + lane], e);
+	}
+	__threadfence();
+	__syncwarp();
+	got = upcie_nvme_gqp_reap_each(&w, f);
+	if (lane == 0) {
+		t->ok = got;
+		t->bad = w.nbad;
+		t->inflight_after = upcie_nvme_gqp_inflight(&w);
+	}
+	upcie_nvme_gqp_end(&w);
+}
+
+static void test_dup_cid(struct rig *r)
+{
+	struct tres *t = tres_alloc(1);
+	unsigned *calls = (unsigned *)rig_pinned(64);
+	struct upcie_nvme_gqp st;
+	int err = rig_queues_create(r, 1, 64, 0);
+
+	if (!err) {
+		dup_kernel<<<1, 32, 0, r->s_run>>>(r->gq[0].dq, calls, t);
+		rig_sync(r->s_run, "dup kernel");
+		upcie_nvme_gqp_read(&r->gq[0], &st);
+		rig_queues_destroy(r);
+	}
+	CHECK(err == 0 && t->ok == 3 && *calls == 2 && t->bad == 1 && st.nbad == 1 &&
+		  st.nfree == st.ncids && t->inflight_after == 0,
+	      "one CID posted twice in a round: %llu entries consumed, %u callbacks, %llu bad, "
+	      "%u of %u CIDs free",
+	      t->ok, *calls, t->bad, err ? 0 : st.nfree, err ? 0 : st.ncids);
+	cudaFreeHost(calls);
+	cudaFreeHost(t);
+}
+
 static bool want(int argc, char **argv, const char *g)
 {
 	if (argc < 2)
@@ -2144,7 +3060,10 @@ static bool want(int argc, char **argv, const char *g)
 
 /*
  * Groups (default: all, in this order): base (provider, queues, data, mirror against the warp
- * null controller), stale (the stale-read scenario against the warp null controller), tear,
+ * null controller), stale (the stale-read scenario against the warp null controller), tear (also
+ * at the queue level, polls that tear on purpose), readers (every reader kind outside the owning
+ * warp, warp and copy-engine controllers), place (payload placement, the P2P placement check, a
+ * CID posted twice),
  * ce (queue, data, stale-read and mirror tests against the copy-engine controller), clear, life
  * (peer-write ordering refused, destroy and mirror lifecycle), shutdown (provider close with a
  * stuck mirror warp; ends the provider).
@@ -2190,8 +3109,21 @@ int main(int argc, char **argv)
 		}
 		if (want(argc, argv, "stale"))
 			test_stale_warp(&r);
-		if (want(argc, argv, "tear"))
+		if (want(argc, argv, "tear")) {
 			test_tear(&r);
+			test_tear_queue(&r);
+		}
+		if (want(argc, argv, "readers")) {
+			struct cerig ce;
+
+			cerig_open(&r, &ce, 16 * MiB);
+			test_readers(&r, &ce);
+			cerig_close(&ce);
+		}
+		if (want(argc, argv, "place")) {
+			test_placement(&r);
+			test_dup_cid(&r);
+		}
 		if (want(argc, argv, "ce")) {
 			struct cerig ce;
 
