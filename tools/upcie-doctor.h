@@ -38,6 +38,7 @@
 #include <upcie/pci/config.h>
 #include <upcie/pci/func.h>
 #include <upcie/pci/inuse.h>
+#include <upcie/uring/dmabuf.h>
 
 enum upcie_doctor_verdict {
 	UPCIE_DOCTOR_OK = 0,
@@ -55,11 +56,28 @@ struct upcie_doctor_line {
 	char fix[200];
 };
 
+/* A path's verdict: can upcie run this way here, decided by one fact, with the fix. */
+enum upcie_doctor_state {
+	UPCIE_DOCTOR_READY = 0,
+	UPCIE_DOCTOR_NO = 1,
+	UPCIE_DOCTOR_MAYBE = 2, /* a deciding fact is unknown */
+};
+
+#define UPCIE_DOCTOR_MAX_PATHS 40
+
 struct upcie_doctor {
 	struct upcie_doctor_line *l;
 	unsigned n, cap;
 	unsigned count[5];
+	/* the verdicts per path (upcie_doctor_paths()), after the checks they are drawn from */
+	struct upcie_doctor_line p[UPCIE_DOCTOR_MAX_PATHS];
+	unsigned np, ready;
+	/* the io_uring dma-buf question to the kernel (tests replace it); NULL: the real one */
+	int (*uring_probe)(void);
 };
+
+/* The JSON schema of `doctor --json`: 2 added "schema", "paths" and "exit". */
+#define UPCIE_DOCTOR_SCHEMA 2
 
 static inline const char *upcie_doctor_verdict_name(enum upcie_doctor_verdict v)
 {
@@ -99,8 +117,11 @@ static inline void upcie_doctor_add(struct upcie_doctor *d, const char *check, c
 
 static inline void upcie_doctor_free(struct upcie_doctor *d)
 {
+	int (*probe)(void) = d->uring_probe;
+
 	free(d->l);
 	memset(d, 0, sizeof(*d));
+	d->uring_probe = probe;
 }
 
 /* Path of a system file (/dev, /lib/modules, /boot) under $UPCIE_DOCTOR_ROOT. */
@@ -347,13 +368,16 @@ static inline void upcie_doctor_vfio(struct upcie_doctor *d, const char *rel)
 	/* cdev + iommufd */
 	if (upcie_doctor_dev_exists_("/dev/iommu"))
 		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_OK, NULL, "/dev/iommu present");
-	else if (upcie_doctor_module_available_(rel, "iommufd") > 0)
+	else if ((avail = upcie_doctor_module_available_(rel, "iommufd")) > 0)
 		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_INFO, "modprobe iommufd",
 				 "available, not loaded");
+	else if (avail == -ENOENT)
+		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "no /dev/iommu; modules of %s unreadable", rel);
 	else
 		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_INFO,
 				 "a kernel >= 6.6 with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV",
-				 "no /dev/iommu: the iommufd path is not available (type1 is)");
+				 "no /dev/iommu and no iommufd module");
 	if (upcie_doctor_sys_exists_("class/vfio-dev") ||
 	    upcie_doctor_dev_exists_("/dev/vfio/devices"))
 		upcie_doctor_add(d, "vfio", "cdev", UPCIE_DOCTOR_OK, NULL,
@@ -894,6 +918,336 @@ static inline void upcie_doctor_path(struct upcie_doctor *d, const struct upcie_
 	}
 }
 
+/* ---- uio, io_uring ------------------------------------------------------------------------ */
+
+static inline void upcie_doctor_uio(struct upcie_doctor *d, const char *rel)
+{
+	int avail;
+
+	if (upcie_doctor_module_loaded_("uio_pci_generic"))
+		upcie_doctor_add(d, "uio", "uio_pci_generic", UPCIE_DOCTOR_OK, NULL, "loaded");
+	else if ((avail = upcie_doctor_module_available_(rel, "uio_pci_generic")) > 0)
+		upcie_doctor_add(d, "uio", "uio_pci_generic", UPCIE_DOCTOR_INFO,
+				 "modprobe uio_pci_generic (upcie-setup bind loads it)",
+				 "available, not loaded");
+	else if (avail == -ENOENT)
+		upcie_doctor_add(d, "uio", "uio_pci_generic", UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "not loaded; modules of %s unreadable", rel);
+	else
+		upcie_doctor_add(d, "uio", "uio_pci_generic", UPCIE_DOCTOR_INFO,
+				 "a kernel with CONFIG_UIO_PCI_GENERIC",
+				 "no uio_pci_generic module for %s", rel);
+}
+
+static inline void upcie_doctor_uring(struct upcie_doctor *d)
+{
+	int err = d->uring_probe ? d->uring_probe() : upcie_uring_dmabuf_probe();
+
+	if (!err)
+		upcie_doctor_add(d, "uring", "dmabuf", UPCIE_DOCTOR_OK, NULL,
+				 "the kernel registers dma-bufs as io_uring buffers");
+	else
+		upcie_doctor_add(d, "uring", "dmabuf", UPCIE_DOCTOR_INFO,
+				 "a kernel with the io_uring dma-buf registered-buffer series "
+				 "(docs/guide-iouring.md)",
+				 "the kernel does not register dma-bufs as io_uring buffers (%s)",
+				 strerror(err < 0 ? -err : err));
+}
+
+/* ---- verdicts per path ------------------------------------------------------------------- */
+
+/* The line (check, subject) or NULL. */
+static inline const struct upcie_doctor_line *
+upcie_doctor_line_(const struct upcie_doctor *d, const char *check, const char *subject)
+{
+	for (unsigned i = 0; i < d->n; i++)
+		if (!strcmp(d->l[i].check, check) && !strcmp(d->l[i].subject, subject))
+			return &d->l[i];
+	return NULL;
+}
+
+UPCIE_PRINTF(6, 7)
+static inline void upcie_doctor_verdict_(struct upcie_doctor *d, const char *path,
+					 const char *subject, enum upcie_doctor_state st,
+					 const char *fix, const char *fmt, ...)
+{
+	struct upcie_doctor_line *x;
+	va_list ap;
+
+	if (d->np == UPCIE_DOCTOR_MAX_PATHS)
+		return;
+	x = &d->p[d->np++];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->check, sizeof(x->check), "%s", path);
+	snprintf(x->subject, sizeof(x->subject), "%s", subject ? subject : "");
+	snprintf(x->fix, sizeof(x->fix), "%s", fix ? fix : "");
+	x->verdict = (enum upcie_doctor_verdict)st;
+	va_start(ap, fmt);
+	vsnprintf(x->detail, sizeof(x->detail), fmt, ap);
+	va_end(ap);
+	if (st == UPCIE_DOCTOR_READY)
+		d->ready++;
+}
+
+static inline const char *upcie_doctor_state_name(enum upcie_doctor_state s)
+{
+	static const char *const names[] = { "ready", "no", "unknown" };
+
+	return (unsigned)s < 3 ? names[s] : "?";
+}
+
+/* A verdict taken from a check line: its detail is the deciding fact, its fix the fix. */
+static inline void upcie_doctor_because_(struct upcie_doctor *d, const char *path,
+					 const char *subject, enum upcie_doctor_state st,
+					 const struct upcie_doctor_line *why, const char *fix)
+{
+	upcie_doctor_verdict_(d, path, subject, st, fix ? fix : why->fix, "%s%s%s: %s", why->check,
+			      why->subject[0] ? " " : "", why->subject, why->detail);
+}
+
+/* What the NVMe controllers allow for a path: the first one ready for it, or why none is. */
+struct upcie_doctor_pick_ {
+	const struct upcie_pci_func *fn;
+	const char *why; /* when none */
+	char whybuf[160];
+};
+
+/*
+ * An NVMe controller the path can take: bound to `driver` already, or not in use (bind takes
+ * it). iommu: 0 any, 1 needs a group (vfio), 2 needs no translation (uio: none or identity).
+ */
+static inline void upcie_doctor_pick_(const struct upcie_doctor *d,
+				      const struct upcie_doctor_fns *f, const char *driver,
+				      int iommu, struct upcie_doctor_pick_ *pk)
+{
+	unsigned busy = 0, wrong = 0;
+
+	memset(pk, 0, sizeof(*pk));
+	for (int pass = 0; pass < 2 && !pk->fn; pass++) {
+		for (unsigned i = 0; i < f->nnvme && !pk->fn; i++) {
+			const struct upcie_pci_func *fn = &f->nvme[i];
+			const struct upcie_doctor_line *dl =
+			    upcie_doctor_line_(d, "driver", fn->name);
+			const struct upcie_doctor_line *gl =
+			    upcie_doctor_line_(d, "iommu-group", fn->name);
+			bool mine = !strcmp(fn->driver, driver);
+			bool in_use = dl && strstr(dl->detail, ", in use:");
+			bool ok_iommu = iommu == 0 || (iommu == 1 && fn->iommu_group >= 0) ||
+					(iommu == 2 && (fn->iommu_group < 0 ||
+							(gl && strstr(gl->detail, "identity"))));
+
+			if (pass == 0 ? !mine : mine)
+				continue;
+			if (!ok_iommu) {
+				wrong += pass;
+				continue;
+			}
+			if (pass == 1 && in_use) {
+				busy++;
+				continue;
+			}
+			pk->fn = fn;
+		}
+	}
+	if (pk->fn)
+		return;
+	if (!f->nnvme)
+		pk->why = "no NVMe controller (class 010802) on this machine";
+	else if (wrong == f->nnvme && iommu == 2)
+		pk->why = "every NVMe controller's IOMMU group translates DMA: uio would fault "
+			  "(boot with iommu=pt, or use a vfio path)";
+	else if (wrong == f->nnvme)
+		pk->why = "no NVMe controller has an IOMMU group (no IOMMU: enable it in firmware "
+			  "and boot with intel_iommu=on or amd_iommu=on)";
+	else {
+		snprintf(pk->whybuf, sizeof(pk->whybuf),
+			 "every NVMe controller that fits is in use by the system (%u): see the "
+			 "driver lines",
+			 busy);
+		pk->why = pk->whybuf;
+	}
+}
+
+static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie_doctor_fns *f,
+				      int maj, int min)
+{
+	const struct upcie_doctor_line *hp = upcie_doctor_line_(d, "hugepages", ""),
+				       *ml = upcie_doctor_line_(d, "memlock", ""),
+				       *t1 = upcie_doctor_line_(d, "vfio", "type1"),
+				       *fd = upcie_doctor_line_(d, "vfio", "iommufd"),
+				       *uio = upcie_doctor_line_(d, "uio", "uio_pci_generic"),
+				       *ur = upcie_doctor_line_(d, "uring", "dmabuf");
+	bool huge = hp && hp->verdict == UPCIE_DOCTOR_OK, root = geteuid() == 0;
+	bool host_ready = false, vfio_ready = false;
+	struct upcie_doctor_pick_ pk;
+	unsigned pairs = 0;
+
+	/* uio: physical addresses; root for pagemap; no translation in the controller's group */
+	upcie_doctor_pick_(d, f, "uio_pci_generic", 2, &pk);
+	if (!pk.fn)
+		upcie_doctor_verdict_(d, "uio", NULL, UPCIE_DOCTOR_NO, NULL, "%s", pk.why);
+	else if (!uio || (uio->verdict != UPCIE_DOCTOR_OK && uio->verdict != UPCIE_DOCTOR_INFO) ||
+		 strstr(uio->detail, "no uio_pci_generic"))
+		upcie_doctor_because_(d, "uio", NULL,
+				      uio && uio->verdict == UPCIE_DOCTOR_UNKNOWN
+					  ? UPCIE_DOCTOR_MAYBE
+					  : UPCIE_DOCTOR_NO,
+				      uio, NULL);
+	else if (!huge)
+		upcie_doctor_because_(d, "uio", NULL,
+				      hp && hp->verdict == UPCIE_DOCTOR_UNKNOWN ? UPCIE_DOCTOR_MAYBE
+										: UPCIE_DOCTOR_NO,
+				      hp, NULL);
+	else if (!root)
+		upcie_doctor_verdict_(
+		    d, "uio", NULL, UPCIE_DOCTOR_NO, "run as root",
+		    "not root: physical addresses (pagemap) and binding need root");
+	else
+		upcie_doctor_verdict_(d, "uio", NULL, UPCIE_DOCTOR_READY, NULL,
+				      "%s (%s), uio_pci_generic %s, hugepages reserved",
+				      pk.fn->name, pk.fn->driver[0] ? pk.fn->driver : "no driver",
+				      uio->verdict == UPCIE_DOCTOR_OK ? "loaded" : "available");
+	host_ready |= d->np && d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0;
+
+	/* vfio type1 */
+	upcie_doctor_pick_(d, f, "vfio-pci", 1, &pk);
+	if (!pk.fn)
+		upcie_doctor_verdict_(d, "vfio-type1", NULL, UPCIE_DOCTOR_NO, NULL, "%s", pk.why);
+	else if (!t1 || (t1->verdict != UPCIE_DOCTOR_OK && t1->verdict != UPCIE_DOCTOR_INFO))
+		upcie_doctor_because_(d, "vfio-type1", NULL,
+				      t1 && t1->verdict == UPCIE_DOCTOR_UNKNOWN ? UPCIE_DOCTOR_MAYBE
+										: UPCIE_DOCTOR_NO,
+				      t1, NULL);
+	else if (!huge)
+		upcie_doctor_because_(d, "vfio-type1", NULL, UPCIE_DOCTOR_NO, hp, NULL);
+	else if (ml && ml->verdict == UPCIE_DOCTOR_WARN)
+		upcie_doctor_because_(d, "vfio-type1", NULL, UPCIE_DOCTOR_NO, ml, NULL);
+	else
+		upcie_doctor_verdict_(d, "vfio-type1", NULL, UPCIE_DOCTOR_READY, NULL,
+				      "%s (%s, IOMMU group %d), vfio type1 %s", pk.fn->name,
+				      pk.fn->driver[0] ? pk.fn->driver : "no driver",
+				      pk.fn->iommu_group,
+				      t1->verdict == UPCIE_DOCTOR_OK ? "loaded" : "available");
+	if (d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0)
+		host_ready = vfio_ready = true;
+
+	/* vfio cdev + iommufd: 6.6 and /dev/iommu */
+	if (!pk.fn)
+		upcie_doctor_verdict_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_NO, NULL, "%s", pk.why);
+	else if (maj < 0)
+		upcie_doctor_verdict_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_MAYBE, NULL,
+				      "kernel release unreadable");
+	else if (maj * 1000 + min < 6006)
+		upcie_doctor_verdict_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_NO,
+				      "a kernel >= 6.6 with CONFIG_IOMMUFD and "
+				      "CONFIG_VFIO_DEVICE_CDEV",
+				      "kernel %d.%d < 6.6: no vfio device cdev", maj, min);
+	else if (!fd || (fd->verdict != UPCIE_DOCTOR_OK && !strstr(fd->detail, "available")))
+		upcie_doctor_because_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_NO, fd, NULL);
+	else if (!huge)
+		upcie_doctor_because_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_NO, hp, NULL);
+	else if (ml && ml->verdict == UPCIE_DOCTOR_WARN)
+		upcie_doctor_because_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_NO, ml, NULL);
+	else
+		upcie_doctor_verdict_(d, "vfio-iommufd", NULL, UPCIE_DOCTOR_READY, NULL,
+				      "%s (IOMMU group %d), /dev/iommu %s, kernel %d.%d",
+				      pk.fn->name, pk.fn->iommu_group,
+				      fd->verdict == UPCIE_DOCTOR_OK ? "present" : "available", maj,
+				      min);
+	if (d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0)
+		host_ready = vfio_ready = true;
+
+	/* GPU peer-to-peer, per GPU x NVMe pair: the path between them and the GPU's BAR1 */
+	if (!f->ngpu)
+		upcie_doctor_verdict_(d, "gpu-p2p", NULL, UPCIE_DOCTOR_NO, NULL,
+				      "no NVIDIA or AMD GPU on this machine");
+	else if (!f->nnvme)
+		upcie_doctor_verdict_(d, "gpu-p2p", NULL, UPCIE_DOCTOR_NO, NULL,
+				      "no NVMe controller on this machine");
+	for (unsigned g = 0; g < f->ngpu; g++) {
+		const struct upcie_doctor_line *bar =
+		    upcie_doctor_line_(d, "gpu-bar1", f->gpu[g].name);
+
+		for (unsigned j = 0; j < f->nnvme; j++) {
+			char subj[48];
+			const struct upcie_doctor_line *pl;
+
+			(void)upcie_path_fmt(subj, sizeof(subj), "%s<->%s", f->gpu[g].name,
+					     f->nvme[j].name);
+			pl = upcie_doctor_line_(d, "p2p-path", subj);
+			if (!pl)
+				continue;
+			if (pl->verdict == UPCIE_DOCTOR_FAIL)
+				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_NO, pl,
+						      "a GPU and an NVMe controller on one socket");
+			else if (!host_ready)
+				upcie_doctor_verdict_(
+				    d, "gpu-p2p", subj, UPCIE_DOCTOR_NO,
+				    "make one of uio, vfio-type1, vfio-iommufd "
+				    "ready",
+				    "no host path is ready to drive the controller");
+			else if (bar && bar->verdict == UPCIE_DOCTOR_WARN)
+				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_MAYBE, bar,
+						      NULL);
+			else if (pl->verdict != UPCIE_DOCTOR_OK)
+				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_MAYBE, pl,
+						      "measure it: upcie-perf --gpu BDF");
+			else
+				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_READY, pl,
+						      NULL);
+			if (d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0)
+				pairs++;
+		}
+	}
+
+	/* GPU-issued queues: a GPU kernel writes the doorbells, peer to peer, through a vfio or
+	 * uio mapping of BAR0; needs a pair that does P2P and the CUDA driver */
+	if (!f->ngpu)
+		upcie_doctor_verdict_(d, "gpu-queues", NULL, UPCIE_DOCTOR_NO, NULL,
+				      "no NVIDIA or AMD GPU on this machine");
+	else if (!pairs)
+		upcie_doctor_verdict_(d, "gpu-queues", NULL, UPCIE_DOCTOR_NO,
+				      "see the gpu-p2p verdicts",
+				      "no GPU x NVMe pair is ready for peer-to-peer");
+	else
+		upcie_doctor_verdict_(
+		    d, "gpu-queues", NULL, UPCIE_DOCTOR_READY, NULL,
+		    "%u GPU x NVMe pair%s ready for peer-to-peer%s", pairs, pairs == 1 ? "" : "s",
+		    vfio_ready ? "" : " (uio path: GPU memory by physical address)");
+
+	/* io_uring dma-buf: the kernel's own nvme driver does the I/O into a dma-buf */
+	{
+		const struct upcie_pci_func *kn = NULL;
+
+		for (unsigned i = 0; i < f->nnvme && !kn; i++)
+			if (!strcmp(f->nvme[i].driver, "nvme"))
+				kn = &f->nvme[i];
+		if (!ur || ur->verdict != UPCIE_DOCTOR_OK)
+			upcie_doctor_because_(d, "uring-dmabuf", NULL, UPCIE_DOCTOR_NO, ur, NULL);
+		else if (!kn)
+			upcie_doctor_verdict_(d, "uring-dmabuf", NULL, UPCIE_DOCTOR_NO,
+					      "upcie-setup bind BDF nvme",
+					      "no NVMe controller is bound to the kernel's nvme "
+					      "driver");
+		else
+			upcie_doctor_verdict_(d, "uring-dmabuf", NULL, UPCIE_DOCTOR_READY, NULL,
+					      "%s with the nvme driver, the kernel registers "
+					      "dma-bufs",
+					      kn->name);
+	}
+}
+
+/*
+ * The exit status of upcie-setup doctor: 3 when no path is ready (nothing upcie does can run
+ * here), else 1 when a check failed, else 0.
+ */
+static inline int upcie_doctor_exit_status(const struct upcie_doctor *d)
+{
+	if (!d->ready)
+		return 3;
+	return d->count[UPCIE_DOCTOR_FAIL] ? 1 : 0;
+}
+
 /* Run every check. */
 static inline void upcie_doctor_run(struct upcie_doctor *d)
 {
@@ -908,7 +1262,9 @@ static inline void upcie_doctor_run(struct upcie_doctor *d)
 	upcie_doctor_kver_(rel, sizeof(rel), &maj, &min);
 	upcie_doctor_iommu(d);
 	upcie_doctor_vfio(d, rel);
+	upcie_doctor_uio(d, rel);
 	upcie_doctor_kernel(d, rel, maj, min);
+	upcie_doctor_uring(d);
 	upcie_doctor_hugepages(d);
 	upcie_doctor_memlock(d);
 	upcie_doctor_kmods(d);
@@ -933,6 +1289,7 @@ static inline void upcie_doctor_run(struct upcie_doctor *d)
 			for (unsigned j = 0; j < f->nnvme; j++)
 				upcie_doctor_path(d, &f->gpu[i], &f->nvme[j]);
 		}
+		upcie_doctor_paths(d, f, maj, min);
 	}
 	upcie_log_set_level((enum upcie_log_level)level);
 	free(f);
@@ -955,6 +1312,15 @@ static inline void upcie_doctor_json_str_(FILE *o, const char *s)
 static inline void upcie_doctor_print(const struct upcie_doctor *d, FILE *o, bool json)
 {
 	if (!json) {
+		/* the answers first, then the facts they come from */
+		for (unsigned i = 0; i < d->np; i++) {
+			const struct upcie_doctor_line *x = &d->p[i];
+
+			fprintf(o, "path: %-13s%s%s %-8s %s%s%s\n", x->check,
+				x->subject[0] ? " " : "", x->subject,
+				upcie_doctor_state_name((enum upcie_doctor_state)x->verdict),
+				x->detail, x->fix[0] ? " -> " : "", x->fix);
+		}
 		for (unsigned i = 0; i < d->n; i++) {
 			const struct upcie_doctor_line *x = &d->l[i];
 
@@ -962,11 +1328,28 @@ static inline void upcie_doctor_print(const struct upcie_doctor *d, FILE *o, boo
 				x->check, x->subject, x->subject[0] ? ": " : "", x->detail,
 				x->fix[0] ? " -> " : "", x->fix);
 		}
-		fprintf(o, "%u ok, %u info, %u warn, %u fail, %u unknown\n", d->count[0],
-			d->count[1], d->count[2], d->count[3], d->count[4]);
+		fprintf(o,
+			"%u ok, %u info, %u warn, %u fail, %u unknown; %u path%s ready (exit %d)\n",
+			d->count[0], d->count[1], d->count[2], d->count[3], d->count[4], d->ready,
+			d->ready == 1 ? "" : "s", upcie_doctor_exit_status(d));
 		return;
 	}
-	fprintf(o, "{\"checks\": [");
+	fprintf(o, "{\"schema\": %d, \"paths\": [", UPCIE_DOCTOR_SCHEMA);
+	for (unsigned i = 0; i < d->np; i++) {
+		const struct upcie_doctor_line *x = &d->p[i];
+
+		fprintf(o, "%s\n  {\"path\": ", i ? "," : "");
+		upcie_doctor_json_str_(o, x->check);
+		fprintf(o, ", \"subject\": ");
+		upcie_doctor_json_str_(o, x->subject);
+		fprintf(o, ", \"state\": \"%s\", \"fact\": ",
+			upcie_doctor_state_name((enum upcie_doctor_state)x->verdict));
+		upcie_doctor_json_str_(o, x->detail);
+		fprintf(o, ", \"fix\": ");
+		upcie_doctor_json_str_(o, x->fix);
+		fprintf(o, "}");
+	}
+	fprintf(o, "\n], \"checks\": [");
 	for (unsigned i = 0; i < d->n; i++) {
 		const struct upcie_doctor_line *x = &d->l[i];
 
@@ -983,14 +1366,9 @@ static inline void upcie_doctor_print(const struct upcie_doctor *d, FILE *o, boo
 	}
 	fprintf(o,
 		"\n], \"summary\": {\"ok\": %u, \"info\": %u, \"warn\": %u, \"fail\": %u, "
-		"\"unknown\": %u}}\n",
-		d->count[0], d->count[1], d->count[2], d->count[3], d->count[4]);
-}
-
-/* The exit status of upcie-setup doctor: 1 when a check failed, else 0. */
-static inline int upcie_doctor_exit_status(const struct upcie_doctor *d)
-{
-	return d->count[UPCIE_DOCTOR_FAIL] ? 1 : 0;
+		"\"unknown\": %u, \"ready\": %u}, \"exit\": %d}\n",
+		d->count[0], d->count[1], d->count[2], d->count[3], d->count[4], d->ready,
+		upcie_doctor_exit_status(d));
 }
 
 #endif /* UPCIE_TOOLS_DOCTOR_H */

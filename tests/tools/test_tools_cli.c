@@ -182,6 +182,10 @@ static const struct row rows[] = {
 	{ SETUP, NULL, { "--version" }, 0, "upcie-setup (upcie) 0.", NULL },
 	{ SETUP, NULL, { "-h" }, 0, "usage: upcie-setup", NULL },
 	{ SETUP, NULL, { "frobnicate" }, 2, "command: bad value 'frobnicate'", NULL },
+	{ SETUP, NULL, { "doctor" }, 3, "path: vfio-type1", NULL },
+	{ SETUP, NULL, { "doctor" }, 3, "paths ready (exit 3)", NULL },
+	{ SETUP, NULL, { "doctor", "--json" }, 3, "{\"schema\": 2, \"paths\": [", NULL },
+	{ SETUP, NULL, { "doctor", "extra" }, 2, "doctor: bad value 'extra'", NULL },
 	{ SETUP, NULL, { "list", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
 	{ SETUP, NULL, { "hugepages", "reserve", "10", "--size" }, 2,
 	  "option '--size' requires an argument", "unknown option" },
@@ -278,6 +282,8 @@ int main(int argc, char **argv)
 	fm_machine();
 	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
 	setenv("UPCIE_DOCTOR_NO_HIP", "1", 1);
+	snprintf(state, sizeof(state), "%s/root", fm_root); /* the doctor's /dev, /lib/modules */
+	setenv("UPCIE_DOCTOR_ROOT", state, 1);
 	/* the kernel nvme driver's identity files of 04.0 and 05.0 (a multipath path) */
 	fm_put(FM_DEV "0000:00:04.0/nvme/nvme0/model",
 	       "QEMU NVMe Ctrl                          \n");
