@@ -36,7 +36,10 @@
  * own made uncached (hipExtMallocWithFlags, hipDeviceMallocUncached: the L2 does not hold it),
  * or fine-grained where the runtime refuses that flag (ROCm 5.2 does not know it; logged, since
  * the L2 may then still hold lines), registered as caller memory is, and checked to be
- * contiguous for the controller.
+ * contiguous for the controller. Payloads that GPU code reads after a completion belong in such
+ * memory too (upcie_gpu_hip_payload_check() says whether a buffer is). IMPORT exports are checked
+ * to lie inside the GPU's memory BAR and outside system RAM (gpu/p2p_check.h): amdgpu can satisfy
+ * an attach by placing the buffer in GTT, host memory, which is then refused with -EXDEV.
  *
  * Translation (opts.xlate): IMPORT (default) needs /dev/dmabuf_import (package
  * upcie-dmabuf-import-dkms) and an export, so ROCm 7.0 or newer: built against an older HIP (Debian
@@ -68,6 +71,7 @@
 #include <upcie/base/compiler.h>
 #include <upcie/base/log.h>
 #include <upcie/gpu/dev_hip.h>
+#include <upcie/gpu/p2p_check.h>
 #include <upcie/kmod/dmabuf_import.h>
 #include <upcie/mem/dmamem.h>
 #include <upcie/mem/heap.h>
@@ -83,7 +87,8 @@
 #endif
 
 /* hipExtMallocWithFlags' uncached device memory; by value where the headers lack the name. */
-#define UPCIE_GPU_HIP_MALLOC_UNCACHED 0x3u
+#define UPCIE_GPU_HIP_MALLOC_UNCACHED	 0x3u
+#define UPCIE_GPU_HIP_MALLOC_FINEGRAINED 0x1u /* hipDeviceMallocFinegrained */
 #if defined(hipDeviceMallocUncached)
 UPCIE_STATIC_ASSERT(hipDeviceMallocUncached == UPCIE_GPU_HIP_MALLOC_UNCACHED,
 		    "hipDeviceMallocUncached moved");
@@ -301,6 +306,33 @@ static inline void upcie_gpu_hip_release_(struct upcie_dmamem *mem)
 	free(w);
 }
 
+/*
+ * IMPORT translation: every segment's bus address inside this GPU's memory BAR and none in system
+ * RAM (gpu/p2p_check.h). A test may stand in other addresses (UPCIE_GPU_HIP_P2P_CHECK).
+ */
+#ifndef UPCIE_GPU_HIP_P2P_CHECK
+#define UPCIE_GPU_HIP_P2P_CHECK(p, mem, what) upcie_gpu_hip_p2p_check_(p, mem, what)
+#endif
+static inline int upcie_gpu_hip_p2p_check_(const struct upcie_gpu_hip_proc *p,
+					   const struct upcie_dmamem *mem, const char *what)
+{
+	struct upcie_gpu_p2p_window w;
+	struct upcie_gpu_p2p_sysram *s;
+	int err;
+
+	err = upcie_gpu_p2p_window_read(p->dev.pci_name, p->dev.bar_index, &w);
+	if (err)
+		return err;
+	s = (struct upcie_gpu_p2p_sysram *)malloc(sizeof(*s));
+	if (!s)
+		return UPCIE_FAIL(-ENOMEM, "gpu: out of host memory");
+	err = upcie_gpu_p2p_sysram_load(s);
+	if (!err)
+		err = upcie_gpu_p2p_check_dmamem(&w, s, mem, what);
+	free(s);
+	return err;
+}
+
 /* The dmamem of the allocation containing `ptr`: exported and imported (IMPORT), or offset. */
 static inline int upcie_gpu_hip_dmamem_(struct upcie_gpu_hip_proc *p, const void *ptr,
 					uint64_t *base, uint64_t *size, struct upcie_dmamem *mem)
@@ -342,6 +374,13 @@ static inline int upcie_gpu_hip_dmamem_(struct upcie_gpu_hip_proc *p, const void
 		/* Only the allocation's bytes: byte 0 of the export is its base (see above). */
 		err = upcie_dmamem_dmabuf_import(mem, &p->kmod, fd, (void *)(uintptr_t)*base, *size,
 						 shift);
+		/* amdgpu may satisfy the attach by moving the buffer to GTT (host memory): the
+		 * addresses must be VRAM behind the BAR (gpu/p2p_check.h). */
+		if (!err) {
+			err = UPCIE_GPU_HIP_P2P_CHECK(p, mem, "HIP dma-buf export");
+			if (err)
+				upcie_dmamem_destroy(mem);
+		}
 	}
 	if (err) {
 		if (fd >= 0)
@@ -828,6 +867,50 @@ static inline int upcie_gpu_hip_iomem_unmap(struct upcie_gpu_hip *gpu, volatile 
 	pthread_mutex_unlock(&upcie_gpu_hip_lock_g);
 	if (err)
 		return UPCIE_FAIL(err, "gpu: registers at %p are not mapped", (void *)a);
+	return 0;
+}
+
+/*
+ * Whether GPU code that acquires after a completion reads fresh payload at `ptr`. The HIP acquire
+ * (base/arch_hip.h) invalidates L0/L1 but the L2 only for lines it does not keep coherent
+ * (gfx90a: buffer_invl2 drops non-coherent lines; gfx940: buffer_inv sc0 sc1), so an ordinary
+ * (coarse-grained) VRAM line that a peer's PCIe write went around can still be served stale from
+ * the L2 after the completion. Payloads that GPU code reads after a GPU-side completion must be
+ * uncached (hipExtMallocWithFlags hipDeviceMallocUncached) or fine-grained
+ * (hipDeviceMallocFinegrained). Returns 0; -EOPNOTSUPP (coarse-grained, or the runtime does not
+ * say how it was allocated: the setup refuses where it cannot know); -EXDEV (host memory: on a
+ * direct queue, whose CQ is in VRAM, its completion and its data take two paths; a bridged queue
+ * may take it, see gpuq/gqp_hip.h); a HIP error.
+ * Not run on an AMD GPU here (none was available): compiled, and the acquire sequences it relies
+ * on are checked in the disassembly (tests/hip/check-disasm.sh).
+ */
+static inline int upcie_gpu_hip_payload_check(const void *ptr, const char *what)
+{
+	hipPointerAttribute_t a;
+	hipError_t r;
+
+	memset(&a, 0, sizeof(a));
+	r = hipPointerGetAttributes(&a, ptr);
+	if (r != hipSuccess)
+		return UPCIE_GPU_HIP_FAIL(r, "hipPointerGetAttributes", "%s at %p", what, ptr);
+	if (a.memoryType == hipMemoryTypeHost)
+		return UPCIE_FAIL(
+		    -EXDEV,
+		    "gpu: %s at %p is host memory: a GPU-side completion does not vouch "
+		    "for it",
+		    what, ptr);
+	if (a.memoryType != hipMemoryTypeDevice || a.isManaged)
+		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: %s at %p: not plain device memory (type %d)",
+				  what, ptr, (int)a.memoryType);
+	if (a.allocationFlags != UPCIE_GPU_HIP_MALLOC_UNCACHED &&
+	    a.allocationFlags != UPCIE_GPU_HIP_MALLOC_FINEGRAINED)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "gpu: %s at %p is coarse-grained VRAM (allocation flags 0x%x): the "
+		    "GPU's L2 may serve it stale after a completion; allocate it with "
+		    "hipExtMallocWithFlags(hipDeviceMallocUncached or "
+		    "hipDeviceMallocFinegrained)",
+		    what, ptr, a.allocationFlags);
 	return 0;
 }
 

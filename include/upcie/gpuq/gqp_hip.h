@@ -17,6 +17,23 @@
  * and the clock are those of nvme/qpair_port.h through base/arch_hip.h (the RDNA store sequence
  * on GFX10/GFX11, GL0/GL1 invalidation before each completion load there).
  *
+ * Payloads that GPU code reads after a completion it reaped: the acquire after the phase-tag load
+ * (base/arch_hip.h) invalidates L0/L1 and, on gfx90a/gfx940, only the L2 lines the L2 does not
+ * keep coherent, so ordinary coarse-grained VRAM can be read stale from the L2 after the
+ * completion. Such payloads are uncached or fine-grained device memory
+ * (upcie_gpu_hip_polled_alloc(), or hipExtMallocWithFlags with hipDeviceMallocUncached /
+ * hipDeviceMallocFinegrained); upcie_gpu_hip_payload_check() (gpu/heap_hip.h) refuses the rest,
+ * and memory whose allocation the runtime does not describe. HIP has no counterpart of CUDA's
+ * peer-write ordering attribute: that a controller's data reaches VRAM before its completion is
+ * the PCIe ordering of one requester's posted writes into one destination, which can hold in
+ * direct mode (data and CQ both in VRAM) and nothing promises in bridged mode: the completion goes
+ * to host memory and the data to VRAM, two destinations, and the host poller seeing the entry
+ * says nothing about the peer write. Bridged queues are therefore for payloads in host memory (one
+ * destination with the CQ) or for commands without data into VRAM; a read into VRAM through a
+ * bridged queue is unordered, and upcie cannot detect it at setup (payloads are named per
+ * command). None of this ran on an AMD GPU (none here): the sequences are checked in the
+ * disassembly (tests/hip/check-disasm.sh) and the host code compiled.
+ *
  * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
  * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and the core's own timed
  * waits (upcie_nvme_qpair_wait()/drain()) get the same rate through qp.clock_khz, which the
