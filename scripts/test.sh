@@ -243,6 +243,11 @@ else
 fi
 
 note "kernel modules"
+# The modules build against the guest kernels' headers: fetch them first (cached; the guest tier
+# fetches the same set, so a warm cache makes this a check).
+tap "guest kernels fetched (testbed.sh fetch)" sh -c \
+	"tests/guest/testbed.sh fetch >'$logdir/testbed-fetch.log' 2>&1 && echo 'ok 1 - guest kernels in the test-bed cache' ||
+	{ tail -5 '$logdir/testbed-fetch.log' | sed 's/^/# /'; echo 'not ok 1 - testbed.sh fetch failed'; exit 1; }"
 tap "kernel modules: build 6.1 + 7.x, .debs, dkms install" scripts/build-dkms.sh
 
 note "installed headers"

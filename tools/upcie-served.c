@@ -157,7 +157,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", served_long_opts, NULL)) != -1) {
 		const char *v = optarg;
 		uint64_t x;
-		unsigned mode;
+		unsigned mode = 0;
 		gid_t gid;
 		uid_t uid;
 

@@ -875,7 +875,14 @@ static int cmd_reset(int argc, char **argv)
 		struct upcie_pci_bdf b;
 		char name[UPCIE_PCI_BDF_STRLEN];
 
-		(void)upcie_pci_bdf_parse_quiet_(argv[i], &b);
+		if (upcie_pci_bdf_parse_quiet_(argv[i], &b)) {
+			fprintf(stderr,
+				"upcie-setup: reset: '%s' is not a PCI address (DDDD:BB:DD.F or "
+				"BB:DD.F)\n",
+				argv[i]);
+			failed++;
+			continue;
+		}
 		upcie_pci_bdf_format(&b, name, sizeof(name));
 		if (setup_state_find(st, name) < 0) {
 			fprintf(stderr,
