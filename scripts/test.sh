@@ -252,6 +252,7 @@ tap "kernel modules: build 6.1 + 7.x, .debs, dkms install" scripts/build-dkms.sh
 
 note "installed headers"
 tap "consumer via pkg-config" scripts/check-consumer.sh "$root/build-gcc"
+tap "consumer as a meson subproject" scripts/check-subproject.sh
 
 if [ "$guest" = 1 ]; then
 	note "guest tests (QEMU, TCG)"
