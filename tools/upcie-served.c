@@ -5,8 +5,17 @@
  *
  *   upcie-served BDF[,BDF...] [--dir /run/upcie | --socket PATH] [--path auto|uio|type1|iommufd]
  *                [--bind] [--mode 660] [--group NAME|GID] [--allow-uid NAME|UID]
+ *                [--trust owner|none|all] [--grant WHO:NSID[:SLBA+NLB][:ro]]...
  *                [--max-clients N] [--max-qp N] [--max-mem N] [--max-bytes 1G] [--max-depth N]
- *                [--direct-doorbells] [--relay-spin-us N]
+ *                [--uid-max-clients N] [--uid-max-qp N] [--uid-max-bytes SIZE]
+ *                [--qp-reserve N] [--hello-timeout-ms N]
+ *                [--trusted-whole-device] [--relay-spin-us N]
+ *
+ * Clients the daemon does not trust (--trust owner, the default: all but root and its own user)
+ * get isolated queue pairs: they reach the blocks --grant names for their uid or group, through
+ * commands the daemon builds, and nothing else. Trusted clients drive their own queues and reach
+ * whatever the device can. --trusted-whole-device hands trusted clients the device's whole file
+ * (vfio device fd or resource0) to ring doorbells themselves.
  *
  * One socket per controller: --socket for a single one, else DIR/<bdf>.sock. Each controller
  * is served by its own thread (and its doorbell relay thread). Runs until SIGTERM or SIGINT,
@@ -87,14 +96,27 @@ static void usage(FILE *f)
 	    "  --max-mem N           registered regions per client, 1..1024 (default 16)\n"
 	    "  --max-bytes SIZE      registered bytes per client: 1G, 512MiB (default 1 GiB)\n"
 	    "  --max-depth N         entries per queue, 2..65536 (default CAP.MQES + 1)\n"
-	    "  --direct-doorbells    let root and this user map the doorbells themselves\n"
+	    "  --trust WHO           trusted queue pairs for: owner (root and this user, the\n"
+	    "                        default), none (everyone isolated), all (every client)\n"
+	    "  --grant WHO:NSID[:SLBA+NLB][:ro]\n"
+	    "                        isolated clients WHO (a user, @group, or *) may read and\n"
+	    "                        write (ro: read) blocks SLBA..SLBA+NLB-1 of namespace NSID\n"
+	    "                        (all of it without a range); repeat for more, at most %u\n"
+	    "  --uid-max-clients N   connections per uid, HELLO or not (default max-clients / 4)\n"
+	    "  --uid-max-qp N        queue pairs per uid (default half the controller's queues)\n"
+	    "  --uid-max-bytes SIZE  registered bytes per uid (default 4 x max-bytes)\n"
+	    "  --qp-reserve N        queues a uid holding queues cannot take (default 1/8)\n"
+	    "  --hello-timeout-ms N  close connections silent this long (default 2000)\n"
+	    "  --trusted-whole-device\n"
+	    "                        hand trusted clients the whole device's file to ring\n"
+	    "                        doorbells themselves (every register, every queue)\n"
 	    "  --relay-spin-us N     relay spins N us after the last doorbell (default 2000)\n"
 	    "  --dry-run             print what the options say, serve nothing\n"
 	    "  -h, --help            this text\n"
 	    "  --version             the upcie version this tool was built from\n"
 	    "Exit status: 0 after a clean stop, 1 a controller could not be opened or served,\n"
 	    "2 usage.\n",
-	    UPCIE_SERVED_MAX_QP);
+	    UPCIE_SERVED_MAX_QP, UPCIE_SERVED_MAX_GRANTS);
 }
 
 enum {
@@ -111,6 +133,13 @@ enum {
 	SRV_O_MAX_BYTES,
 	SRV_O_MAX_DEPTH,
 	SRV_O_DIRECT_DB,
+	SRV_O_TRUST,
+	SRV_O_GRANT,
+	SRV_O_UID_CLIENTS,
+	SRV_O_UID_QP,
+	SRV_O_UID_BYTES,
+	SRV_O_QP_RESERVE,
+	SRV_O_HELLO_TO,
 	SRV_O_RELAY_SPIN,
 	SRV_O_DRY_RUN,
 	SRV_O_VERSION,
@@ -129,7 +158,14 @@ static const struct option served_long_opts[] = {
 	{ "max-mem", required_argument, NULL, SRV_O_MAX_MEM },
 	{ "max-bytes", required_argument, NULL, SRV_O_MAX_BYTES },
 	{ "max-depth", required_argument, NULL, SRV_O_MAX_DEPTH },
-	{ "direct-doorbells", no_argument, NULL, SRV_O_DIRECT_DB },
+	{ "trusted-whole-device", no_argument, NULL, SRV_O_DIRECT_DB },
+	{ "trust", required_argument, NULL, SRV_O_TRUST },
+	{ "grant", required_argument, NULL, SRV_O_GRANT },
+	{ "uid-max-clients", required_argument, NULL, SRV_O_UID_CLIENTS },
+	{ "uid-max-qp", required_argument, NULL, SRV_O_UID_QP },
+	{ "uid-max-bytes", required_argument, NULL, SRV_O_UID_BYTES },
+	{ "qp-reserve", required_argument, NULL, SRV_O_QP_RESERVE },
+	{ "hello-timeout-ms", required_argument, NULL, SRV_O_HELLO_TO },
 	{ "relay-spin-us", required_argument, NULL, SRV_O_RELAY_SPIN },
 	{ "dry-run", no_argument, NULL, SRV_O_DRY_RUN },
 	{ "help", no_argument, NULL, 'h' },
@@ -137,9 +173,68 @@ static const struct option served_long_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
+/* WHO:NSID[:SLBA+NLB][:ro] into *g. Returns 0 or -EINVAL. */
+static int served_grant_parse(const char *v, struct upcie_served_grant *g)
+{
+	char buf[256], *who, *rest, *f;
+	uint64_t x;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, v);
+	memset(g, 0, sizeof(*g));
+	g->uid = -1;
+	g->gid = -1;
+	g->access = UPCIE_SERVED_READ | UPCIE_SERVED_WRITE;
+	who = buf;
+	rest = strchr(buf, ':');
+	if (!rest)
+		return -EINVAL;
+	*rest++ = 0;
+	if (*who == '@') {
+		gid_t gid;
+
+		if (opt_gid(who + 1, &gid))
+			return -EINVAL;
+		g->gid = (long)gid;
+	} else if (strcmp(who, "*")) {
+		uid_t uid;
+
+		if (opt_uid(who, &uid))
+			return -EINVAL;
+		g->uid = (long)uid;
+	}
+	f = strchr(rest, ':');
+	if (f)
+		*f++ = 0;
+	if (opt_u64_range(rest, 1, 0xfffffffe, &x))
+		return -EINVAL;
+	g->nsid = (uint32_t)x;
+	while (f && *f) {
+		char *next = strchr(f, ':'), *plus;
+
+		if (next)
+			*next++ = 0;
+		plus = strchr(f, '+');
+		if (!strcmp(f, "ro")) {
+			g->access = UPCIE_SERVED_READ;
+		} else if (plus) {
+			*plus++ = 0;
+			if (opt_u64(f, &g->slba) || opt_u64_range(plus, 1, UINT64_MAX, &g->nlb) ||
+			    g->slba > UINT64_MAX - g->nlb)
+				return -EINVAL;
+		} else {
+			return -EINVAL;
+		}
+		f = next;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static struct served_one one[SERVED_MAX_CTRL];
+	static struct upcie_served_grant grants[UPCIE_SERVED_MAX_GRANTS];
 	enum upcie_nvme_path path = UPCIE_NVME_PATH_AUTO;
 	const char *dir = "/run/upcie", *sock = NULL, *path_name = "auto", *bdfs = NULL;
 	struct upcie_served_opts so;
@@ -226,7 +321,51 @@ int main(int argc, char **argv)
 			so.max_depth = (uint32_t)x;
 			break;
 		case SRV_O_DIRECT_DB:
-			so.direct_doorbells = true;
+			so.direct_whole_device = true;
+			break;
+		case SRV_O_TRUST:
+			if (!strcmp(v, "owner"))
+				so.trust = UPCIE_SERVED_TRUST_OWNER;
+			else if (!strcmp(v, "none"))
+				so.trust = UPCIE_SERVED_TRUST_NONE;
+			else if (!strcmp(v, "all"))
+				so.trust = UPCIE_SERVED_TRUST_ALL;
+			else
+				return opt_bad("--trust", v, "owner, none or all");
+			break;
+		case SRV_O_GRANT:
+			if (so.ngrants == UPCIE_SERVED_MAX_GRANTS ||
+			    served_grant_parse(v, &grants[so.ngrants]))
+				return opt_bad("--grant", v,
+					       "WHO:NSID[:SLBA+NLB][:ro], WHO a user, @group or *, "
+					       "at most 64");
+			so.ngrants++;
+			so.grants = grants;
+			break;
+		case SRV_O_UID_CLIENTS:
+			if (opt_u64_range(v, 1, 4096, &x))
+				return opt_bad("--uid-max-clients", v, "a count 1..4096");
+			so.uid_max_clients = (uint32_t)x;
+			break;
+		case SRV_O_UID_QP:
+			if (opt_u64_range(v, 1, 65535, &x))
+				return opt_bad("--uid-max-qp", v, "a count 1..65535");
+			so.uid_max_qp = (uint32_t)x;
+			break;
+		case SRV_O_UID_BYTES:
+			if (opt_size(v, &x) || !x)
+				return opt_bad("--uid-max-bytes", v, "a size such as 4G");
+			so.uid_max_bytes = x;
+			break;
+		case SRV_O_QP_RESERVE:
+			if (opt_u64_range(v, 1, 65535, &x))
+				return opt_bad("--qp-reserve", v, "a count 1..65535");
+			so.qp_reserve = (uint32_t)x;
+			break;
+		case SRV_O_HELLO_TO:
+			if (opt_u64_range(v, 1, 600000, &x))
+				return opt_bad("--hello-timeout-ms", v, "milliseconds 1..600000");
+			so.hello_timeout_ms = (uint32_t)x;
 			break;
 		case SRV_O_RELAY_SPIN:
 			if (opt_u64_range(v, 1, 10000000, &x))
@@ -276,11 +415,21 @@ int main(int argc, char **argv)
 			printf("serve %s on %s%s%s%s\n", one[i].name, sock ? sock : dir,
 			       sock ? "" : "/", sock ? "" : one[i].name, sock ? "" : ".sock");
 		printf("path %s bind %d mode %04o group %ld allow-uid %ld max-clients %u max-qp %u "
-		       "max-mem %u max-bytes %" PRIu64 " max-depth %u direct-doorbells %d "
-		       "relay-spin-us %" PRIu64 "\n",
+		       "max-mem %u max-bytes %" PRIu64 " max-depth %u trusted-whole-device %d "
+		       "relay-spin-us %" PRIu64 " trust %s uid-max-clients %u uid-max-qp %u "
+		       "uid-max-bytes %" PRIu64 " qp-reserve %u hello-timeout-ms %u\n",
 		       path_name, bind, (unsigned)so.mode, so.gid == (gid_t)-1 ? -1L : (long)so.gid,
 		       so.allow_uid, so.max_clients, so.max_qp, so.max_mem, so.max_bytes,
-		       so.max_depth, so.direct_doorbells, so.relay_spin_ns / 1000);
+		       so.max_depth, so.direct_whole_device, so.relay_spin_ns / 1000,
+		       so.trust == UPCIE_SERVED_TRUST_NONE  ? "none"
+		       : so.trust == UPCIE_SERVED_TRUST_ALL ? "all"
+							    : "owner",
+		       so.uid_max_clients, so.uid_max_qp, so.uid_max_bytes, so.qp_reserve,
+		       so.hello_timeout_ms);
+		for (unsigned i = 0; i < so.ngrants; i++)
+			printf("grant uid %ld gid %ld nsid %u blocks %" PRIu64 "+%" PRIu64 " %s\n",
+			       grants[i].uid, grants[i].gid, grants[i].nsid, grants[i].slba,
+			       grants[i].nlb, grants[i].access & UPCIE_SERVED_WRITE ? "rw" : "ro");
 		return 0;
 	}
 	memset(&sa, 0, sizeof(sa));
@@ -352,9 +501,11 @@ int main(int argc, char **argv)
 		printf("upcie-served: %s stats clients=%" PRIu64 " refused=%" PRIu64
 		       " gone=%" PRIu64 " qp_made=%" PRIu64 " qp_gone=%" PRIu64 " qp_lost=%" PRIu64
 		       " kept=%" PRIu64 " bad=%" PRIu64 " resets=%" PRIu64 " relayed=%" PRIu64
-		       " dropped=%" PRIu64 "\n",
+		       " dropped=%" PRIu64 " timeouts=%" PRIu64 " iso_ok=%" PRIu64
+		       " iso_bad=%" PRIu64 " faults=%" PRIu64 "\n",
 		       o->name, st.clients, st.refused, st.gone, st.qp_made, st.qp_gone, st.qp_lost,
-		       st.kept, st.bad, st.resets, st.relayed, st.dropped);
+		       st.kept, st.bad, st.resets, st.relayed, st.dropped, st.timeouts, st.iso_ok,
+		       st.iso_bad, st.faults);
 		if (o->err)
 			failed++;
 	close:

@@ -5,7 +5,10 @@
  * starts (the iomap is not changed while the model runs). A registration maps the client's memfd
  * into a free window; giving it back marks the window free and puts anonymous memory there.
  * With served_win_dma as the model's DMA observer, every access to a window that was given back
- * is counted in served_win_late. A test instrument.
+ * is counted in served_win_late, and every data transfer that lands outside the live windows
+ * (in the server's own memory, or anywhere that is no client's registered memory) in
+ * served_win_outside (I/O queues' data only: Identify data lands in the server's memory). A
+ * test instrument.
  */
 #ifndef UPCIE_TEST_SERVED_WIN_H
 #define UPCIE_TEST_SERVED_WIN_H
@@ -13,6 +16,7 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -27,6 +31,7 @@
 static uint8_t *served_win_base;
 static int served_win_state[SERVED_WIN_N];
 static uint64_t served_win_late;
+static uint64_t served_win_outside;
 
 static inline void served_win_release(struct upcie_dmamem *m)
 {
@@ -67,16 +72,17 @@ static inline int served_win_map(void *ctx, int fd, void *vaddr, size_t size,
 static inline void served_win_dma(void *ctx, struct nvme_model *m, const struct nvme_model_pend *p,
 				  int dir, int kind, const uint8_t *ptr, uint64_t len)
 {
+	bool in = ptr >= served_win_base && ptr < served_win_base + SERVED_WIN_N * SERVED_WIN_SIZE;
+
 	(void)ctx;
-	(void)m;
 	(void)p;
 	(void)dir;
-	(void)kind;
 	(void)len;
-	if (ptr >= served_win_base && ptr < served_win_base + SERVED_WIN_N * SERVED_WIN_SIZE &&
-	    !__atomic_load_n(&served_win_state[(ptr - served_win_base) / SERVED_WIN_SIZE],
-			     __ATOMIC_SEQ_CST))
+	if (in && !__atomic_load_n(&served_win_state[(ptr - served_win_base) / SERVED_WIN_SIZE],
+				   __ATOMIC_SEQ_CST))
 		__atomic_fetch_add(&served_win_late, 1, __ATOMIC_SEQ_CST);
+	if (!in && kind == NVME_MODEL_DMA_DATA && m->sqid != 0) /* I/O queues only */
+		__atomic_fetch_add(&served_win_outside, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Reserve the windows and put them in the model's iomap (before the model starts). */

@@ -4,33 +4,52 @@
  * (served/server.h, e.g. the upcie-served daemon), reached over its Unix socket. Headers
  * only; nothing of the server is linked.
  *
- *   struct upcie_served_client cl;  struct upcie_served_mem mem;  struct upcie_served_qp qp;
- *   upcie_served_connect(&cl, "/run/upcie/0000:01:00.0.sock", 0);
- *   upcie_served_mem_alloc(&cl, 4 << 20, &mem);          // memfd, sealed, registered
+ * Isolated (what a client gets unless the server trusts it; any client may ask for it):
+ *
+ *   struct upcie_served_client cl;  struct upcie_served_mem mem;  struct upcie_served_iqp q;
+ *   upcie_served_connect(&cl, "/run/upcie/0000:01:00.0.sock", UPCIE_SERVED_ISOLATED);
+ *   upcie_served_mem_alloc(&cl, 4 << 20, &mem);           // memfd, sealed, registered
+ *   upcie_served_iqp_create(&cl, &q, 64);                 // the ring memory is the server's
+ *   upcie_served_iqp_rw(&q, UPCIE_NVME_NVM_READ, 1, slba, nlb, &mem, off, len, cb, ctx);
+ *   upcie_served_iqp_wait(&q, 1000000000);                // or poll with _iqp_poll()
+ *   upcie_served_iqp_delete(&q); upcie_served_mem_free(&mem); upcie_served_disconnect(&cl);
+ *
+ * Requests name a namespace, blocks and (region, offset, length) of the client's own memory;
+ * the server checks them against what it granted this client's uid or group and builds the
+ * commands itself. The client sees no device address and cannot reach anything else.
+ *
+ * Trusted (root or the server's user, by default; info.isolated false):
+ *
+ *   upcie_served_connect(&cl, path, 0);
+ *   upcie_served_mem_alloc(&cl, 4 << 20, &mem);
  *   struct upcie_served_qp_opts o = {.depth = 64, .sq_off = 0, .cq_off = 4096,
  *                                    .list_off = 8192};  // rings and PRP lists in `mem`
  *   upcie_served_qp_create(&cl, &qp, &mem, &o);
  *   upcie_served_qp_rw(&qp, UPCIE_NVME_NVM_READ, 1, slba, nlb, &mem, 1 << 20, len, cb, ctx);
- *   upcie_served_qp_wait(&qp, 1000000000);                  // or poll with _qp_poll()
+ *   upcie_served_qp_wait(&qp, 1000000000);
  *   upcie_served_qp_delete(&qp); upcie_served_mem_free(&mem); upcie_served_disconnect(&cl);
  *
  * The data path is the client's: commands go into the SQ in its memory, completions come into
  * the CQ in its memory, with the queue pair core of nvme/qpair.h. Doorbell writes go to the
- * relay page the server forwards from, or straight to the controller when the server granted a
- * doorbell mapping (UPCIE_SERVED_DIRECT_DB, trusted clients only).
+ * relay page the server forwards from, or straight to the controller when the server handed
+ * out the whole device (UPCIE_SERVED_DIRECT_DB). Its commands can name any device address.
  *
  * Endings, each exactly once per command:
  * - a completion from the controller (its status; 0 or -EIO in the callback's err as the core
- *   reports it);
- * - -ECANCELED from upcie_served_qp_delete() for what the deletion aborted or left;
- * - -ECANCELED when the server reports the queue lost to a controller reset (the poll returns
- *   -ENODEV: delete the queue);
+ *   reports it; isolated: the upcie_served_cpl as the server posted it);
+ * - isolated: the server's refusal (cpl.err -EPERM, -ENOENT, -EINVAL: never sent);
+ * - -ECANCELED from the queue's deletion for what the deletion aborted or left;
+ * - -ECANCELED when the server reports a trusted queue lost to a controller reset (the poll
+ *   returns -ENODEV: delete the queue); isolated queues survive a reset, what they had in
+ *   flight completes with -ECANCELED;
  * - -ECANCELED when the server process is gone (the poll or wait returns -ENOTCONN). The client
- *   decides a server is gone from a pidfd of it, which becomes readable only after the kernel
- *   has closed every file of the server: the vfio device (reset, bus mastering off) or
- *   /dev/uioN (bus mastering off). Only then are buffers handed back. (A server whose files
- *   another process still holds, e.g. a doorbell mapping of a trusted client on vfio, leaves
- *   the device open until that process lets go; its pinned memory stays pinned meanwhile.)
+ *   decides a server is gone from a pidfd of it (SO_PEERPIDFD where the kernel has it, so a
+ *   server outside the client's PID namespace works too), which becomes readable only after the
+ *   kernel has closed every file of the server: the vfio device (reset, bus mastering off) or
+ *   /dev/uioN (bus mastering off). Only then are buffers handed back. A client holding the
+ *   whole device (UPCIE_SERVED_DIRECT_DB) keeps the device open itself: when the server is
+ *   gone it disables the controller (CC.EN 0, then CSTS.RDY 0) through its own mapping before
+ *   anything is handed back, and while it cannot see RDY 0 the calls answer -EBUSY.
  *
  * A server restarted on the same socket is a new server: connect again, register again.
  */
@@ -84,8 +103,15 @@
 #define F_SEAL_GROW 0x0004
 #endif
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
 /* upcie_served_connect() flags */
-#define UPCIE_SERVED_DIRECT_DB 0x1u /* map the doorbells if the server grants it, else relay */
+#define UPCIE_SERVED_DIRECT_DB                                                                     \
+	0x1u			   /* take the whole device to ring doorbells directly, if the
+				       server hands it out (trusted only), else relay */
+#define UPCIE_SERVED_ISOLATED 0x2u /* isolated even where the server would trust us */
 
 struct upcie_served_info {
 	uint32_t path; /* enum upcie_nvme_path of the server's device */
@@ -94,7 +120,8 @@ struct upcie_served_info {
 	uint64_t max_bytes, max_xfer;
 	bool hugetlb; /* memory must be hugetlb */
 	bool direct_db;
-	pid_t server_pid;
+	bool isolated;	  /* isolated queue pairs only (upcie_served_iqp_*) */
+	pid_t server_pid; /* 0: the server is outside our PID namespace (pidfd only) */
 };
 
 struct upcie_served_client {
@@ -107,7 +134,9 @@ struct upcie_served_client {
 	struct upcie_served_relay *relay;
 	volatile uint8_t *db; /* doorbell mapping (direct), its offset 0 = BAR0 + 0x1000 */
 	size_t db_len;
-	uint8_t *buf; /* response buffer, UPCIE_SERVED_MSG_MAX bytes */
+	volatile uint8_t *regs; /* direct: BAR0's register page (to stop the controller) */
+	bool stopped;		/* direct: the server is gone and the controller disabled */
+	uint8_t *buf;		/* response buffer, UPCIE_SERVED_MSG_MAX bytes */
 };
 
 struct upcie_served_mem {
@@ -185,9 +214,49 @@ static inline int upcie_served_call_(struct upcie_served_client *cl, struct upci
 }
 
 /*
- * Is the server still there? 0: yes; -ENOTCONN: it is gone and the kernel has released its
- * files (the device is stopped); -ESHUTDOWN: it says it is stopping (it deletes every queue).
- * One poll() of the pidfd: not for every completion, for when commands are late.
+ * The server is gone but this client holds the whole device (its mapping keeps the device
+ * open: the kernel will not reset it): disable the controller through the register page, wait
+ * for CSTS.RDY 0 (CAP.TO, at most 30 s). Returns 0 when the controller stopped, -EBUSY when it
+ * did not say so (then the device may still DMA: nothing is handed back).
+ */
+static inline int upcie_served_stop_device_(struct upcie_served_client *cl)
+{
+	volatile uint32_t *cc, *csts;
+	uint64_t cap, t0, to;
+
+	if (cl->stopped || !cl->db)
+		return 0;
+	if (!cl->regs)
+		return -EBUSY;
+	cc = (volatile uint32_t *)(cl->regs + 0x14);
+	csts = (volatile uint32_t *)(cl->regs + 0x1c);
+	cap = *(volatile uint32_t *)(cl->regs + 0x4);
+	to = ((cap >> 24) & 0xff) * UINT64_C(500000000);
+	if (!to || to > UINT64_C(30000000000))
+		to = UINT64_C(30000000000);
+	*cc = *cc & ~1u;
+	t0 = upcie_time_ns();
+	while (*csts & 1u) {
+		struct timespec ts = { 0, 1000000 };
+
+		if (*csts == 0xffffffffu || upcie_time_ns() - t0 > to) {
+			UPCIE_ERR("served: the server is gone and the controller does not stop "
+				  "(CSTS 0x%x): buffers stay in use",
+				  *csts);
+			return -EBUSY;
+		}
+		nanosleep(&ts, NULL);
+	}
+	cl->stopped = true;
+	return 0;
+}
+
+/*
+ * Is the server still there? 0: yes; -ENOTCONN: it is gone and the device is stopped (the
+ * kernel has released the server's files, and a client holding the whole device has disabled
+ * the controller); -EBUSY: it is gone but the controller could not be seen stopped;
+ * -ESHUTDOWN: it says it is stopping (it deletes every queue). One poll() of the pidfd: not for
+ * every completion, for when commands are late.
  */
 static inline int upcie_served_alive(struct upcie_served_client *cl)
 {
@@ -201,11 +270,11 @@ static inline int upcie_served_alive(struct upcie_served_client *cl)
 		p.revents = 0;
 		if (poll(&p, 1, 0) > 0) {
 			cl->gone = true;
-			return -ENOTCONN;
+			return upcie_served_stop_device_(cl) ? -EBUSY : -ENOTCONN;
 		}
-	} else if (kill(cl->info.server_pid, 0) && errno == ESRCH) {
+	} else if (cl->info.server_pid > 0 && kill(cl->info.server_pid, 0) && errno == ESRCH) {
 		cl->gone = true;
-		return -ENOTCONN;
+		return upcie_served_stop_device_(cl) ? -EBUSY : -ENOTCONN;
 	}
 	if (__atomic_load_n(&cl->relay->slot[0].state, __ATOMIC_ACQUIRE) ==
 	    UPCIE_SERVED_SLOT_STOPPING)
@@ -220,6 +289,8 @@ static inline void upcie_served_disconnect(struct upcie_served_client *cl)
 		return;
 	if (cl->db)
 		munmap((void *)cl->db, cl->db_len);
+	if (cl->regs)
+		munmap((void *)cl->regs, 4096);
 	if (cl->relay)
 		munmap(cl->relay, sizeof(*cl->relay));
 	if (cl->sock >= 0)
@@ -271,20 +342,39 @@ static inline int upcie_served_connect(struct upcie_served_client *cl, const cha
 		err = -errno;
 		goto fail;
 	}
-	/* the server as the kernel knows it, taken before anything can end it */
+	/* the server as the kernel knows it, taken before anything can end it: the socket's
+	   own pidfd (Linux >= 6.5, any PID namespace), else one of the peer's pid */
+	{
+		int pfd = -1;
+		socklen_t pl = sizeof(pfd);
+
+		if (!getsockopt(cl->sock, SOL_SOCKET, SO_PEERPIDFD, &pfd, &pl) && pfd >= 0)
+			cl->pidfd = pfd;
+	}
 #ifdef SYS_pidfd_open
-	cl->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+	if (cl->pidfd < 0 && cr.pid > 0)
+		cl->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
 #endif
+	if (cr.pid <= 0 && cl->pidfd < 0) {
+		err = UPCIE_FAIL(-EOPNOTSUPP,
+				 "served: the server at %s is outside this PID namespace and the "
+				 "kernel has no SO_PEERPIDFD (Linux >= 6.5): its death could not "
+				 "be told; run the client in the server's PID namespace",
+				 path);
+		goto fail;
+	}
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_HELLO;
 	rq.u.hello.version = UPCIE_SERVED_VERSION;
-	rq.u.hello.flags = flags & UPCIE_SERVED_DIRECT_DB ? UPCIE_SERVED_HELLO_DIRECT_DB : 0;
+	rq.u.hello.flags = (flags & UPCIE_SERVED_DIRECT_DB ? UPCIE_SERVED_HELLO_DIRECT_DB : 0) |
+			   (flags & UPCIE_SERVED_ISOLATED ? UPCIE_SERVED_HELLO_ISOLATED : 0);
 	err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
 	if (err)
 		goto fail;
 	rp = (struct upcie_served_rsp *)cl->buf;
+	/* the pid the server gives is of its own namespace: compared only where we see it */
 	if (fd < 0 || rp->u.hello.relay_size != sizeof(*cl->relay) ||
-	    rp->u.hello.server_pid != (int32_t)cr.pid) {
+	    (cr.pid > 0 && rp->u.hello.server_pid != (int32_t)cr.pid)) {
 		err = UPCIE_FAIL(-EPROTO,
 				 "served: HELLO without a relay page or from pid %d "
 				 "(socket peer %d)",
@@ -302,6 +392,7 @@ static inline int upcie_served_connect(struct upcie_served_client *cl, const cha
 	cl->info.max_xfer = rp->u.hello.max_xfer;
 	cl->info.hugetlb = rp->u.hello.hugetlb != 0;
 	cl->info.direct_db = rp->u.hello.direct_db != 0;
+	cl->info.isolated = rp->u.hello.isolated != 0;
 	cl->info.server_pid = (pid_t)cr.pid;
 	if (cl->info.page_shift < 12 || cl->info.page_shift > 27) {
 		err = UPCIE_FAIL(-EPROTO, "served: controller page shift %u", cl->info.page_shift);
@@ -315,7 +406,7 @@ static inline int upcie_served_connect(struct upcie_served_client *cl, const cha
 		goto fail;
 	}
 	cl->relay = (struct upcie_served_relay *)p;
-	if ((flags & UPCIE_SERVED_DIRECT_DB) && cl->info.direct_db) {
+	if ((flags & UPCIE_SERVED_DIRECT_DB) && cl->info.direct_db && !cl->info.isolated) {
 		memset(&rq, 0, sizeof(rq));
 		rq.op = UPCIE_SERVED_OP_DOORBELLS;
 		err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
@@ -324,14 +415,23 @@ static inline int upcie_served_connect(struct upcie_served_client *cl, const cha
 			cl->db_len = rp->u.doorbells.size;
 			p = mmap(NULL, cl->db_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 				 (off_t)rp->u.doorbells.offset);
-			/* the mapping holds the file: the descriptor can go */
-			close(fd);
-			fd = -1;
-			if (p == MAP_FAILED)
+			if (p == MAP_FAILED) {
 				err = UPCIE_FAIL(-errno, "served: doorbell mapping: %s",
 						 strerror(errno));
-			else
+			} else {
 				cl->db = (volatile uint8_t *)p;
+				/* the registers too: what stops the device if the server dies */
+				p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+					 (off_t)rp->u.doorbells.regs);
+				if (p == MAP_FAILED)
+					err = UPCIE_FAIL(-errno, "served: register mapping: %s",
+							 strerror(errno));
+				else
+					cl->regs = (volatile uint8_t *)p;
+			}
+			/* the mappings hold the file: the descriptor can go */
+			close(fd);
+			fd = -1;
 		}
 		if (err)
 			goto fail;
@@ -398,7 +498,9 @@ static inline int upcie_served_mem_register(struct upcie_served_client *cl, int 
 	if (err)
 		return err;
 	rp = (struct upcie_served_rsp *)cl->buf;
-	if (!rp->u.mem_reg.granule_shift) {
+	if (cl->info.isolated) {
+		err = 0; /* no device addresses: the server resolves (region, offset) itself */
+	} else if (!rp->u.mem_reg.granule_shift) {
 		err = upcie_dmamem_init_arith(&mem->dm, vaddr, size, rp->u.mem_reg.iova);
 	} else if (rp->u.mem_reg.nlut > UPCIE_SERVED_MAX_LUT ||
 		   len != sizeof(*rp) + rp->u.mem_reg.nlut * sizeof(uint64_t) ||
@@ -595,9 +697,17 @@ static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct 
 				  "served: list pages at +0x%" PRIx64 " (%" PRIu64
 				  " bytes) outside the region or not page aligned",
 				  d.list_off, lbytes);
+	if (cl->info.isolated)
+		return UPCIE_FAIL(-EPERM, "served: qp create: this client is isolated (use "
+					  "upcie_served_iqp_create())");
+	if (d.cq_off > mem->size || (uint64_t)d.depth * 16 > mem->size - d.cq_off)
+		return UPCIE_FAIL(-EINVAL, "served: CQ at +0x%" PRIx64 " outside the region",
+				  d.cq_off);
 	qp->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(d.depth - 1));
 	if (!qp->tables)
 		return -ENOMEM;
+	/* the CQ is ours to zero: the server never touches it */
+	memset((uint8_t *)mem->vaddr + d.cq_off, 0, (size_t)d.depth * 16);
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_QP_CREATE;
 	rq.u.qp_create.mem_id = mem->id;
@@ -634,7 +744,7 @@ static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct 
 	qc.sq_depth = d.depth;
 	qc.qid = qp->qid;
 	qc.tables = qp->tables;
-	/* the server zeroed the CQ before creating the queue; the controller may post already */
+	/* zeroed above, before the queue existed; nothing is submitted yet */
 	qc.flags = UPCIE_NVME_QPAIR_NO_CQ_CLEAR;
 	if (qp->slot < 1 || qp->slot > UPCIE_SERVED_MAX_QP ||
 	    (cl->db && upcie_nvme_cq_hdbl_off(qp->qid, cl->info.dstrd) + 4 - 0x1000 > cl->db_len))
@@ -834,6 +944,308 @@ static inline int upcie_served_qp_delete(struct upcie_served_qp *qp)
 	qp->cl->nqp--;
 	free(qp->tables);
 	memset(qp, 0, sizeof(*qp));
+	return err == -ENOENT ? 0 : err;
+}
+
+/* ---- isolated queue pairs ---- */
+
+/* An isolated command's ending: the completion as the server posted it (cpl->err 0: the
+ * controller ran it, cpl->status its NVMe status; else -errno, see struct upcie_served_cpl). */
+typedef void (*upcie_served_iqp_fn)(void *ctx, const struct upcie_served_cpl *cpl);
+
+struct upcie_served_iqp_tag_ {
+	upcie_served_iqp_fn cb;
+	void *ctx;
+	uint16_t next; /* free list */
+	bool busy;
+};
+
+struct upcie_served_iqp {
+	struct upcie_served_client *cl;
+	uint32_t slot, depth;
+	struct upcie_served_ring *ring;
+	size_t ring_size;
+	struct upcie_served_sub *subs;
+	const struct upcie_served_cpl *cpls;
+	uint32_t sq_tail, cq_head; /* our copies */
+	uint32_t pending;	   /* submitted, not ended */
+	uint32_t unrung;	   /* written, sq_tail not yet published */
+	uint64_t bogus;		   /* completions naming no command of ours (ignored) */
+	struct upcie_served_iqp_tag_ *tags;
+	uint16_t free_tag;
+	bool live;
+};
+
+/*
+ * Create an isolated queue pair of `depth` entries (2..info.max_depth; 0: 64): the server makes
+ * its controller queue and the ring memory, which is mapped here. Returns 0; -EINVAL; -ENOSPC
+ * (limits, identifiers); -ENODEV (the server's controller failed); -ENOTCONN; -errno. `q` is
+ * zeroed on failure.
+ */
+static inline int upcie_served_iqp_create(struct upcie_served_client *cl,
+					  struct upcie_served_iqp *q, uint32_t depth)
+{
+	struct upcie_served_rsp *rp;
+	struct upcie_served_req rq;
+	int err, fd = -1;
+	void *p;
+
+	if (!q)
+		return UPCIE_FAIL(-EINVAL, "served: NULL iqp");
+	memset(q, 0, sizeof(*q));
+	if (!cl || cl->sock < 0)
+		return UPCIE_FAIL(-EINVAL, "served: iqp create: not connected");
+	if (!depth)
+		depth = 64;
+	if (depth < 2 || depth > 65535)
+		return UPCIE_FAIL(-EINVAL, "served: iqp depth %u outside 2..65535", depth);
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_IQP_CREATE;
+	rq.u.iqp_create.depth = depth;
+	err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
+	if (err)
+		return err;
+	rp = (struct upcie_served_rsp *)cl->buf;
+	q->cl = cl;
+	q->slot = rp->u.iqp_create.slot;
+	q->depth = rp->u.iqp_create.depth;
+	q->ring_size = (size_t)rp->u.iqp_create.ring_size;
+	if (fd < 0 || q->slot < 1 || q->slot > UPCIE_SERVED_MAX_QP || q->depth != depth ||
+	    q->ring_size != upcie_served_ring_bytes(depth)) {
+		err = UPCIE_FAIL(-EPROTO, "served: iqp create: a response that does not fit");
+		goto undo;
+	}
+	p = mmap(NULL, q->ring_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		err = UPCIE_FAIL(-errno, "served: ring mapping: %s", strerror(errno));
+		goto undo;
+	}
+	close(fd);
+	fd = -1;
+	q->ring = (struct upcie_served_ring *)p;
+	q->subs = (struct upcie_served_sub *)(q->ring + 1);
+	q->cpls = (const struct upcie_served_cpl *)(q->subs + depth);
+	q->tags = (struct upcie_served_iqp_tag_ *)calloc(depth, sizeof(*q->tags));
+	if (!q->tags) {
+		munmap(p, q->ring_size);
+		err = -ENOMEM;
+		goto undo;
+	}
+	for (uint32_t i = 0; i < depth; i++)
+		q->tags[i].next = (uint16_t)(i + 1);
+	q->live = true;
+	cl->nqp++;
+	return 0;
+undo:
+	if (fd >= 0)
+		close(fd);
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_QP_DELETE;
+	rq.u.qp_delete.slot = q->slot;
+	upcie_served_call_(cl, &rq, -1, NULL, NULL);
+	memset(q, 0, sizeof(*q));
+	return err;
+}
+
+/*
+ * Write submission `u` (its tag is set here) to end through cb(ctx, cpl). Not visible to the
+ * server until upcie_served_iqp_ring(). Returns 0, -EBUSY (depth commands pending: poll),
+ * -EINVAL, -ENODEV (faulted or lost).
+ */
+static inline int upcie_served_iqp_submit(struct upcie_served_iqp *q,
+					  const struct upcie_served_sub *u, upcie_served_iqp_fn cb,
+					  void *ctx)
+{
+	struct upcie_served_sub e;
+	uint16_t t;
+
+	if (UPCIE_UNLIKELY(!q || !q->live || !u))
+		return -EINVAL;
+	if (UPCIE_UNLIKELY(q->free_tag >= q->depth))
+		return -EBUSY;
+	t = q->free_tag;
+	q->free_tag = q->tags[t].next;
+	q->tags[t].cb = cb;
+	q->tags[t].ctx = ctx;
+	q->tags[t].busy = true;
+	e = *u;
+	e.tag = t;
+	memcpy(&q->subs[q->sq_tail % q->depth], &e, sizeof(e));
+	q->sq_tail++;
+	q->pending++;
+	q->unrung++;
+	return 0;
+}
+
+/* Publish what was submitted (one store; the server's poller picks it up). */
+static inline void upcie_served_iqp_ring(struct upcie_served_iqp *q)
+{
+	if (!q->unrung)
+		return;
+	q->unrung = 0;
+	__atomic_store_n(&q->ring->sq_tail, q->sq_tail, __ATOMIC_RELEASE);
+}
+
+/*
+ * Read, Write or Compare (opc UPCIE_NVME_NVM_READ / _WRITE / _COMPARE) of `nlb` blocks from
+ * `slba` of namespace `nsid`, data at [off, off + len) of `mem` (len = nlb * block size);
+ * rings. Returns as upcie_served_iqp_submit().
+ */
+static inline int upcie_served_iqp_rw(struct upcie_served_iqp *q, uint8_t opc, uint32_t nsid,
+				      uint64_t slba, uint32_t nlb,
+				      const struct upcie_served_mem *mem, uint64_t off,
+				      uint64_t len, upcie_served_iqp_fn cb, void *ctx)
+{
+	struct upcie_served_sub u;
+	int err;
+
+	if (UPCIE_UNLIKELY(!mem || !q || mem->cl != q->cl))
+		return UPCIE_FAIL(-EINVAL, "served: iqp rw: memory of another client");
+	memset(&u, 0, sizeof(u));
+	u.opc = opc;
+	u.nsid = nsid;
+	u.slba = slba;
+	u.nlb = nlb;
+	u.region = mem->id;
+	u.off = off;
+	u.len = len;
+	err = upcie_served_iqp_submit(q, &u, cb, ctx);
+	if (!err)
+		upcie_served_iqp_ring(q);
+	return err;
+}
+
+/* End every pending command with -ECANCELED (the server let go of the queue). */
+static inline void upcie_served_iqp_cancel_(struct upcie_served_iqp *q)
+{
+	for (uint32_t t = 0; t < q->depth; t++) {
+		struct upcie_served_iqp_tag_ *g = &q->tags[t];
+		struct upcie_served_cpl c;
+
+		if (!g->busy)
+			continue;
+		memset(&c, 0, sizeof(c));
+		c.tag = (uint16_t)t;
+		c.err = -ECANCELED;
+		g->busy = false;
+		q->pending--;
+		g->next = q->free_tag;
+		q->free_tag = (uint16_t)t;
+		if (g->cb)
+			g->cb(g->ctx, &c);
+	}
+}
+
+/*
+ * Take up to `max` completions (callbacks run here). Returns how many; -ENODEV when the server
+ * faulted the queue (a ring index out of range: ours is wrong; delete it) with nothing left to
+ * take; -EINVAL.
+ */
+static inline int upcie_served_iqp_poll(struct upcie_served_iqp *q, unsigned max)
+{
+	uint32_t tail;
+	int n = 0;
+
+	if (UPCIE_UNLIKELY(!q || !q->live))
+		return -EINVAL;
+	tail = __atomic_load_n(&q->ring->cq_tail, __ATOMIC_ACQUIRE);
+	while (q->cq_head != tail && (unsigned)n < max) {
+		struct upcie_served_cpl c;
+		struct upcie_served_iqp_tag_ *g;
+
+		memcpy(&c, &q->cpls[q->cq_head % q->depth], sizeof(c));
+		q->cq_head++;
+		n++;
+		if (c.tag >= q->depth || !q->tags[c.tag].busy) {
+			q->bogus++;
+			continue;
+		}
+		g = &q->tags[c.tag];
+		g->busy = false;
+		q->pending--;
+		g->next = q->free_tag;
+		q->free_tag = c.tag;
+		if (g->cb)
+			g->cb(g->ctx, &c);
+	}
+	if (n)
+		__atomic_store_n(&q->ring->cq_head, q->cq_head, __ATOMIC_RELEASE);
+	if (!n && __atomic_load_n(&q->cl->relay->slot[q->slot].state, __ATOMIC_ACQUIRE) ==
+		      UPCIE_SERVED_SLOT_FAULT)
+		return -ENODEV;
+	return n;
+}
+
+/*
+ * Poll until no command is pending or timeout_ns passes; the server's presence is checked
+ * every millisecond of waiting. Returns 0; -ETIMEDOUT; -ENODEV (faulted, see _iqp_poll());
+ * -ENOTCONN (the server is gone and the device stopped: every pending command ended with
+ * -ECANCELED, the buffers are the caller's again).
+ */
+static inline int upcie_served_iqp_wait(struct upcie_served_iqp *q, uint64_t timeout_ns)
+{
+	uint64_t t0 = upcie_time_ns(), check = t0 + 1000000;
+	unsigned idle = 0;
+
+	if (!q || !q->live)
+		return -EINVAL;
+	upcie_served_iqp_ring(q);
+	while (q->pending) {
+		int n = upcie_served_iqp_poll(q, 0xffffffffu);
+		uint64_t now;
+
+		if (n < 0)
+			return n;
+		if (n || ++idle & 63) {
+			upcie_cpu_relax();
+			continue;
+		}
+		now = upcie_time_ns();
+		if (now >= check) {
+			check = now + 1000000;
+			if (upcie_served_alive(q->cl) == -ENOTCONN) {
+				upcie_served_iqp_cancel_(q);
+				return -ENOTCONN;
+			}
+		}
+		if (now - t0 >= timeout_ns)
+			return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+/*
+ * Delete the isolated queue pair: the server finishes or aborts what it holds (up to a second)
+ * and deletes its queue; completions it posted are taken here, whatever is left ends with
+ * -ECANCELED. Returns 0; -EBUSY (the server could not delete its queue, or is gone without the
+ * device seen stopped: commands stay pending, buffers in use).
+ */
+static inline int upcie_served_iqp_delete(struct upcie_served_iqp *q)
+{
+	struct upcie_served_req rq;
+	int err;
+
+	if (!q || !q->live) {
+		if (q)
+			memset(q, 0, sizeof(*q));
+		return 0;
+	}
+	upcie_served_iqp_ring(q);
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_QP_DELETE;
+	rq.u.qp_delete.slot = q->slot;
+	err = upcie_served_call_(q->cl, &rq, -1, NULL, NULL);
+	if (err == -ENOTCONN && upcie_served_alive(q->cl) == -ENOTCONN)
+		err = 0;
+	if (err == -ENOTCONN || err == -EBUSY)
+		return -EBUSY;
+	while (upcie_served_iqp_poll(q, 0xffffffffu) > 0)
+		;
+	upcie_served_iqp_cancel_(q);
+	munmap(q->ring, q->ring_size);
+	free(q->tags);
+	q->cl->nqp--;
+	memset(q, 0, sizeof(*q));
 	return err == -ENOENT ? 0 : err;
 }
 

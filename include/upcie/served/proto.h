@@ -4,11 +4,24 @@
  * controller) and its clients (served/client.h), and the doorbell relay page they share.
  *
  * Transport: a Unix SOCK_SEQPACKET socket, one request and one response per message, file
- * descriptors in SCM_RIGHTS (the client's DMA memory, a memfd; the server's relay page, a memfd;
- * a doorbell mapping where the server allows one). Requests are answered in order; the server
+ * descriptors in SCM_RIGHTS (the client's DMA memory, a memfd; the server's relay page and the
+ * rings of an isolated queue, memfds the server made and sealed against shrinking and growing;
+ * the whole device where the server allows that). Requests are answered in order; the server
  * sends nothing unasked. What a client needs to know between requests (a queue lost to a
  * controller reset, the server stopping) is in the relay page, which it reads without a system
- * call.
+ * call. HELLO is the first request of every connection (anything else first is refused and the
+ * connection closed), and it must come within the server's HELLO timeout.
+ *
+ * Two kinds of queue pair:
+ * - trusted (QP_CREATE): the client writes NVMe SQEs into rings in its own memory, the
+ *   controller fetches them; the client holds the controller's whole DMA reach.
+ * - isolated (IQP_CREATE): the client writes struct upcie_served_sub entries into a ring the
+ *   server made; the server checks each one (opcode, namespace and LBA range granted to the
+ *   client, a data range inside one of the client's regions) and builds the NVMe command, its
+ *   PRP lists and its queues in its own memory; completions come back as struct
+ *   upcie_served_cpl in the same ring memory. The client names no device address.
+ * The server decides which a client gets (HELLO's `isolated`): isolated unless it trusts the
+ * client (by default root and its own user) and the client did not ask to be isolated.
  *
  * Both sides are the same version of these headers: a version mismatch is refused at HELLO.
  */
@@ -16,6 +29,8 @@
 #define UPCIE_SERVED_PROTO_H
 
 #include <upcie/base/feature.h>
+
+#include <upcie/base/compiler.h>
 
 #include <errno.h>
 #include <stddef.h>
@@ -27,7 +42,7 @@
 #include <unistd.h>
 
 #define UPCIE_SERVED_MAGIC   0x75737631u /* "usv1" */
-#define UPCIE_SERVED_VERSION 1u
+#define UPCIE_SERVED_VERSION 2u
 
 /* Queue pairs per client: slots 1..UPCIE_SERVED_MAX_QP of the relay page. */
 #define UPCIE_SERVED_MAX_QP 63u
@@ -37,17 +52,20 @@
 #define UPCIE_SERVED_MSG_MAX (256u + 8u * UPCIE_SERVED_MAX_LUT)
 
 enum upcie_served_op {
-	UPCIE_SERVED_OP_HELLO = 1,     /* version, flags -> controller facts, relay page fd */
-	UPCIE_SERVED_OP_MEM_REG = 2,   /* size + memfd -> id, device addresses */
-	UPCIE_SERVED_OP_MEM_UNREG = 3, /* id */
-	UPCIE_SERVED_OP_QP_CREATE = 4, /* mem id, depth, SQ and CQ offsets -> slot, qid */
-	UPCIE_SERVED_OP_QP_DELETE = 5, /* slot */
-	UPCIE_SERVED_OP_IDENTIFY = 6,  /* CNS 0..3, NSID -> 4096 bytes */
-	UPCIE_SERVED_OP_DOORBELLS = 7, /* -> an fd to map the doorbell page from (trusted only) */
+	UPCIE_SERVED_OP_HELLO = 1,	/* version, flags -> controller facts, relay page fd */
+	UPCIE_SERVED_OP_MEM_REG = 2,	/* size + memfd -> id, device addresses */
+	UPCIE_SERVED_OP_MEM_UNREG = 3,	/* id */
+	UPCIE_SERVED_OP_QP_CREATE = 4,	/* mem id, depth, SQ and CQ offsets -> slot, qid */
+	UPCIE_SERVED_OP_QP_DELETE = 5,	/* slot */
+	UPCIE_SERVED_OP_IDENTIFY = 6,	/* CNS 0..3, NSID -> 4096 bytes */
+	UPCIE_SERVED_OP_DOORBELLS = 7,	/* -> the whole device's fd (trusted, if the server
+					  allows it): doorbells, registers, everything */
+	UPCIE_SERVED_OP_IQP_CREATE = 8, /* depth -> slot, ring memfd (isolated queue pair) */
 };
 
 /* HELLO flags */
-#define UPCIE_SERVED_HELLO_DIRECT_DB 0x1u /* the client would map doorbells itself */
+#define UPCIE_SERVED_HELLO_DIRECT_DB 0x1u /* the client would map the whole device itself */
+#define UPCIE_SERVED_HELLO_ISOLATED  0x2u /* isolated even where the server would trust it */
 
 struct upcie_served_req {
 	uint32_t magic;
@@ -74,6 +92,9 @@ struct upcie_served_req {
 		struct {
 			uint32_t slot;
 		} qp_delete;
+		struct {
+			uint32_t depth;
+		} iqp_create;
 		struct {
 			uint32_t nsid;
 			uint32_t cns;
@@ -103,6 +124,7 @@ struct upcie_served_rsp {
 			uint32_t direct_db;  /* 1: OP_DOORBELLS will be granted */
 			int32_t server_pid;
 			uint32_t relay_size; /* bytes of the relay page (fd in SCM_RIGHTS) */
+			uint32_t isolated;   /* 1: isolated queue pairs only (IQP_CREATE) */
 		} hello;
 		struct {
 			uint32_t id;
@@ -117,9 +139,15 @@ struct upcie_served_rsp {
 			uint32_t qid;
 		} qp_create;
 		struct {
+			uint32_t slot;	    /* relay slot (its state word) and handle */
+			uint32_t depth;	    /* entries of the submission and completion rings */
+			uint64_t ring_size; /* bytes of the ring memfd (fd in SCM_RIGHTS) */
+		} iqp_create;
+		struct {
 			uint64_t offset; /* of the doorbell page in the fd's mapping */
 			uint32_t size;	 /* bytes to map */
 			uint32_t rsvd;
+			uint64_t regs; /* offset of BAR0's register page in the fd's mapping */
 		} doorbells;
 		uint8_t raw[80];
 	} u;
@@ -130,6 +158,9 @@ struct upcie_served_rsp {
 #define UPCIE_SERVED_SLOT_LIVE	   1u
 #define UPCIE_SERVED_SLOT_LOST	   2u /* a controller reset took the queue: delete it */
 #define UPCIE_SERVED_SLOT_STOPPING 3u /* header slot: the server is going away */
+#define UPCIE_SERVED_SLOT_FAULT                                                                    \
+	4u /* isolated: the client broke the ring protocol (an index
+					 beyond the ring); the server serves it no more */
 
 /*
  * One queue's relay words, a cache line each so the client and the relay do not share a line
@@ -148,6 +179,77 @@ struct upcie_served_relay_slot {
 struct upcie_served_relay {
 	struct upcie_served_relay_slot slot[UPCIE_SERVED_MAX_QP + 1];
 };
+
+/*
+ * Isolated queue pairs: the ring memory (one memfd per queue, made by the server):
+ * struct upcie_served_ring, then `depth` submissions, then `depth` completions. Indices are
+ * free-running 32-bit counters; an entry's slot is the index modulo depth.
+ * - The client writes submissions at sq_tail % depth, then sq_tail (release). The server reads
+ *   each one once (a copy: what is checked is what is built) and advances sq_head.
+ * - The server writes completions at cq_tail % depth, then cq_tail (release). The client reads
+ *   them, then advances cq_head. The server takes a submission only while the commands it holds
+ *   plus the completions not yet consumed are fewer than depth: a completion always has room.
+ * A client that moves sq_tail more than depth beyond sq_head, or cq_head beyond cq_tail, has its
+ * queue faulted (relay slot state FAULT): no more submissions are taken; what is in flight still
+ * completes, then the queue is only good for QP_DELETE.
+ */
+struct upcie_served_ring {
+	volatile uint32_t sq_tail; /* client */
+	uint32_t rsvd0[15];
+	volatile uint32_t sq_head; /* server */
+	uint32_t rsvd1[15];
+	volatile uint32_t cq_tail; /* server */
+	uint32_t rsvd2[15];
+	volatile uint32_t cq_head; /* client */
+	uint32_t rsvd3[15];
+};
+
+/* Submission opcodes: the NVM command set's, these only (admin commands never). */
+#define UPCIE_SERVED_SUB_FUA 0x1u /* Force Unit Access (Read, Write, Compare, Write Zeroes) */
+
+/* One submission of an isolated queue pair (64 bytes). */
+struct upcie_served_sub {
+	uint8_t opc; /* Flush, Write, Read, Compare, Write Zeroes, DSM (deallocate) */
+	uint8_t rsvd0;
+	uint16_t tag; /* the client's, echoed in the completion */
+	uint32_t nsid;
+	uint64_t slba;	 /* first block (not Flush) */
+	uint32_t nlb;	 /* blocks, 1..65536 (not Flush) */
+	uint32_t flags;	 /* UPCIE_SERVED_SUB_* */
+	uint32_t region; /* Read, Write, Compare: the data's region id (MEM_REG) */
+	uint32_t rsvd1;
+	uint64_t off; /* of the data in the region (4-byte aligned) */
+	uint64_t len; /* bytes: nlb * the namespace's block size */
+	uint8_t rsvd2[16];
+};
+
+/* One completion of an isolated queue pair (16 bytes). */
+struct upcie_served_cpl {
+	uint16_t tag;
+	uint16_t status; /* err 0: the NVMe status field (SCT << 8 | SC), 0 success */
+	int32_t err;	 /* 0: the controller ran it; -errno: refused by the server (never sent:
+			    -EPERM opcode or range not granted, -ENOENT no such region, -EINVAL
+			    a malformed submission) or ended without the controller
+			    (-ECANCELED: a reset or the deletion of the queue) */
+	uint32_t dw0;
+	uint32_t rsvd;
+};
+
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_served_ring) == 256, "ring header: 4 cache lines");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_served_sub) == 64, "a submission is 64 bytes");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_served_cpl) == 16, "a completion is 16 bytes");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_served_req) == 64, "a request is 64 bytes");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_served_rsp) == 96, "a response is 96 bytes");
+
+/* Bytes of an isolated queue's ring memory of `depth` entries (a whole number of pages). */
+static inline uint64_t upcie_served_ring_bytes(uint32_t depth)
+{
+	uint64_t n =
+	    sizeof(struct upcie_served_ring) +
+	    (uint64_t)depth * (sizeof(struct upcie_served_sub) + sizeof(struct upcie_served_cpl));
+
+	return (n + 4095) & ~UINT64_C(4095);
+}
 
 /*
  * Send `len` bytes as one message, with `fd` in SCM_RIGHTS when fd >= 0. Returns 0, -EMSGSIZE

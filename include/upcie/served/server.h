@@ -2,34 +2,53 @@
 /*
  * Served queue pairs, the server: one process owns the controller (any path: uio, vfio type1,
  * vfio cdev + iommufd) and hands I/O queue pairs to client processes over a Unix socket
- * (served/client.h). The data path does not pass through here: a client's SQ, CQ, PRP
- * lists and data live in memory the client registered (a memfd it passed; mapped here for the
- * controller), and the client submits and reaps directly. Doorbells are relayed: the client's
- * queue pair writes them into a shared relay page, a server thread forwards each new value to
- * the controller (values outside the queue are dropped). Clients the server trusts (root, or
- * its own user, when the server allows it) may map the doorbell page themselves instead.
+ * (served/client.h). Two kinds (served/proto.h):
  *
- * Guarantees:
+ * - Isolated (the default for every client the server does not trust): the client writes
+ *   requests (struct upcie_served_sub) into a ring the server made; a poller thread per
+ *   controller copies each one, checks it (opcode allow-list: Flush, Write, Read, Compare,
+ *   Write Zeroes without deallocation, Dataset Management deallocate of one range; NSID and LBA
+ *   range inside a grant for the client's uid or group; data as (region id, offset, length)
+ *   inside one of the client's own registered regions) and builds the NVMe command, its PRP
+ *   list and the queue in the server's own memory. Completions go back into the ring. What
+ *   the controller fetches, the client cannot write; the device addresses the command names are
+ *   the client's own registered memory, nothing else.
+ * - Trusted (root and the server's own user by default, struct upcie_served_opts `trust`): the
+ *   client's SQ, CQ, PRP lists and data live in memory it registered, it submits and reaps
+ *   directly, doorbells relayed through a shared page (or, with `direct_whole_device`, the
+ *   whole device's file handed to it). A trusted client's commands make the controller read and
+ *   write any device address they name: other clients' memory, the server's queues (type1,
+ *   iommufd), any RAM (uio). Trusted means that.
+ *
+ * Guarantees, both kinds:
  * - A client that goes away for any reason (exit, kill -9) is noticed by its socket hanging up.
- *   Its queues are deleted (Delete I/O SQ, then CQ), and only when the controller confirmed the
- *   deletion, or was reset, is its memory unmapped; a queue that could not be deleted keeps its
- *   memory mapped for the server's lifetime (counted in `kept`). Other clients carry on, unless
- *   the controller had to be reset: then their queues are marked lost in their relay pages and
- *   their commands end with -ENODEV on their side (the controller let go of them).
+ *   Its queues are deleted, and only when the controller confirmed the deletion, or was reset,
+ *   is its memory unmapped; a queue that could not be deleted keeps its memory mapped for the
+ *   server's lifetime (counted in `kept`). Other clients carry on, unless the controller had to
+ *   be reset: then trusted queues are marked lost in their relay pages (their commands end with
+ *   -ENODEV on their side); isolated queues are the server's and come back, what they had in
+ *   flight completes with -ECANCELED.
  * - A client's requests are checked (its own regions and slots only, offsets, sizes, alignment,
- *   limits per client): a bad one gets an error and changes nothing.
- * - What the server cannot enforce: once a client has a queue, its commands make the controller
- *   read and write any device address it names. Clients share the device's one IOVA space
- *   (type1, iommufd) or physical memory (uio), and commands are not inspected: a client can
- *   reach other clients' registered memory, the server's queue memory (type1, iommufd), or any
- *   RAM (uio). Access control is who may connect (the socket's mode and group, and `allow_uid`);
- *   a connected client is trusted with the device's DMA reach, as the process owning the
- *   controller would be. Unprivileged clients need no memlock allowance of their own (the
- *   server's mapping is charged), which is a convenience, not a sandbox.
+ *   limits per client and per uid): a bad one gets an error and changes nothing.
+ * - No client can take the server down: the memory the server hands out (relay page, rings) is
+ *   a memfd it sealed against shrinking and growing (a punched hole reads back as zeros, never a
+ *   SIGBUS); a client's own memory is never read or written by the server (not its CQ: the
+ *   server's side of a trusted queue runs on private rings; the client zeroes its CQ itself);
+ *   a client descriptor's seals are the first thing asked of it (no fstat of a FUSE file that
+ *   could hang the server); nothing the client writes in shared memory is trusted. Limits per
+ *   uid: connections (counted from accept, so sockets that never say HELLO count too, and are
+ *   closed after the HELLO timeout), queue pairs, registered (pinned) bytes; queue identifiers
+ *   are kept back so a uid that holds queues cannot take the last ones from uids that hold
+ *   none. A controller that could not be reset is not reset again per request: requests that
+ *   need it fail with -ENODEV until the server is restarted.
+ * - The socket is bound in a private directory next to its path, given its mode and group, and
+ *   only then renamed into place: it is never reachable with other permissions. What the path
+ *   held before is replaced only when it is a socket nobody answers on (a stale one).
  * - On uio nothing pins a client's memory: the server's mapping and descriptor keep its
  *   hugepages allocated, but a client that punches holes in its own memfd frees pages the
- *   controller still addresses. Such a client can already aim commands at any physical address;
- *   type1 and iommufd pin the pages until the server unmaps them.
+ *   controller may still address (an isolated client's data only, as long as its own commands
+ *   run; a trusted client can aim commands anywhere anyway). type1 and iommufd pin the pages
+ *   until the server unmaps them, charged to the server (the per-uid byte limit bounds that).
  *
  * The server's own death: see served/client.h (clients notice it through a pidfd, after
  * the kernel has released the device, which stops it).
@@ -42,10 +61,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,13 +85,30 @@
 #include <upcie/mem/hugepage.h>
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/dev.h>
+#include <upcie/nvme/ns.h>
+#include <upcie/nvme/prp.h>
 #include <upcie/served/proto.h>
 
 #ifndef F_GET_SEALS
 #define F_GET_SEALS 1034
 #endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#endif
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#endif
 #ifndef F_SEAL_SHRINK
 #define F_SEAL_SHRINK 0x0002
+#endif
+#ifndef F_SEAL_GROW
+#define F_SEAL_GROW 0x0004
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
 #endif
 
 /*
@@ -91,18 +129,58 @@ struct upcie_served_mapper {
 	bool hugetlb;
 };
 
+/* Who gets trusted queue pairs (everyone else: isolated ones only). */
+enum upcie_served_trust {
+	UPCIE_SERVED_TRUST_OWNER = 0, /* root and the server's own user */
+	UPCIE_SERVED_TRUST_NONE = 1,  /* nobody: every client isolated */
+	UPCIE_SERVED_TRUST_ALL = 2,   /* everyone who may connect (the socket's mode, allow_uid) */
+};
+
+/* Access bits of a grant */
+#define UPCIE_SERVED_READ  0x1u
+#define UPCIE_SERVED_WRITE 0x2u
+
+/*
+ * What isolated clients may reach: blocks [slba, slba + nlb) of namespace `nsid` (nlb 0: to its
+ * end) for `uid` (-1: any) and/or group `gid` (-1: any; a client's primary or supplementary
+ * group), with `access`. A client may use the union of the grants that name it; no grant, no
+ * I/O. Namespaces with metadata or protection information are not served to isolated clients.
+ */
+struct upcie_served_grant {
+	long uid;
+	long gid;
+	uint32_t nsid;
+	unsigned access; /* UPCIE_SERVED_READ | UPCIE_SERVED_WRITE */
+	uint64_t slba;
+	uint64_t nlb;
+};
+
+#define UPCIE_SERVED_MAX_GRANTS 64u
+
 struct upcie_served_opts {
-	const char *path;      /* socket path (created; an existing socket file is replaced) */
-	mode_t mode;	       /* of the socket file; 0: 0600 */
-	gid_t gid;	       /* group of the socket file; (gid_t)-1: unchanged */
-	long allow_uid;	       /* -1: any peer that can open the socket; else only this uid and 0 */
-	uint32_t max_clients;  /* 0: 64 */
-	uint32_t max_qp;       /* queue pairs per client, 0: 16 (at most UPCIE_SERVED_MAX_QP) */
-	uint32_t max_mem;      /* regions per client, 0: 16 */
-	uint64_t max_bytes;    /* registered bytes per client, 0: 1 GiB */
-	uint32_t max_depth;    /* entries per queue, 0: CAP.MQES + 1 */
-	bool direct_doorbells; /* grant OP_DOORBELLS to root and the server's own uid */
-	uint64_t relay_spin_ns; /* relay spins this long after the last doorbell, then naps;
+	const char *path; /* socket path (created; only a stale socket there is replaced) */
+	mode_t mode;	  /* of the socket file; 0: 0600 */
+	gid_t gid;	  /* group of the socket file; (gid_t)-1: unchanged */
+	long allow_uid;	  /* -1: any peer that can open the socket; else only this uid and 0 */
+	enum upcie_served_trust trust;		 /* who gets trusted queue pairs */
+	const struct upcie_served_grant *grants; /* isolated clients' reach (copied) */
+	uint32_t ngrants;			 /* at most UPCIE_SERVED_MAX_GRANTS */
+	uint32_t max_clients;			 /* 0: 64 */
+	uint32_t max_qp;	   /* queue pairs per client, 0: 16 (at most UPCIE_SERVED_MAX_QP) */
+	uint32_t max_mem;	   /* regions per client, 0: 16 */
+	uint64_t max_bytes;	   /* registered bytes per client, 0: 1 GiB */
+	uint32_t max_depth;	   /* entries per queue, 0: CAP.MQES + 1 */
+	uint32_t uid_max_clients;  /* connections per uid, HELLO or not; 0: max_clients / 4 */
+	uint32_t uid_max_qp;	   /* queue pairs per uid; 0: the controller's queues / 2 */
+	uint64_t uid_max_bytes;	   /* registered bytes per uid; 0: 4 * max_bytes */
+	uint32_t qp_reserve;	   /* queue identifiers a uid holding queues cannot take;
+					0: queues / 8 (at least 1 when 2 or more) */
+	uint32_t hello_timeout_ms; /* a connection without HELLO is closed; 0: 2000 */
+	uint64_t iso_max_xfer;	   /* bytes per isolated command; 0: min(MDTS, 128 KiB) */
+	bool direct_whole_device;  /* trusted clients may take the whole device's file (vfio:
+					the device fd; uio: resource0) to ring doorbells
+					themselves: every register, every queue, reset */
+	uint64_t relay_spin_ns;	   /* the poller spins this long after the last work, then naps;
 				   0: 2 ms */
 };
 
@@ -113,17 +191,21 @@ static int upcie_served_test_unmap_first_;
 #endif
 
 struct upcie_served_stats {
-	uint64_t clients; /* accepted */
-	uint64_t refused; /* connections refused (credentials, limit) */
-	uint64_t gone;	  /* clients that hung up */
-	uint64_t qp_made; /* queue pairs created */
-	uint64_t qp_gone; /* deleted with the controller's confirmation */
-	uint64_t qp_lost; /* taken by a controller reset */
-	uint64_t kept;	  /* regions kept mapped: a queue on them could not be deleted */
-	uint64_t bad;	  /* requests refused */
-	uint64_t resets;  /* controller resets done by the server */
-	uint64_t relayed; /* doorbell values forwarded */
-	uint64_t dropped; /* doorbell values refused (outside the queue) */
+	uint64_t clients;  /* accepted */
+	uint64_t refused;  /* connections refused (credentials, limits) */
+	uint64_t gone;	   /* clients that hung up */
+	uint64_t timeouts; /* connections closed for not saying HELLO in time */
+	uint64_t qp_made;  /* queue pairs created (both kinds) */
+	uint64_t qp_gone;  /* deleted with the controller's confirmation */
+	uint64_t qp_lost;  /* taken by a controller reset */
+	uint64_t kept;	   /* regions kept mapped: a queue on them could not be deleted */
+	uint64_t bad;	   /* requests refused */
+	uint64_t resets;   /* controller resets done by the server */
+	uint64_t relayed;  /* doorbell values forwarded */
+	uint64_t dropped;  /* doorbell values refused (outside the queue) */
+	uint64_t iso_ok;   /* isolated submissions sent to the controller */
+	uint64_t iso_bad;  /* isolated submissions refused */
+	uint64_t faults;   /* isolated queues faulted (ring protocol broken) */
 };
 
 struct upcie_served_mem_ {
@@ -134,18 +216,44 @@ struct upcie_served_mem_ {
 	void *va;
 	size_t size;
 	uint32_t nqp;
+	uint32_t inflight; /* isolated commands on it (under the server's lock) */
 	struct upcie_dmamem dm;
+};
+
+struct upcie_served_qp_;
+
+/* One isolated command in flight: what its completion goes back as. */
+struct upcie_served_iocmd_ {
+	struct upcie_served_qp_ *qp;
+	struct upcie_served_mem_ *mem; /* NULL: no data */
+	uint16_t tag;
+	uint16_t next; /* free list */
 };
 
 struct upcie_served_qp_ {
 	struct upcie_nvme_ioq q;
 	bool used;
-	bool relay;   /* forwarded by the relay thread (under srv->lock) */
-	uint32_t mem; /* index into the client's mems */
+	bool iso;     /* isolated: q is the server's own queue, on the poller */
+	bool relay;   /* trusted, forwarded by the poller (under srv->lock) */
+	bool lost;    /* marked lost (the server's own record, not the relay word) */
+	bool closing; /* isolated: being deleted, no more submissions */
+	bool fault;   /* isolated: the client broke the ring protocol */
+	uint32_t mem; /* trusted: index into the client's mems */
 	uint32_t depth;
 	uint32_t last_sq, last_cq;
 	uint64_t sq_off, cq_off;
 	size_t sq_db, cq_db; /* doorbell offsets in BAR0 */
+	void *shadow;	     /* trusted: the private rings the server's idle side runs on */
+	/* isolated */
+	struct upcie_served_conn_ *cn;
+	struct upcie_served_ring *ring;
+	size_t ring_size;
+	struct upcie_served_sub *subs;
+	struct upcie_served_cpl *cpls;
+	uint32_t sq_head, cq_tail; /* the server's own copies */
+	uint32_t inflight;
+	struct upcie_served_iocmd_ *cmds;
+	uint16_t free_cmd; /* head of the free list, depth: none */
 };
 
 struct upcie_served_conn_ {
@@ -153,13 +261,35 @@ struct upcie_served_conn_ {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
+	gid_t groups[32];
+	uint32_t ngroups;
+	bool hello;
+	bool isolated;
 	bool direct;
+	uint64_t t_accept;
 	int relay_fd;
 	struct upcie_served_relay *relay;
 	uint32_t nmem, nqp, next_id;
 	uint64_t bytes;
-	struct upcie_served_mem_ *mems; /* max_mem */
+	uint32_t ngrant;
+	const struct upcie_served_grant *grant[UPCIE_SERVED_MAX_GRANTS]; /* those naming it */
+	struct upcie_served_mem_ *mems;					 /* max_mem */
 	struct upcie_served_qp_ qps[UPCIE_SERVED_MAX_QP + 1];
+};
+
+/* Per uid: what all its connections hold. */
+struct upcie_served_uid_ {
+	uid_t uid;
+	uint32_t nconn, nqp;
+	uint64_t bytes;
+};
+
+/* A namespace some grant names, as Identify last said. */
+struct upcie_served_ns_ {
+	uint32_t nsid;
+	bool ok; /* active, no metadata, no protection information */
+	uint64_t nsze;
+	uint32_t lba_bytes;
 };
 
 struct upcie_served {
@@ -167,12 +297,20 @@ struct upcie_served {
 	struct upcie_served_mapper map;
 	struct upcie_served_opts o;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t sock_dev; /* the socket file we made (removed at fini only if still ours) */
+	ino_t sock_ino;
 	int lfd;
 	struct upcie_served_conn_ **conns; /* max_clients */
 	uint32_t nconns;
-	pthread_mutex_t lock;	 /* conns' relay state, against the relay thread */
-	pthread_cond_t relay_cv; /* signalled when a queue is put on the relay */
-	uint32_t nrelay;	 /* queues on the relay */
+	struct upcie_served_uid_ *uids; /* max_clients */
+	uint32_t nqp_all;		/* queue pairs of every client */
+	struct upcie_served_grant grants[UPCIE_SERVED_MAX_GRANTS];
+	struct upcie_served_ns_ ns[UPCIE_SERVED_MAX_GRANTS];
+	uint32_t nns;
+	bool failed;		 /* a reset failed: not reset again */
+	pthread_mutex_t lock;	 /* the controller, every queue, the poller's view of the clients */
+	pthread_cond_t relay_cv; /* signalled when a queue is put on the poller */
+	uint32_t nrelay;	 /* queues on the poller */
 	pthread_t relay;
 	bool relay_live;
 	volatile int relay_stop;
@@ -273,8 +411,286 @@ static inline unsigned upcie_served_forward_(struct upcie_served *s, volatile ui
 	return 1;
 }
 
-/* Relay: forward new doorbell values of every relayed queue. Returns values forwarded. */
-static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s)
+/* ---- isolated queue pairs ---- */
+
+/* The namespace record of `nsid`, or NULL when no grant names it. */
+static inline const struct upcie_served_ns_ *upcie_served_ns_find_(const struct upcie_served *s,
+								   uint32_t nsid)
+{
+	for (uint32_t i = 0; i < s->nns; i++)
+		if (s->ns[i].nsid == nsid)
+			return &s->ns[i];
+	return NULL;
+}
+
+/* Does a grant of client `cn` cover blocks [slba, slba + nlb) of `nsid` with `access`? */
+static inline bool upcie_served_granted_(const struct upcie_served_conn_ *cn, uint32_t nsid,
+					 uint64_t slba, uint64_t nlb, unsigned access,
+					 uint64_t nsze)
+{
+	for (uint32_t i = 0; i < cn->ngrant; i++) {
+		const struct upcie_served_grant *g = cn->grant[i];
+		uint64_t end = g->nlb ? g->slba + g->nlb : nsze;
+
+		if (g->nsid != nsid || (g->access & access) != access)
+			continue;
+		if (end > nsze)
+			end = nsze;
+		if (slba >= g->slba && slba < end && nlb <= end - slba)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Check isolated submission `u` (a copy: the client cannot change it any more) of client `cn`
+ * and build the command in `sqe` (all but CID and data pointer). *mi: the data region's index
+ * (-1: no data). Returns 0, or the -errno the submission is refused with: -EPERM (an opcode
+ * not served, a namespace or a block range not granted), -ENOENT (no such region of this
+ * client), -EINVAL (reserved bits, sizes, a range outside the region or the namespace).
+ * `max_xfer`: bytes per command. Touches nothing but its arguments (fuzzed as it is).
+ */
+static inline int upcie_served_sub_check(const struct upcie_served *s,
+					 const struct upcie_served_conn_ *cn,
+					 const struct upcie_served_sub *u, uint64_t max_xfer,
+					 struct upcie_nvme_sqe *sqe, int *mi)
+{
+	const struct upcie_served_ns_ *ns;
+	bool data = false;
+	unsigned access;
+	uint64_t bytes;
+
+	*mi = -1;
+	memset(sqe, 0, sizeof(*sqe));
+	switch (u->opc) {
+	case UPCIE_NVME_NVM_READ:
+	case UPCIE_NVME_NVM_COMPARE:
+		access = UPCIE_SERVED_READ;
+		data = true;
+		break;
+	case UPCIE_NVME_NVM_WRITE:
+		access = UPCIE_SERVED_WRITE;
+		data = true;
+		break;
+	case UPCIE_NVME_NVM_FLUSH:
+	case UPCIE_NVME_NVM_WRITE_ZEROES:
+	case UPCIE_NVME_NVM_DSM:
+		access = UPCIE_SERVED_WRITE;
+		break;
+	default:
+		return -EPERM;
+	}
+	if (u->rsvd0 || u->rsvd1 || u->flags & ~UPCIE_SERVED_SUB_FUA)
+		return -EINVAL;
+	for (unsigned i = 0; i < sizeof(u->rsvd2); i++)
+		if (u->rsvd2[i])
+			return -EINVAL;
+	ns = upcie_served_ns_find_(s, u->nsid);
+	if (!ns || !ns->ok)
+		return -EPERM;
+	sqe->opc = u->opc;
+	sqe->nsid = u->nsid;
+	if (u->opc == UPCIE_NVME_NVM_FLUSH) {
+		/* the whole namespace's cache: any write grant on it */
+		for (uint32_t i = 0; i < cn->ngrant; i++)
+			if (cn->grant[i]->nsid == u->nsid &&
+			    cn->grant[i]->access & UPCIE_SERVED_WRITE)
+				return u->slba || u->nlb || u->flags || u->region || u->off ||
+					       u->len
+					   ? -EINVAL
+					   : 0;
+		return -EPERM;
+	}
+	if (!u->nlb || u->nlb > 65536 || u->slba >= ns->nsze || u->nlb > ns->nsze - u->slba)
+		return -EINVAL;
+	if (!upcie_served_granted_(cn, u->nsid, u->slba, u->nlb, access, ns->nsze))
+		return -EPERM;
+	sqe->cdw10 = (uint32_t)u->slba;
+	sqe->cdw11 = (uint32_t)(u->slba >> 32);
+	if (u->opc == UPCIE_NVME_NVM_DSM) {
+		/* one range, built by the caller in the server's memory; Attribute Deallocate */
+		if (u->flags || u->region || u->off || u->len)
+			return -EINVAL;
+		sqe->cdw10 = 0;
+		sqe->cdw11 = 1u << 2;
+		return 0;
+	}
+	/* Read, Write, Compare, Write Zeroes: NLB, FUA; never DEAC, PRINFO, directives */
+	sqe->cdw12 = (u->nlb - 1) | (u->flags & UPCIE_SERVED_SUB_FUA ? 1u << 30 : 0);
+	if (!data)
+		return u->region || u->off || u->len ? -EINVAL : 0;
+	bytes = (uint64_t)u->nlb * ns->lba_bytes;
+	if (u->len != bytes || bytes > max_xfer || u->off & 3)
+		return -EINVAL;
+	for (uint32_t m = 0; u->region && m < s->o.max_mem; m++) {
+		const struct upcie_served_mem_ *r = &cn->mems[m];
+
+		if (!r->used || r->id != u->region)
+			continue;
+		if (r->kept || u->off > r->size || u->len > r->size - u->off)
+			return -EINVAL;
+		*mi = (int)m;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* Post completion `e` into the ring (room is ensured by the submission check). */
+static inline void upcie_served_iso_post_(struct upcie_served_qp_ *qp, uint16_t tag,
+					  uint16_t status, int32_t err, uint32_t dw0)
+{
+	struct upcie_served_cpl e;
+
+	e.tag = tag;
+	e.status = status;
+	e.err = err;
+	e.dw0 = dw0;
+	e.rsvd = 0;
+	memcpy((void *)&qp->cpls[qp->cq_tail % qp->depth], &e, sizeof(e));
+	qp->cq_tail++;
+	__atomic_store_n(&qp->ring->cq_tail, qp->cq_tail, __ATOMIC_RELEASE);
+}
+
+/* The controller's completion of an isolated command (server lock held: the poller, or the
+ * deletion). */
+static inline void upcie_served_iso_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_served_iocmd_ *k = (struct upcie_served_iocmd_ *)ctx;
+	struct upcie_served_qp_ *qp = k->qp;
+	uint16_t code = cqe ? upcie_nvme_cqe_code(cqe) : 0;
+
+	upcie_served_iso_post_(qp, k->tag, err == -ECANCELED ? 0 : code,
+			       err == -ECANCELED ? -ECANCELED : 0, cqe ? cqe->dw0 : 0);
+	if (k->mem)
+		k->mem->inflight--;
+	qp->inflight--;
+	k->mem = NULL;
+	k->next = qp->free_cmd;
+	qp->free_cmd = (uint16_t)(k - qp->cmds);
+}
+
+/* Send the checked submission `u` of qp to the controller. Returns 0 or -errno. */
+static inline int upcie_served_iso_send_(struct upcie_served *s, struct upcie_served_conn_ *cn,
+					 struct upcie_served_qp_ *qp,
+					 const struct upcie_served_sub *u)
+{
+	struct upcie_served_iocmd_ *k;
+	struct upcie_served_mem_ *m = NULL;
+	struct upcie_nvme_lists l;
+	struct upcie_nvme_sqe sqe;
+	uint16_t cid;
+	int mi, err;
+
+	err = upcie_served_sub_check(s, cn, u, qp->q.dptr.max_bytes, &sqe, &mi);
+	if (err)
+		return err;
+	if (qp->free_cmd >= qp->depth || upcie_nvme_qpair_next_cid(&qp->q.qp, &cid))
+		return -EBUSY; /* not reached: the ring check keeps fewer than depth in flight */
+	l = upcie_nvme_ioq_lists(&qp->q, cid);
+	if (mi >= 0) {
+		m = &cn->mems[mi];
+		err = upcie_nvme_prp_build_buf(&sqe, &m->dm, u->off, u->len, &qp->q.dptr, &l);
+		if (err < 0)
+			return err == -ENOSPC ? -EINVAL : err;
+	} else if (u->opc == UPCIE_NVME_NVM_DSM) {
+		/* the range, in the server's list page of this command: no one else writes it */
+		uint8_t *r = (uint8_t *)l.mem->vaddr + l.off;
+		uint64_t iova;
+		uint32_t nlb = u->nlb;
+
+		if (!l.mem->vaddr || upcie_dmamem_iova(l.mem, l.off, &iova))
+			return -EOPNOTSUPP;
+		memset(r, 0, 16);
+		memcpy(r + 4, &nlb, 4);
+		memcpy(r + 8, &u->slba, 8);
+		sqe.prp1 = iova;
+		upcie_nvme_sqe_set_psdt(&sqe, UPCIE_NVME_PSDT_PRP);
+	}
+	k = &qp->cmds[qp->free_cmd];
+	err = upcie_nvme_qpair_enqueue(&qp->q.qp, &sqe, upcie_served_iso_cpl_, k, NULL);
+	if (err)
+		return err;
+	qp->free_cmd = k->next;
+	k->qp = qp;
+	k->tag = u->tag;
+	k->mem = m;
+	if (m)
+		m->inflight++;
+	qp->inflight++;
+	return 0;
+}
+
+/* Fault an isolated queue: the client broke the ring protocol. */
+static inline void upcie_served_iso_fault_(struct upcie_served *s, struct upcie_served_conn_ *cn,
+					   uint32_t k, const char *why)
+{
+	struct upcie_served_qp_ *qp = &cn->qps[k];
+
+	if (qp->fault)
+		return;
+	qp->fault = true;
+	s->st.faults++;
+	UPCIE_ERR("served: client %d: isolated queue %u faulted (%s): no more submissions",
+		  (int)cn->pid, k, why);
+	__atomic_store_n(&cn->relay->slot[k].state, UPCIE_SERVED_SLOT_FAULT, __ATOMIC_RELEASE);
+}
+
+/* Poll isolated queue k of cn: completions, then new submissions. Lock held. Returns work done
+ * (completions plus submissions taken). */
+static inline unsigned upcie_served_iso_sweep_(struct upcie_served *s,
+					       struct upcie_served_conn_ *cn, uint32_t k)
+{
+	struct upcie_served_qp_ *qp = &cn->qps[k];
+	uint32_t tail, cqh, room, n = 0, sent = 0;
+	int r;
+
+	if (qp->inflight) {
+		r = upcie_nvme_qpair_reap(&qp->q.qp, 0xffffffffu);
+		if (r > 0)
+			n += (uint32_t)r;
+	}
+	if (qp->closing || qp->fault || !qp->q.live)
+		return n;
+	tail = __atomic_load_n(&qp->ring->sq_tail, __ATOMIC_ACQUIRE);
+	if (tail == qp->sq_head)
+		return n;
+	cqh = __atomic_load_n(&qp->ring->cq_head, __ATOMIC_ACQUIRE);
+	if (tail - qp->sq_head > qp->depth) {
+		upcie_served_iso_fault_(s, cn, k, "submissions beyond the ring");
+		return n;
+	}
+	if (qp->cq_tail - cqh > qp->depth) {
+		upcie_served_iso_fault_(s, cn, k, "completions consumed that were never posted");
+		return n;
+	}
+	room = qp->depth - (qp->cq_tail - cqh);
+	while (qp->sq_head != tail && qp->inflight < room) {
+		struct upcie_served_sub u;
+		int err;
+
+		/* one copy of the entry: what is checked is what is built */
+		memcpy(&u, (const void *)&qp->subs[qp->sq_head % qp->depth], sizeof(u));
+		qp->sq_head++;
+		err = upcie_served_iso_send_(s, cn, qp, &u);
+		if (err) {
+			s->st.iso_bad++;
+			upcie_served_iso_post_(qp, u.tag, 0, err, 0);
+			room--;
+		} else {
+			s->st.iso_ok++;
+			sent++;
+		}
+		n++;
+	}
+	__atomic_store_n(&qp->ring->sq_head, qp->sq_head, __ATOMIC_RELEASE);
+	if (sent)
+		upcie_nvme_qpair_ring(&qp->q.qp);
+	return n;
+}
+
+/* The poller: forward new doorbell values of relayed queues, run isolated queues. Lock held.
+ * Returns work done; *busy set while isolated commands are in flight. */
+static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s, bool *busy)
 {
 	unsigned n = 0;
 
@@ -285,6 +701,12 @@ static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s)
 			struct upcie_served_qp_ *qp = &cn->qps[k];
 			struct upcie_served_relay_slot *sl = &cn->relay->slot[k];
 
+			if (qp->used && qp->iso) {
+				n += upcie_served_iso_sweep_(s, cn, k);
+				if (qp->inflight)
+					*busy = true;
+				continue;
+			}
 			if (!qp->relay)
 				continue;
 			n += upcie_served_forward_(s, &sl->sq_tail, &qp->last_sq, qp->depth,
@@ -303,6 +725,7 @@ static inline void *upcie_served_relay_main_(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	while (!__atomic_load_n(&s->relay_stop, __ATOMIC_ACQUIRE)) {
+		bool busy = false;
 		unsigned n;
 
 		if (!s->nrelay) {
@@ -311,12 +734,14 @@ static inline void *upcie_served_relay_main_(void *arg)
 			last = upcie_time_ns();
 			continue;
 		}
-		n = upcie_served_relay_sweep_(s);
+		n = upcie_served_relay_sweep_(s, &busy);
 		s->st.relayed += n;
 		pthread_mutex_unlock(&s->lock);
-		if (n) {
-			last = upcie_time_ns();
+		if (n || busy) {
+			if (n)
+				last = upcie_time_ns();
 			nap = 20000;
+			upcie_cpu_relax();
 		} else if (upcie_time_ns() - last > s->o.relay_spin_ns) {
 			/* idle: nap, longer each time up to 1 ms (a doorbell then waits that long) */
 			struct timespec ts = { 0, (long)nap };
@@ -333,31 +758,143 @@ static inline void *upcie_served_relay_main_(void *arg)
 	return NULL;
 }
 
-/* Close the socket (removing its file), free the tables, zero `s`. */
+/* Close the socket (removing its file when it is still the one we made), free the tables,
+ * zero `s`. */
 static inline void upcie_served_release_(struct upcie_served *s)
 {
+	struct stat st;
+
 	if (s->lfd >= 0) {
 		close(s->lfd);
-		unlink(s->path);
+		if (s->sock_ino && !lstat(s->path, &st) && S_ISSOCK(st.st_mode) &&
+		    st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
+			unlink(s->path);
 	}
 	free(s->conns);
+	free(s->uids);
 	free(s->scratch);
 	memset(s, 0, sizeof(*s));
 	s->lfd = -1;
 }
 
 /*
+ * Make the listening socket at s->path: bound in a private directory beside it (mode 0700),
+ * given its mode and group there, listening, then renamed into place. A socket at the path
+ * that nobody answers on is replaced; a live one is -EADDRINUSE; anything else (a file, a
+ * directory, a link) is left alone: -EEXIST.
+ */
+static inline int upcie_served_listen_(struct upcie_served *s)
+{
+	struct sockaddr_un sa;
+	char tmpdir[sizeof(sa.sun_path)], tmp[sizeof(sa.sun_path) + 4];
+	const char *slash = strrchr(s->path, '/');
+	struct stat st;
+	int err, probe, len;
+
+	if (slash)
+		len = snprintf(tmpdir, sizeof(tmpdir), "%.*s/.upcie-served-XXXXXX",
+			       (int)(slash - s->path), s->path);
+	else
+		len = snprintf(tmpdir, sizeof(tmpdir), ".upcie-served-XXXXXX");
+	if (len < 0 || (size_t)len + 3 > sizeof(tmpdir))
+		return UPCIE_FAIL(-ENAMETOOLONG,
+				  "served: socket path %s: no room for the private directory "
+				  "beside it (%zu characters at most)",
+				  s->path, sizeof(tmpdir) - 24);
+	if (!lstat(s->path, &st)) {
+		if (!S_ISSOCK(st.st_mode))
+			return UPCIE_FAIL(
+			    -EEXIST, "served: %s exists and is not a socket: left alone", s->path);
+		memset(&sa, 0, sizeof(sa));
+		sa.sun_family = AF_UNIX;
+		memcpy(sa.sun_path, s->path, strlen(s->path));
+		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe >= 0) {
+			err = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+			close(probe);
+			if (!err)
+				return UPCIE_FAIL(-EADDRINUSE, "served: a server answers on %s",
+						  s->path);
+		}
+		/* stale: replaced by the rename below */
+	}
+	if (!mkdtemp(tmpdir))
+		return UPCIE_FAIL(-errno, "served: private directory beside %s: %s", s->path,
+				  strerror(errno));
+	snprintf(tmp, sizeof(tmp), "%s/s", tmpdir); /* fits: checked above */
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, tmp, strlen(tmp));
+	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->lfd < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(tmp, s->o.mode) ||
+	    (s->o.gid != (gid_t)-1 && chown(tmp, (uid_t)-1, s->o.gid)) || listen(s->lfd, 64) ||
+	    rename(tmp, s->path) || lstat(s->path, &st)) {
+		err = UPCIE_FAIL(-errno, "served: socket %s: %s", s->path, strerror(errno));
+		close(s->lfd);
+		s->lfd = -1;
+		unlink(tmp);
+		goto out;
+	}
+	s->sock_dev = st.st_dev;
+	s->sock_ino = st.st_ino;
+	err = 0;
+out:
+	rmdir(tmpdir);
+	return err;
+}
+
+/* Identify every namespace a grant names (lock held, or before the poller runs). */
+static inline void upcie_served_ns_refresh_(struct upcie_served *s)
+{
+	struct upcie_nvme_id_ns *id;
+
+	if (!s->nns)
+		return;
+	id = (struct upcie_nvme_id_ns *)aligned_alloc(4096, 4096);
+	if (!id)
+		return;
+	for (uint32_t i = 0; i < s->nns; i++) {
+		struct upcie_served_ns_ *n = &s->ns[i];
+		struct upcie_nvme_ns ns;
+		bool was = n->ok;
+
+		n->ok = false;
+		if (upcie_nvme_ctrl_identify(s->c, UPCIE_NVME_CNS_NS, n->nsid, id) ||
+		    upcie_nvme_ns_parse(&ns, id, n->nsid, NULL))
+			continue;
+		if (ns.ms || ns.pi) {
+			if (was || !n->lba_bytes)
+				UPCIE_WARN("served: namespace %u has metadata: not served to "
+					   "isolated clients",
+					   n->nsid);
+			n->lba_bytes = ns.lba_bytes;
+			continue;
+		}
+		n->nsze = ns.nsze;
+		n->lba_bytes = ns.lba_bytes;
+		n->ok = true;
+	}
+	free(id);
+}
+
+/*
  * Serve `c` (open and ready) on the socket opts->path. `map` NULL: map client memory the way
  * c->dev's path does (a controller without a dev needs a mapper). Creates the socket and
- * starts the relay thread. Returns 0, -EINVAL, -EADDRINUSE (a live server answers there),
- * -ENOMEM, or the socket calls' errors. `s` is zeroed on failure.
+ * starts the poller thread. Returns 0, -EINVAL, -EADDRINUSE (a live server answers there),
+ * -EEXIST (something not a socket is there), -ENOMEM, or the socket calls' errors. `s` is
+ * zeroed on failure.
  */
 static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ctrl *c,
 				    const struct upcie_served_mapper *map,
 				    const struct upcie_served_opts *opts)
 {
 	struct sockaddr_un sa;
-	int err, probe;
+	uint32_t nq;
+	int err;
 
 	if (!s)
 		return UPCIE_FAIL(-EINVAL, "served: NULL server");
@@ -370,6 +907,10 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 					   "mapper");
 	if (strlen(opts->path) >= sizeof(sa.sun_path))
 		return UPCIE_FAIL(-EINVAL, "served: socket path too long: %s", opts->path);
+	if (opts->ngrants > UPCIE_SERVED_MAX_GRANTS || (opts->ngrants && !opts->grants) ||
+	    opts->trust > UPCIE_SERVED_TRUST_ALL)
+		return UPCIE_FAIL(-EINVAL, "served: %u grants (at most %u) or trust %d",
+				  opts->ngrants, UPCIE_SERVED_MAX_GRANTS, (int)opts->trust);
 	s->c = c;
 	s->o = *opts;
 	if (!s->o.mode)
@@ -386,8 +927,34 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 		s->o.max_bytes = UINT64_C(1) << 30;
 	if (!s->o.max_depth || s->o.max_depth > c->mqes)
 		s->o.max_depth = c->mqes;
+	nq = c->nqueues;
+	if (!s->o.uid_max_clients)
+		s->o.uid_max_clients = s->o.max_clients / 4 ? s->o.max_clients / 4 : 1;
+	if (!s->o.uid_max_qp)
+		s->o.uid_max_qp = nq / 2 ? nq / 2 : 1;
+	if (!s->o.uid_max_bytes)
+		s->o.uid_max_bytes =
+		    s->o.max_bytes > UINT64_MAX / 4 ? UINT64_MAX : 4 * s->o.max_bytes;
+	if (!s->o.qp_reserve)
+		s->o.qp_reserve = nq >= 2 ? (nq / 8 ? nq / 8 : 1) : 0;
+	if (!s->o.hello_timeout_ms)
+		s->o.hello_timeout_ms = 2000;
+	if (!s->o.iso_max_xfer)
+		s->o.iso_max_xfer = 128 * 1024;
+	if (s->o.iso_max_xfer > c->max_xfer)
+		s->o.iso_max_xfer = c->max_xfer;
 	if (!s->o.relay_spin_ns)
 		s->o.relay_spin_ns = 2000000;
+	s->o.grants = NULL;
+	for (uint32_t i = 0; i < opts->ngrants; i++) {
+		bool have = false;
+
+		s->grants[i] = opts->grants[i];
+		for (uint32_t k = 0; k < s->nns; k++)
+			have |= s->ns[k].nsid == s->grants[i].nsid;
+		if (!have)
+			s->ns[s->nns++].nsid = s->grants[i].nsid;
+	}
 	if (map) {
 		s->map = *map;
 	} else {
@@ -398,39 +965,16 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 	}
 	snprintf(s->path, sizeof(s->path), "%s", opts->path);
 	s->conns = (struct upcie_served_conn_ **)calloc(s->o.max_clients, sizeof(*s->conns));
+	s->uids = (struct upcie_served_uid_ *)calloc(s->o.max_clients, sizeof(*s->uids));
 	s->scratch = (uint8_t *)malloc(UPCIE_SERVED_MSG_MAX);
-	if (!s->conns || !s->scratch) {
+	if (!s->conns || !s->uids || !s->scratch) {
 		err = -ENOMEM;
 		goto fail;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sun_family = AF_UNIX;
-	memcpy(sa.sun_path, s->path, strlen(s->path));
-	/* a socket file left by a dead server is replaced; a live server's is not */
-	probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (probe >= 0) {
-		if (!connect(probe, (struct sockaddr *)&sa, sizeof(sa))) {
-			close(probe);
-			err = UPCIE_FAIL(-EADDRINUSE, "served: a server answers on %s", s->path);
-			goto fail;
-		}
-		close(probe);
-	}
-	unlink(s->path);
-	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (s->lfd < 0) {
-		err = -errno;
+	upcie_served_ns_refresh_(s);
+	err = upcie_served_listen_(s);
+	if (err)
 		goto fail;
-	}
-	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(s->lfd, 64)) {
-		err = UPCIE_FAIL(-errno, "served: bind/listen on %s: %s", s->path, strerror(errno));
-		goto fail;
-	}
-	if (chmod(s->path, s->o.mode) ||
-	    (s->o.gid != (gid_t)-1 && chown(s->path, (uid_t)-1, s->o.gid))) {
-		err = UPCIE_FAIL(-errno, "served: mode/group of %s: %s", s->path, strerror(errno));
-		goto fail;
-	}
 	err = -pthread_mutex_init(&s->lock, NULL);
 	if (err)
 		goto fail;
@@ -452,35 +996,63 @@ fail:
 	return err;
 }
 
-/* Take queue `k` of `cn` off the relay (before it is deleted). */
+/* The per-uid record of `uid` (made when `make`), or NULL. */
+static inline struct upcie_served_uid_ *upcie_served_uid_(struct upcie_served *s, uid_t uid,
+							  bool make)
+{
+	struct upcie_served_uid_ *fr = NULL;
+
+	for (uint32_t i = 0; i < s->o.max_clients; i++) {
+		struct upcie_served_uid_ *u = &s->uids[i];
+
+		if (u->nconn && u->uid == uid)
+			return u;
+		if (!u->nconn && !fr)
+			fr = u;
+	}
+	if (!make || !fr)
+		return NULL;
+	memset(fr, 0, sizeof(*fr));
+	fr->uid = uid;
+	return fr;
+}
+
+/* Take queue `k` of `cn` off the poller (before it is deleted). Lock held. */
 static inline void upcie_served_unrelay_(struct upcie_served *s, struct upcie_served_qp_ *qp)
 {
-	pthread_mutex_lock(&s->lock);
 	if (qp->relay)
 		s->nrelay--;
 	qp->relay = false;
-	pthread_mutex_unlock(&s->lock);
 }
 
 /*
  * The controller is not ready (a deletion or an admin command failed, and it was stopped):
- * reset it, which takes every served queue (each is marked lost). Returns the reset's result.
+ * reset it, once. A trusted queue the reset takes is marked lost; isolated queues are brought
+ * back by the reset. A reset that fails is not tried again: the server answers -ENODEV from
+ * then on. Returns 0 or -ENODEV. Lock held.
  */
 static inline int upcie_served_recover_(struct upcie_served *s)
 {
 	int err;
 
+	if (s->failed)
+		return -ENODEV;
 	if (s->c->state == UPCIE_NVME_CTRL_READY && !s->c->stopped)
 		return 0;
 	s->st.resets++;
 	err = upcie_nvme_ctrl_reset(s->c);
-	if (err)
-		UPCIE_ERR("served: controller reset failed (%s): the clients' queues are lost",
+	if (err) {
+		s->failed = true;
+		UPCIE_ERR("served: controller reset failed (%s): every queue is lost, and the "
+			  "server will not reset it again (restart it)",
 			  upcie_errno_name(err));
-	return err;
+		return -ENODEV;
+	}
+	upcie_served_ns_refresh_(s);
+	return 0;
 }
 
-/* Mark queues a reset took as lost in their relay pages. */
+/* Mark trusted queues a reset took as lost in their relay pages. Lock held. */
 static inline void upcie_served_mark_lost_(struct upcie_served *s)
 {
 	for (uint32_t i = 0; i < s->o.max_clients; i++) {
@@ -489,9 +1061,10 @@ static inline void upcie_served_mark_lost_(struct upcie_served *s)
 		for (uint32_t k = 1; cn && k <= UPCIE_SERVED_MAX_QP; k++) {
 			struct upcie_served_qp_ *qp = &cn->qps[k];
 
-			if (!qp->used || !qp->q.lost ||
-			    cn->relay->slot[k].state == UPCIE_SERVED_SLOT_LOST)
+			/* our own record: the relay word is the client's to scribble on */
+			if (!qp->used || qp->iso || !qp->q.lost || qp->lost)
 				continue;
+			qp->lost = true;
 			upcie_served_unrelay_(s, qp);
 			s->st.qp_lost++;
 			__atomic_store_n(&cn->relay->slot[k].state, UPCIE_SERVED_SLOT_LOST,
@@ -500,23 +1073,63 @@ static inline void upcie_served_mark_lost_(struct upcie_served *s)
 	}
 }
 
+/* After a controller operation failed: recover once, mark what was lost. Lock held. */
+static inline void upcie_served_after_(struct upcie_served *s)
+{
+	upcie_served_recover_(s);
+	upcie_served_mark_lost_(s);
+}
+
+/* Free the isolated side of qp (after its queue was deleted). */
+static inline void upcie_served_iso_free_(struct upcie_served_qp_ *qp)
+{
+	if (qp->ring)
+		munmap(qp->ring, qp->ring_size);
+	free(qp->cmds);
+}
+
 /*
  * Delete queue `k` of `cn`: 0 when the controller let go of it (the slot is free, its region
  * may go); -EBUSY when it could not be deleted nor the controller stopped (its region is kept).
+ * Lock not held (taken here; an isolated queue's commands are given up to 1 s to finish with
+ * the poller still reaping them).
  */
 static inline int upcie_served_qp_drop_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					uint32_t k)
 {
 	struct upcie_served_qp_ *qp = &cn->qps[k];
-	struct upcie_served_mem_ *m = &cn->mems[qp->mem];
+	struct upcie_served_mem_ *m = qp->iso ? NULL : &cn->mems[qp->mem];
+	struct upcie_served_uid_ *u;
 	bool lost = qp->q.lost;
 	int err;
 
-	upcie_served_unrelay_(s, qp);
+	if (qp->iso) {
+		uint64_t t0 = upcie_time_ns();
+
+		pthread_mutex_lock(&s->lock);
+		qp->closing = true;
+		while (qp->inflight && s->c->state == UPCIE_NVME_CTRL_READY && !s->c->stopped &&
+		       upcie_time_ns() - t0 < UPCIE_NVME_CTRL_DELETE_DRAIN) {
+			struct timespec ts = { 0, 200000 };
+
+			pthread_mutex_unlock(&s->lock);
+			nanosleep(&ts, NULL);
+			pthread_mutex_lock(&s->lock);
+		}
+		s->nrelay--;
+		qp->iso = false; /* off the poller */
+	} else {
+		pthread_mutex_lock(&s->lock);
+		upcie_served_unrelay_(s, qp);
+	}
 	err = upcie_nvme_ioq_delete(&qp->q);
 	if (err == -EBUSY) {
-		m->kept = true;
+		if (m)
+			m->kept = true;
+		else
+			qp->iso = false;
 		s->st.kept++;
+		pthread_mutex_unlock(&s->lock);
 		UPCIE_ERR(
 		    "served: client %d: queue %u could not be deleted; its memory stays mapped",
 		    (int)cn->pid, k);
@@ -529,17 +1142,27 @@ static inline int upcie_served_qp_drop_(struct upcie_served *s, struct upcie_ser
 	if (!lost)
 		s->st.qp_gone++;
 	__atomic_store_n(&cn->relay->slot[k].state, UPCIE_SERVED_SLOT_FREE, __ATOMIC_RELEASE);
+	upcie_served_iso_free_(qp);
+	free(qp->shadow);
 	memset(qp, 0, sizeof(*qp));
-	m->nqp--;
+	if (m)
+		m->nqp--;
 	cn->nqp--;
+	s->nqp_all--;
+	u = upcie_served_uid_(s, cn->uid, false);
+	if (u)
+		u->nqp--;
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
+/* Give a region back (lock held). */
 static inline void upcie_served_mem_drop_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					  struct upcie_served_mem_ *m)
 {
-	(void)s;
-	if (m->kept || m->nqp)
+	struct upcie_served_uid_ *u;
+
+	if (m->kept || m->nqp || m->inflight)
 		return; /* the controller may still use it: mapped for the server's lifetime */
 	upcie_dmamem_destroy(&m->dm);
 	if (m->va)
@@ -547,6 +1170,9 @@ static inline void upcie_served_mem_drop_(struct upcie_served *s, struct upcie_s
 	close(m->fd);
 	cn->bytes -= m->size;
 	cn->nmem--;
+	u = upcie_served_uid_(s, cn->uid, false);
+	if (u)
+		u->bytes -= m->size;
 	memset(m, 0, sizeof(*m));
 }
 
@@ -558,6 +1184,7 @@ static inline void upcie_served_mem_drop_(struct upcie_served *s, struct upcie_s
 static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 {
 	struct upcie_served_conn_ *cn = s->conns[i];
+	struct upcie_served_uid_ *u;
 	bool keep = false;
 
 #ifdef UPCIE_SERVED_TEST_HOOKS
@@ -568,12 +1195,15 @@ static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 	for (uint32_t k = 1; k <= UPCIE_SERVED_MAX_QP; k++)
 		if (cn->qps[k].used && upcie_served_qp_drop_(s, cn, k))
 			keep = true;
+	pthread_mutex_lock(&s->lock);
 	for (uint32_t m = 0; m < s->o.max_mem; m++)
 		if (cn->mems[m].used)
 			upcie_served_mem_drop_(s, cn, &cn->mems[m]);
-	pthread_mutex_lock(&s->lock);
 	s->conns[i] = NULL;
 	s->nconns--;
+	u = upcie_served_uid_(s, cn->uid, false);
+	if (u)
+		u->nconn--;
 	pthread_mutex_unlock(&s->lock);
 	close(cn->fd);
 	cn->fd = -1;
@@ -585,9 +1215,47 @@ static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 	free(cn);
 }
 
+/* A memfd of `size` bytes sealed against shrinking, growing and further seals, mapped at *va.
+ * Returns the fd or -errno. */
+static inline int upcie_served_shm_(const char *name, size_t size, void **va)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
+	void *p;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	*va = p;
+	return fd;
+}
+
+/* Does the client's (primary or supplementary) group list hold gid? */
+static inline bool upcie_served_in_group_(const struct upcie_served_conn_ *cn, long gid)
+{
+	if (gid < 0 || (long)cn->gid == gid)
+		return true;
+	for (uint32_t i = 0; i < cn->ngroups; i++)
+		if ((long)cn->groups[i] == gid)
+			return true;
+	return false;
+}
+
 static inline void upcie_served_accept_(struct upcie_served *s)
 {
 	struct upcie_served_conn_ *cn = NULL;
+	struct upcie_served_uid_ *u;
+	const char *why = "out of memory";
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 	uint32_t slot = UINT32_MAX;
@@ -606,25 +1274,28 @@ static inline void upcie_served_accept_(struct upcie_served *s)
 		close(fd);
 		return;
 	}
+	u = upcie_served_uid_(s, cr.uid, false);
 	for (uint32_t i = 0; i < s->o.max_clients && slot == UINT32_MAX; i++)
 		if (!s->conns[i])
 			slot = i;
-	if (slot != UINT32_MAX)
+	if (slot == UINT32_MAX)
+		why = "too many clients";
+	else if (u && u->nconn >= s->o.uid_max_clients)
+		why = "too many connections of this uid";
+	else
 		cn = (struct upcie_served_conn_ *)calloc(1, sizeof(*cn));
 	if (cn)
 		cn->mems = (struct upcie_served_mem_ *)calloc(s->o.max_mem, sizeof(*cn->mems));
 	if (cn && cn->mems) {
-		cn->relay_fd = memfd_create("upcie-served-relay", MFD_CLOEXEC);
-		if (cn->relay_fd >= 0 && !ftruncate(cn->relay_fd, sizeof(*cn->relay))) {
-			void *p = mmap(NULL, sizeof(*cn->relay), PROT_READ | PROT_WRITE, MAP_SHARED,
-				       cn->relay_fd, 0);
+		void *p = NULL;
 
-			cn->relay = p == MAP_FAILED ? NULL : (struct upcie_served_relay *)p;
-		}
+		/* sealed: a client that truncates or grows it cannot fault the poller */
+		cn->relay_fd = upcie_served_shm_("upcie-served-relay", sizeof(*cn->relay), &p);
+		cn->relay = cn->relay_fd >= 0 ? (struct upcie_served_relay *)p : NULL;
 	}
 	if (!cn || !cn->mems || !cn->relay) {
-		UPCIE_ERR("served: client (pid %d) refused: %s", (int)cr.pid,
-			  slot == UINT32_MAX ? "too many clients" : "out of memory");
+		UPCIE_ERR("served: client (pid %d, uid %u) refused: %s", (int)cr.pid,
+			  (unsigned)cr.uid, why);
 		s->st.refused++;
 		if (cn) {
 			if (cn->relay_fd > 0)
@@ -640,8 +1311,24 @@ static inline void upcie_served_accept_(struct upcie_served *s)
 	cn->uid = cr.uid;
 	cn->gid = cr.gid;
 	cn->next_id = 1;
+	cn->t_accept = upcie_time_ns();
+	{
+		gid_t g[32];
+		socklen_t gl = sizeof(g);
+
+		if (!getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &gl)) {
+			cn->ngroups = (uint32_t)(gl / sizeof(gid_t));
+			memcpy(cn->groups, g, gl);
+		}
+	}
+	for (uint32_t i = 0; i < s->o.ngrants; i++)
+		if ((s->grants[i].uid < 0 || s->grants[i].uid == (long)cn->uid) &&
+		    upcie_served_in_group_(cn, s->grants[i].gid))
+			cn->grant[cn->ngrant++] = &s->grants[i];
 	cn->relay->slot[0].state = UPCIE_SERVED_SLOT_LIVE;
 	pthread_mutex_lock(&s->lock);
+	u = upcie_served_uid_(s, cr.uid, true);
+	u->nconn++;
 	s->conns[slot] = cn;
 	s->nconns++;
 	pthread_mutex_unlock(&s->lock);
@@ -657,11 +1344,26 @@ static inline int upcie_served_mem_find_(const struct upcie_served *s,
 	return -1;
 }
 
+/* Is fd a dma-buf? Asked of /proc's link name: no call into the file's own code. */
+static inline bool upcie_served_is_dmabuf_(int fd)
+{
+	char p[64], t[128];
+	ssize_t n;
+
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	n = readlink(p, t, sizeof(t) - 1);
+	if (n <= 0)
+		return false;
+	t[n] = 0;
+	return !strncmp(t, "/dmabuf:", 8) || !strncmp(t, "anon_inode:dmabuf", 17);
+}
+
 static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					   const struct upcie_served_req *rq, int fd,
 					   struct upcie_served_rsp *rp, size_t *extra)
 {
 	uint64_t size = rq->u.mem_reg.size;
+	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
 	struct upcie_served_mem_ *m = NULL;
 	struct stat st;
 	int seals, err;
@@ -675,13 +1377,21 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 				  "served: client %d: region of %" PRIu64
 				  " bytes (page multiple, %" PRIu64 " of %" PRIu64 " left)",
 				  (int)cn->pid, size, s->o.max_bytes - cn->bytes, s->o.max_bytes);
+	if (!u || size > s->o.uid_max_bytes - u->bytes)
+		return UPCIE_FAIL(-ENOSPC,
+				  "served: client %d: uid %u holds %" PRIu64 " of its %" PRIu64
+				  " registered bytes, %" PRIu64 " more refused",
+				  (int)cn->pid, (unsigned)cn->uid, u ? u->bytes : 0,
+				  s->o.uid_max_bytes, size);
 	for (uint32_t i = 0; i < s->o.max_mem && !m; i++)
 		if (!cn->mems[i].used)
 			m = &cn->mems[i];
 	if (!m)
 		return UPCIE_FAIL(-ENOSPC, "served: client %d: %u regions already", (int)cn->pid,
 				  s->o.max_mem);
-	if (!fstat(fd, &st) && !S_ISREG(st.st_mode)) {
+	/* the seals first: only a memfd answers, and asking calls into no file system */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 && upcie_served_is_dmabuf_(fd)) {
 		/* a dma-buf: no CPU view here (the kernel refuses to mmap most), data only */
 		off_t end = lseek(fd, 0, SEEK_END);
 
@@ -701,18 +1411,21 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 		va = NULL;
 		goto mapped;
 	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size)
+	if (seals < 0)
 		return UPCIE_FAIL(-EINVAL,
-				  "served: client %d: the descriptor is not a file of at "
-				  "least %" PRIu64 " bytes",
-				  (int)cn->pid, size);
-	/* the server touches the memory (a CQ is zeroed here): it must not shrink under us */
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+				  "served: client %d: the descriptor is neither a memfd nor a "
+				  "dma-buf",
+				  (int)cn->pid);
+	if (!(seals & F_SEAL_SHRINK))
 		return UPCIE_FAIL(-EPERM,
 				  "served: client %d: the memfd must be sealed against "
 				  "shrinking (F_SEAL_SHRINK)",
 				  (int)cn->pid);
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size)
+		return UPCIE_FAIL(-EINVAL,
+				  "served: client %d: the memfd is smaller than %" PRIu64 " bytes",
+				  (int)cn->pid, size);
+	/* a view for the mapper (the server itself never reads or writes it) */
 	va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (va == MAP_FAILED)
 		return UPCIE_FAIL(-errno, "served: client %d: mmap of its memory: %s", (int)cn->pid,
@@ -723,14 +1436,19 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 		return err;
 	}
 mapped:
+	pthread_mutex_lock(&s->lock);
 	m->used = true;
 	m->id = cn->next_id++;
 	m->fd = fd;
 	m->va = va;
 	m->size = size;
 	cn->bytes += size;
+	u->bytes += size;
 	cn->nmem++;
+	pthread_mutex_unlock(&s->lock);
 	rp->u.mem_reg.id = m->id;
+	if (cn->isolated)
+		return 0; /* an isolated client names regions, never device addresses */
 	if (m->dm.lut) {
 		rp->u.mem_reg.granule_shift = m->dm.granule_shift;
 		rp->u.mem_reg.nlut = (uint32_t)m->dm.nlut;
@@ -758,6 +1476,46 @@ static inline bool upcie_served_contig_(const struct upcie_served_mem_ *m, uint6
 	return (off >> m->dm.granule_shift) == ((off + len - 1) >> m->dm.granule_shift);
 }
 
+/* May client cn take one more queue pair? Its slot in *slot. Lock held. */
+static inline int upcie_served_qp_room_(struct upcie_served *s, struct upcie_served_conn_ *cn,
+					uint32_t *slot)
+{
+	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
+	uint32_t nq = s->c->nqueues;
+
+	*slot = 0;
+	for (uint32_t k = 1; k <= UPCIE_SERVED_MAX_QP && !*slot; k++)
+		if (!cn->qps[k].used)
+			*slot = k;
+	if (!*slot || cn->nqp >= s->o.max_qp)
+		return UPCIE_FAIL(-ENOSPC, "served: client %d: %u queue pairs already",
+				  (int)cn->pid, cn->nqp);
+	if (!u || u->nqp >= s->o.uid_max_qp)
+		return UPCIE_FAIL(-ENOSPC,
+				  "served: client %d: uid %u holds %u queue pairs (its limit)",
+				  (int)cn->pid, (unsigned)cn->uid, u ? u->nqp : 0);
+	if (s->nqp_all >= nq || (u->nqp && nq - s->nqp_all <= s->o.qp_reserve))
+		return UPCIE_FAIL(-ENOSPC,
+				  "served: client %d: %u of %u queues in use, the last %u kept for "
+				  "users holding none",
+				  (int)cn->pid, s->nqp_all, nq, s->o.qp_reserve);
+	if (s->failed || s->c->state != UPCIE_NVME_CTRL_READY)
+		return UPCIE_FAIL(-ENODEV, "served: the controller failed (restart the server)");
+	return 0;
+}
+
+/* Count a queue pair made (lock held). */
+static inline void upcie_served_qp_count_(struct upcie_served *s, struct upcie_served_conn_ *cn)
+{
+	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
+
+	cn->nqp++;
+	s->nqp_all++;
+	if (u)
+		u->nqp++;
+	s->st.qp_made++;
+}
+
 static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					     const struct upcie_served_req *rq,
 					     struct upcie_served_rsp *rp)
@@ -771,6 +1529,11 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 	struct upcie_served_qp_ *qp;
 	int err;
 
+	if (cn->isolated)
+		return UPCIE_FAIL(-EPERM,
+				  "served: client %d (uid %u) is isolated: its queue pairs are "
+				  "IQP_CREATE's",
+				  (int)cn->pid, (unsigned)cn->uid);
 	if (mi < 0)
 		return UPCIE_FAIL(-ENOENT, "served: client %d: no region %u", (int)cn->pid,
 				  rq->u.qp_create.mem_id);
@@ -795,11 +1558,8 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 	for (uint32_t k = 1; k <= UPCIE_SERVED_MAX_QP; k++) {
 		struct upcie_served_qp_ *o = &cn->qps[k];
 
-		if (!o->used) {
-			if (!slot)
-				slot = k;
+		if (!o->used || o->iso)
 			continue;
-		}
 		if (o->mem == (uint32_t)mi &&
 		    (upcie_served_overlap_(sq, (uint64_t)depth * 64, o->sq_off,
 					   (uint64_t)o->depth * 64) ||
@@ -812,24 +1572,40 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 			return UPCIE_FAIL(-EINVAL, "served: client %d: rings overlap queue %u's",
 					  (int)cn->pid, k);
 	}
-	if (!slot || cn->nqp >= s->o.max_qp)
-		return UPCIE_FAIL(-ENOSPC, "served: client %d: %u queue pairs already",
-				  (int)cn->pid, cn->nqp);
 	if (m->kept)
 		return UPCIE_FAIL(-EBUSY, "served: client %d: region %u is kept by the controller",
 				  (int)cn->pid, m->id);
+	pthread_mutex_lock(&s->lock);
+	err = upcie_served_qp_room_(s, cn, &slot);
+	if (err)
+		goto out;
 	qp = &cn->qps[slot];
 	memset(&x, 0, sizeof(x));
 	x.depth = depth;
-	x.sq = (uint8_t *)m->va + sq;
-	x.cq = (uint8_t *)m->va + cq;
-	if (upcie_dmamem_iova(&m->dm, sq, &x.sq_iova) || upcie_dmamem_iova(&m->dm, cq, &x.cq_iova))
-		return -EINVAL;
+	/* the server's side of the queue runs on private rings: the client's CQ is never read
+	   nor zeroed here (the client zeroes it before asking) */
+	qp->shadow = aligned_alloc(64, (size_t)depth * 64);
+	err = qp->shadow ? 0 : -ENOMEM;
+	if (err)
+		goto out;
+	memset(qp->shadow, 0, (size_t)depth * 64);
+	x.sq = qp->shadow;
+	x.cq = qp->shadow;
+	if (upcie_dmamem_iova(&m->dm, sq, &x.sq_iova) ||
+	    upcie_dmamem_iova(&m->dm, cq, &x.cq_iova)) {
+		err = -EINVAL;
+		goto free;
+	}
 	err = upcie_nvme_ioq_create_ext(&qp->q, s->c, &x);
 	if (err) {
-		upcie_served_recover_(s);
-		upcie_served_mark_lost_(s);
-		return err == -EBUSY ? (m->kept = true, -EBUSY) : err;
+		upcie_served_after_(s);
+		if (err == -EBUSY) {
+			m->kept = true; /* the controller may hold a CQ on it */
+			qp->shadow =
+			    NULL; /* with the queue object the controller table points at */
+			goto out;
+		}
+		goto free;
 	}
 	qp->used = true;
 	qp->mem = (uint32_t)mi;
@@ -839,25 +1615,109 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 	qp->sq_db = upcie_nvme_sq_tdbl_off(qp->q.qid, s->c->dstrd);
 	qp->cq_db = upcie_nvme_cq_hdbl_off(qp->q.qid, s->c->dstrd);
 	m->nqp++;
-	cn->nqp++;
-	s->st.qp_made++;
+	upcie_served_qp_count_(s, cn);
 	cn->relay->slot[slot].sq_tail = 0;
 	cn->relay->slot[slot].cq_head = 0;
 	__atomic_store_n(&cn->relay->slot[slot].state, UPCIE_SERVED_SLOT_LIVE, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&s->lock);
 	qp->last_sq = 0;
 	qp->last_cq = 0;
 	/* a client that maps its doorbells writes none here: nothing to forward */
 	qp->relay = !cn->direct;
 	if (qp->relay && !s->nrelay++)
 		pthread_cond_signal(&s->relay_cv);
-	pthread_mutex_unlock(&s->lock);
 	rp->u.qp_create.slot = slot;
 	rp->u.qp_create.qid = qp->q.qid;
-	return 0;
+	goto out;
+free:
+	free(qp->shadow);
+	qp->shadow = NULL;
+out:
+	pthread_mutex_unlock(&s->lock);
+	return err;
 }
 
-/* The descriptor to map doorbells from, for a trusted client; *fd is ours to close. */
+/* An isolated queue pair of `depth`: the server's own queue, the client's ring memfd in *fd. */
+static inline int upcie_served_do_iqp_create_(struct upcie_served *s, struct upcie_served_conn_ *cn,
+					      const struct upcie_served_req *rq,
+					      struct upcie_served_rsp *rp, int *fd)
+{
+	uint32_t depth = rq->u.iqp_create.depth, slot;
+	struct upcie_nvme_ioq_opts io;
+	struct upcie_served_qp_ *qp;
+	void *va = NULL;
+	int err;
+
+	if (depth < 2 || depth > s->o.max_depth)
+		return UPCIE_FAIL(-EINVAL, "served: client %d: depth %u outside 2..%u",
+				  (int)cn->pid, depth, s->o.max_depth);
+	pthread_mutex_lock(&s->lock);
+	err = upcie_served_qp_room_(s, cn, &slot);
+	if (err)
+		goto out;
+	qp = &cn->qps[slot];
+	memset(qp, 0, sizeof(*qp));
+	qp->ring_size = (size_t)upcie_served_ring_bytes(depth);
+	qp->cmds = (struct upcie_served_iocmd_ *)calloc(depth, sizeof(*qp->cmds));
+	*fd = qp->cmds ? upcie_served_shm_("upcie-served-ring", qp->ring_size, &va) : -ENOMEM;
+	if (*fd < 0) {
+		err = UPCIE_FAIL(*fd, "served: client %d: ring memory of %zu bytes: %s",
+				 (int)cn->pid, qp->ring_size, upcie_errno_name(*fd));
+		*fd = -1;
+		goto free;
+	}
+	qp->ring = (struct upcie_served_ring *)va;
+	qp->subs = (struct upcie_served_sub *)(qp->ring + 1);
+	qp->cpls = (struct upcie_served_cpl *)(qp->subs + depth);
+	for (uint32_t i = 0; i < depth; i++)
+		qp->cmds[i].next = (uint16_t)(i + 1 < depth ? i + 1 : depth);
+	qp->free_cmd = 0;
+	upcie_served_ns_refresh_(s); /* geometry as the controller says now */
+	memset(&io, 0, sizeof(io));
+	io.depth = depth;
+	io.max_xfer = s->o.iso_max_xfer;
+	err = upcie_nvme_ioq_create(&qp->q, s->c, &io);
+	if (err) {
+		upcie_served_after_(s);
+		goto free;
+	}
+	qp->used = true;
+	qp->iso = true;
+	qp->cn = cn;
+	qp->depth = depth;
+	upcie_served_qp_count_(s, cn);
+	__atomic_store_n(&cn->relay->slot[slot].state, UPCIE_SERVED_SLOT_LIVE, __ATOMIC_RELEASE);
+	if (!s->nrelay++)
+		pthread_cond_signal(&s->relay_cv);
+	rp->u.iqp_create.slot = slot;
+	rp->u.iqp_create.depth = depth;
+	rp->u.iqp_create.ring_size = qp->ring_size;
+	goto out;
+free:
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+	upcie_served_iso_free_(qp);
+	memset(qp, 0, sizeof(*qp));
+out:
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+/* Is client cn trusted (may create trusted queue pairs)? */
+static inline bool upcie_served_trusted_(const struct upcie_served *s,
+					 const struct upcie_served_conn_ *cn)
+{
+	switch (s->o.trust) {
+	case UPCIE_SERVED_TRUST_ALL:
+		return true;
+	case UPCIE_SERVED_TRUST_NONE:
+		return false;
+	default:
+		return cn->uid == 0 || cn->uid == geteuid();
+	}
+}
+
+/* The whole device's descriptor, for a trusted client; *fd is ours to close. */
 static inline int upcie_served_do_doorbells_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					     struct upcie_served_rsp *rp, int *fd)
 {
@@ -865,10 +1725,10 @@ static inline int upcie_served_do_doorbells_(struct upcie_served *s, struct upci
 	uint64_t base = 0;
 	char path[256];
 
-	if (!s->o.direct_doorbells || (cn->uid != 0 && cn->uid != geteuid()))
+	if (!s->o.direct_whole_device || cn->isolated)
 		return UPCIE_FAIL(-EPERM,
-				  "served: client %d (uid %u): doorbell mappings not "
-				  "granted (server option, root or the server's user)",
+				  "served: client %d (uid %u): the whole device is not handed out "
+				  "(server option, trusted clients only)",
 				  (int)cn->pid, (unsigned)cn->uid);
 	if (!d->open)
 		return -EOPNOTSUPP;
@@ -883,10 +1743,15 @@ static inline int upcie_served_do_doorbells_(struct upcie_served *s, struct upci
 		base = d->bar0r.offset;
 	}
 	if (*fd < 0)
-		return UPCIE_FAIL(-errno, "served: doorbell descriptor: %s", strerror(errno));
+		return UPCIE_FAIL(-errno, "served: device descriptor: %s", strerror(errno));
+	UPCIE_WARN("served: client %d (uid %u) takes the whole device (%s): it can reach every "
+		   "register and queue, and keeps the device open if this server dies",
+		   (int)cn->pid, (unsigned)cn->uid,
+		   d->path == UPCIE_NVME_PATH_UIO ? "resource0" : "the vfio device fd");
 	rp->u.doorbells.offset = base + 0x1000;
 	rp->u.doorbells.size = (uint32_t)upcie_align_up(
 	    upcie_nvme_cq_hdbl_off((uint16_t)s->c->nqueues, s->c->dstrd) + 4 - 0x1000, 4096);
+	rp->u.doorbells.regs = base;
 	cn->direct = true;
 	return 0;
 }
@@ -907,7 +1772,8 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 		return false; /* hung up */
 	memset(rp, 0, sizeof(*rp));
 	rp->magic = UPCIE_SERVED_MAGIC;
-	if (n != (ssize_t)sizeof(rq) || rq.magic != UPCIE_SERVED_MAGIC) {
+	if (n != (ssize_t)sizeof(rq) || rq.magic != UPCIE_SERVED_MAGIC ||
+	    (!cn->hello && rq.op != UPCIE_SERVED_OP_HELLO)) {
 		s->st.bad++;
 		if (fd >= 0)
 			close(fd);
@@ -927,6 +1793,14 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 					 (int)cn->pid, rq.u.hello.version, UPCIE_SERVED_VERSION);
 			break;
 		}
+		if (cn->hello) {
+			err = UPCIE_FAIL(-EALREADY, "served: client %d: a second HELLO",
+					 (int)cn->pid);
+			break;
+		}
+		cn->hello = true;
+		cn->isolated = !upcie_served_trusted_(s, cn) ||
+			       (rq.u.hello.flags & UPCIE_SERVED_HELLO_ISOLATED);
 		rp->u.hello.version = UPCIE_SERVED_VERSION;
 		rp->u.hello.path = s->c->dev.open ? (uint32_t)s->c->dev.path : 0;
 		rp->u.hello.page_shift = s->c->page_shift;
@@ -936,12 +1810,12 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 		rp->u.hello.max_mem = s->o.max_mem;
 		rp->u.hello.max_depth = s->o.max_depth;
 		rp->u.hello.max_bytes = s->o.max_bytes;
-		rp->u.hello.max_xfer = s->c->max_xfer;
+		rp->u.hello.max_xfer = cn->isolated ? s->o.iso_max_xfer : s->c->max_xfer;
 		rp->u.hello.hugetlb = s->map.hugetlb;
-		rp->u.hello.direct_db =
-		    s->o.direct_doorbells && (cn->uid == 0 || cn->uid == geteuid());
+		rp->u.hello.direct_db = s->o.direct_whole_device && !cn->isolated;
 		rp->u.hello.server_pid = (int32_t)getpid();
 		rp->u.hello.relay_size = sizeof(*cn->relay);
+		rp->u.hello.isolated = cn->isolated;
 		sfd = cn->relay_fd;
 		break;
 	case UPCIE_SERVED_OP_MEM_REG:
@@ -952,18 +1826,24 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 	case UPCIE_SERVED_OP_MEM_UNREG: {
 		int m = upcie_served_mem_find_(s, cn, rq.u.mem_unreg.id);
 
+		pthread_mutex_lock(&s->lock);
 		if (m < 0)
 			err = UPCIE_FAIL(-ENOENT, "served: client %d: no region %u", (int)cn->pid,
 					 rq.u.mem_unreg.id);
-		else if (cn->mems[m].nqp || cn->mems[m].kept)
-			err = UPCIE_FAIL(-EBUSY, "served: client %d: region %u holds queues",
+		else if (cn->mems[m].nqp || cn->mems[m].kept || cn->mems[m].inflight)
+			err = UPCIE_FAIL(-EBUSY,
+					 "served: client %d: region %u holds queues or commands",
 					 (int)cn->pid, rq.u.mem_unreg.id);
 		else
 			upcie_served_mem_drop_(s, cn, &cn->mems[m]);
+		pthread_mutex_unlock(&s->lock);
 		break;
 	}
 	case UPCIE_SERVED_OP_QP_CREATE:
 		err = upcie_served_do_qp_create_(s, cn, &rq, rp);
+		break;
+	case UPCIE_SERVED_OP_IQP_CREATE:
+		err = upcie_served_do_iqp_create_(s, cn, &rq, rp, &sfd);
 		break;
 	case UPCIE_SERVED_OP_QP_DELETE:
 		if (!rq.u.qp_delete.slot || rq.u.qp_delete.slot > UPCIE_SERVED_MAX_QP ||
@@ -979,12 +1859,19 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 					 (int)cn->pid, rq.u.identify.cns);
 			break;
 		}
-		err = upcie_nvme_ctrl_identify(s->c, (uint8_t)rq.u.identify.cns, rq.u.identify.nsid,
-					       s->scratch + sizeof(*rp));
-		if (!err)
-			extra = 4096;
-		upcie_served_recover_(s);
-		upcie_served_mark_lost_(s);
+		pthread_mutex_lock(&s->lock);
+		if (s->failed) {
+			err = UPCIE_FAIL(-ENODEV, "served: the controller failed (restart the "
+						  "server)");
+		} else {
+			err =
+			    upcie_nvme_ctrl_identify(s->c, (uint8_t)rq.u.identify.cns,
+						     rq.u.identify.nsid, s->scratch + sizeof(*rp));
+			if (!err)
+				extra = 4096;
+			upcie_served_after_(s);
+		}
+		pthread_mutex_unlock(&s->lock);
 		break;
 	case UPCIE_SERVED_OP_DOORBELLS:
 		err = upcie_served_do_doorbells_(s, cn, rp, &sfd);
@@ -1006,7 +1893,8 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 
 /*
  * Serve until *stop becomes non-zero (checked at least every 100 ms): accept clients, answer
- * their requests, clean up after those that hang up. Returns 0, or -errno of poll().
+ * their requests, clean up after those that hang up or do not say HELLO in time. Returns 0,
+ * or -errno of poll().
  */
 static inline int upcie_served_run(struct upcie_served *s, volatile int *stop)
 {
@@ -1024,9 +1912,21 @@ static inline int upcie_served_run(struct upcie_served *s, volatile int *stop)
 		return -ENOMEM;
 	}
 	while (!*stop) {
+		uint64_t now = upcie_time_ns();
 		nfds_t n = 1;
 		int r;
 
+		for (uint32_t i = 0; i < s->o.max_clients; i++) {
+			struct upcie_served_conn_ *cn = s->conns[i];
+
+			if (cn && !cn->hello &&
+			    now - cn->t_accept > (uint64_t)s->o.hello_timeout_ms * 1000000) {
+				UPCIE_ERR("served: client %d (uid %u): no HELLO in %u ms: closed",
+					  (int)cn->pid, (unsigned)cn->uid, s->o.hello_timeout_ms);
+				s->st.timeouts++;
+				upcie_served_conn_drop_(s, i);
+			}
+		}
 		pf[0].fd = s->lfd;
 		pf[0].events = POLLIN;
 		for (uint32_t i = 0; i < s->o.max_clients; i++) {
@@ -1059,8 +1959,9 @@ static inline int upcie_served_run(struct upcie_served *s, volatile int *stop)
 
 /*
  * Stop serving: clients' relay pages say STOPPING, every client's queues are deleted and its
- * memory given back as on a hang-up, the socket file removed. The controller stays the
- * caller's (upcie_nvme_ctrl_close() shuts it down). Kept regions stay mapped until exit.
+ * memory given back as on a hang-up, the socket file removed (when it is still ours). The
+ * controller stays the caller's (upcie_nvme_ctrl_close() shuts it down). Kept regions stay
+ * mapped until exit.
  */
 static inline void upcie_served_fini(struct upcie_served *s)
 {

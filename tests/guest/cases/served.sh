@@ -14,7 +14,7 @@
 #   - on C, device memory (a vfio BAR dma-buf of the ivshmem function) as the data of a
 #     served queue, imported by the server with IOMMU_IOAS_MAP_FILE;
 #   - cost: QD1 mean latency and QD32 IOPS of a client (doorbells relayed; then mapped, with
-#     --direct-doorbells) against the same loop in the process owning the controller;
+#     --trusted-whole-device) against the same loop in the process owning the controller;
 #   - the server's own account at SIGTERM: every queue deleted with the controller's
 #     confirmation, none kept.
 # served.host.sh checks c0n1's image: each surviving client's range holds its pattern, the
@@ -171,7 +171,7 @@ for qd in 1 32; do
 done
 srv_stop
 tb_wait 10 sh -c "! test -S $S"
-srv_start --direct-doorbells || tap_fail "upcie-served restarted with --direct-doorbells"
+srv_start --trusted-whole-device || tap_fail "upcie-served restarted with --trusted-whole-device"
 for qd in 1 32; do
 	out=$(/bin/t_served perf --socket "$S" --direct --qd $qd --ops 20000 2>&1)
 	tap_is "$?" 0 "client perf QD$qd (mapped doorbells)"
