@@ -319,6 +319,75 @@ static inline int opt_list(const char *s, opt_item_fn one, uint64_t *v, unsigned
 	return 0;
 }
 
+/* A non-negative decimal number, fractions allowed ("99.9", "50", ".5"); no sign, exponent,
+ * blanks or trailing text. */
+static inline int opt_decimal(const char *s, double *v)
+{
+	double ip = 0, frac = 0, scale = 1;
+	const char *p = s;
+	int any = 0;
+
+	if (!s)
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++, any = 1)
+		ip = ip * 10 + (*p - '0');
+	if (*p == '.')
+		for (p++; *p >= '0' && *p <= '9'; p++, any = 1)
+			frac += (*p - '0') * (scale /= 10);
+	if (!any || *p)
+		return -EINVAL;
+	if (ip > 1e15)
+		return -ERANGE;
+	*v = ip + frac;
+	return 0;
+}
+
+/*
+ * A CPU list as the kernel prints one (cpuset, /sys/devices/system/cpu/online): numbers and
+ * ranges A-B, comma-separated ("0-3,8,10-11"); each CPU below `limit`, none twice, at most
+ * `max` in all. The CPUs in the order given into cpus[], *n set only on success.
+ */
+static inline int opt_cpulist(const char *s, unsigned limit, int *cpus, unsigned max, unsigned *n)
+{
+	unsigned k = 0;
+	const char *p = s;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (;;) {
+		uint64_t a, b;
+		const char *end;
+
+		if (opt_digits_(p, &a, &end) || (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')))
+			return -EINVAL;
+		b = a;
+		p = end;
+		if (*p == '-') {
+			if (opt_digits_(p + 1, &b, &end) ||
+			    (p[1] == '0' && (p[2] == 'x' || p[2] == 'X')))
+				return -EINVAL;
+			p = end;
+		}
+		if (b < a || b >= limit)
+			return -ERANGE;
+		for (uint64_t c = a; c <= b; c++) {
+			for (unsigned j = 0; j < k; j++)
+				if (cpus[j] == (int)c)
+					return -EINVAL;
+			if (k == max)
+				return -ERANGE;
+			cpus[k++] = (int)c;
+		}
+		if (!*p)
+			break;
+		if (*p != ',' || !p[1])
+			return -EINVAL;
+		p++;
+	}
+	*n = k;
+	return 0;
+}
+
 /*
  * getopt_long with upcie's conventions: messages from getopt itself name the option
  * ("unrecognized option '--foo'", "option '--bdf' requires an argument"); the caller returns

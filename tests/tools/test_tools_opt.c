@@ -113,5 +113,31 @@ int main(void)
 	CHECK(opt_list("1,", item_u64, l, 4, &n) == -EINVAL, "list with an empty item");
 	CHECK(opt_list(",1", item_u64, l, 4, &n) == -EINVAL, "list starting empty");
 	CHECK(opt_list("1,x", item_u64, l, 4, &n) == -EINVAL, "list with a bad item");
+	{
+		int cpus[8];
+		double d;
+
+		CHECK(opt_cpulist("0-3,8,10-11", 16, cpus, 8, &n) == 0 && n == 7 && cpus[3] == 3 &&
+			  cpus[4] == 8 && cpus[6] == 11,
+		      "cpu list 0-3,8,10-11: 7 CPUs in order");
+		CHECK(opt_cpulist("5", 16, cpus, 8, &n) == 0 && n == 1 && cpus[0] == 5,
+		      "cpu list 5");
+		CHECK(opt_cpulist("3-1", 16, cpus, 8, &n) == -ERANGE, "cpu range backwards");
+		CHECK(opt_cpulist("16", 16, cpus, 8, &n) == -ERANGE, "cpu at the limit");
+		CHECK(opt_cpulist("0-8", 16, cpus, 8, &n) == -ERANGE, "more CPUs than room");
+		CHECK(opt_cpulist("1,1", 16, cpus, 8, &n) == -EINVAL, "a CPU twice");
+		CHECK(opt_cpulist("0-2,1", 16, cpus, 8, &n) == -EINVAL, "a CPU twice, in a range");
+		CHECK(opt_cpulist("1,", 16, cpus, 8, &n) == -EINVAL, "cpu list ending in a comma");
+		CHECK(opt_cpulist("1-", 16, cpus, 8, &n) == -EINVAL, "open cpu range");
+		CHECK(opt_cpulist("0x1", 16, cpus, 8, &n) == -EINVAL, "hex cpu");
+		CHECK(opt_cpulist("-1", 16, cpus, 8, &n) == -EINVAL, "negative cpu");
+		CHECK(opt_cpulist("", 16, cpus, 8, &n) == -EINVAL, "empty cpu list");
+		CHECK(opt_decimal("99.9", &d) == 0 && d > 99.899 && d < 99.901, "decimal 99.9");
+		CHECK(opt_decimal(".5", &d) == 0 && d == 0.5, "decimal .5");
+		CHECK(opt_decimal("1e2", &d) == -EINVAL, "decimal takes no exponent");
+		CHECK(opt_decimal("-1", &d) == -EINVAL, "decimal takes no sign");
+		CHECK(opt_decimal("5%", &d) == -EINVAL, "decimal with trailing text");
+		CHECK(opt_decimal(".", &d) == -EINVAL, "decimal point alone");
+	}
 	return check_done();
 }
