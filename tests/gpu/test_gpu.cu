@@ -178,6 +178,17 @@ __device__ static inline uint64_t now_ns(void)
 	return upcie_nvme_port_time_ns();
 }
 
+/* upcie_nvme_gqp_wait() after an enqueue that returned r: wait() is warp-collective, so a lane
+ * whose enqueue failed still calls it, on no CID, and keeps its error. */
+__device__ static inline int wait_after(struct upcie_nvme_gqp_warp *w, int r, uint16_t cid,
+					uint64_t timeout_ns, struct upcie_nvme_cqe *cqe)
+{
+	int rw =
+	    upcie_nvme_gqp_wait(w, r ? (uint16_t)UPCIE_NVME_GQP_CID_NONE : cid, timeout_ns, cqe);
+
+	return r ? r : rw;
+}
+
 /*
  * Every lane keeps at most one command outstanding; the warp issues `total` flushes tagged
  * (warp << 24 | seq) and checks every completion's tag and status. `lock`: the queue is shared
@@ -276,7 +287,7 @@ __global__ void faults_kernel(struct upcie_nvme_gqp *q, uint64_t delay_ns, struc
 		sqe.cdw3 = NULLCTL_TAG_ERROR | ((uint32_t)UPCIE_NVME_SC_UNRECOVERED_READ << 16);
 	r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
 	upcie_nvme_gqp_ring(&w);
-	r = r ? r : upcie_nvme_gqp_wait(&w, cid, 100 * UPCIE_NSEC_PER_MSEC, &cqe);
+	r = wait_after(&w, r, cid, 100 * UPCIE_NSEC_PER_MSEC, &cqe);
 	t->ret[lane] = r;
 	t->code[lane] = r ? 0xffff : upcie_nvme_cqe_code(&cqe) | (cqe.dw0 == lane ? 0 : 0x8000);
 
@@ -287,7 +298,7 @@ __global__ void faults_kernel(struct upcie_nvme_gqp *q, uint64_t delay_ns, struc
 	r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
 	upcie_nvme_gqp_ring(&w);
 	t0 = now_ns();
-	r = r ? r : upcie_nvme_gqp_wait(&w, cid, 2 * UPCIE_NSEC_PER_MSEC, &cqe);
+	r = wait_after(&w, r, cid, 2 * UPCIE_NSEC_PER_MSEC, &cqe);
 	{
 		unsigned tm = __ballot_sync(0xffffffffu, r == -ETIMEDOUT);
 		unsigned okm = __ballot_sync(0xffffffffu, r == 0 && cqe.dw0 == 100 + lane);
@@ -315,7 +326,7 @@ __global__ void faults_kernel(struct upcie_nvme_gqp *q, uint64_t delay_ns, struc
 		r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
 		upcie_nvme_gqp_ring(&w);
 		t0 = now_ns();
-		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 100 * UPCIE_NSEC_PER_MSEC, &cqe);
+		r = wait_after(&w, r, cid, 100 * UPCIE_NSEC_PER_MSEC, &cqe);
 		if (__popc(__ballot_sync(0xffffffffu, r == 0 && cqe.dw0 == 200 + 32 * i + lane)) ==
 		    32) {
 			if (lane == 0)
@@ -372,13 +383,13 @@ __global__ void data_kernel(struct upcie_nvme_gqp **qs, struct upcie_gpu_xlate x
 	upcie_nvme_cmd_write(&sqe, 1, slba, len >> 9, 0);
 	r = upcie_nvme_gqp_enqueue_data(&w, &sqe, &x, s, len, &cid);
 	upcie_nvme_gqp_ring(&w);
-	r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+	r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 	res[q].ret[lane] = r;
 	res[q].code[lane] = r ? 0xffff : upcie_nvme_cqe_code(&cqe);
 	upcie_nvme_cmd_read(&sqe, 1, slba, len >> 9, 0);
 	r = upcie_nvme_gqp_enqueue_data(&w, &sqe, &x, d, len, &cid);
 	upcie_nvme_gqp_ring(&w);
-	r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+	r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 	if (r || !upcie_nvme_cqe_ok(&cqe))
 		res[q].code[lane] |= 0x10000;
 	/* As a user's kernel reads it: plain loads, no fence of its own. */
@@ -1165,7 +1176,7 @@ __global__ void stale_gqp_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlat
 		upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
 		r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512, &cid);
 		upcie_nvme_gqp_ring(&w);
-		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 		errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
 		v = ((const uint4 *)buf)[lane];
 		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
@@ -2289,7 +2300,7 @@ __global__ void rd_block_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate
 			r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512,
 							&cid);
 			upcie_nvme_gqp_ring(&w);
-			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
 		}
 		__syncthreads();
@@ -2342,7 +2353,7 @@ __global__ void rd_grid_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate 
 			      : upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf,
 							    512, &cid);
 			upcie_nvme_gqp_ring(&w);
-			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
 			if (lane == 0)
 				upcie_nvme_gqp_signal(&flags[1], i + 1);
@@ -2507,7 +2518,7 @@ __global__ void rd_ring_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate 
 			      : upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf,
 							    512, &cid);
 			upcie_nvme_gqp_ring(&w);
-			r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+			r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 			errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
 			/* The producer rewrites buf next round: only after the write completed. */
 			if (__any_sync(0xffffffffu, r != 0))
@@ -2550,7 +2561,7 @@ __global__ void rd_nc_kernel(struct upcie_nvme_gqp *q, struct upcie_gpu_xlate x,
 		upcie_nvme_cmd_read(&sqe, 1, i, 1, 0);
 		r = upcie_nvme_gqp_enqueue_data(&w, lane == 0 ? &sqe : NULL, &x, buf, 512, &cid);
 		upcie_nvme_gqp_ring(&w);
-		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 		errs += lane == 0 && (r || !upcie_nvme_cqe_ok(&cqe));
 		v = __ldg((const uint4 *)buf + lane);
 		stale += v.x != i + 1 || v.y != i + 1 || v.z != i + 1 || v.w != i + 1;
@@ -2780,7 +2791,7 @@ __global__ void tear_q_kernel(struct upcie_nvme_gqp *q, uint32_t rounds, struct 
 		sqe.cdw2 = tag;
 		r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
 		upcie_nvme_gqp_ring(&w);
-		r = r ? r : upcie_nvme_gqp_wait(&w, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
+		r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 		if (r)
 			errs++;
 		else if (cqe.dw0 != tag || (cqe.dw2 >> 16) != 1u)
