@@ -2,9 +2,11 @@
 /*
  * libFuzzer harness: the request side of the served queue-pair server (served/server.h),
  * as a lying or broken client would talk to it. One server over the controller model lives for
- * the whole run; each input is one client connection: a sequence of messages, each a selector
- * byte and the bytes of a request (the selector picks the operation, whether the magic is kept,
- * whether a memfd travels with it, sealed or not, and of what size), or raw bytes of any length.
+ * the whole run; each input is one client connection: a valid HELLO (unless the first selector
+ * has bit 0x8 set with operation HELLO: then a HELLO of the wrong version, or anything else
+ * first, which the server must refuse), then a sequence of messages, each a selector byte and
+ * the bytes of a request (the selector picks the operation, whether the magic is kept, whether a
+ * memfd travels with it, sealed or not, and of what size), or raw bytes of any length.
  * The server answers each message; when the connection ends (the server hangs up on a bad frame,
  * or the input ends and the client closes) the server cleans up after the client.
  * Checked after every input: the client is gone from the server's table, no queue of it is left
@@ -105,6 +107,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			slot = i;
 	if (slot == UINT32_MAX)
 		abort(); /* the previous client was not cleaned up */
+	if (!size || (data[0] & 0xf) != (0x8 | UPCIE_SERVED_OP_HELLO)) {
+		struct upcie_served_req h;
+		int got = -1;
+
+		memset(&h, 0, sizeof(h));
+		h.magic = UPCIE_SERVED_MAGIC;
+		h.op = UPCIE_SERVED_OP_HELLO;
+		h.u.hello.version = UPCIE_SERVED_VERSION;
+		h.u.hello.flags = size && data[0] & 0x10 ? UPCIE_SERVED_HELLO_ISOLATED : 0;
+		if (upcie_served_send_(c, &h, sizeof(h), -1))
+			abort();
+		live = upcie_served_serve_(&S, slot);
+		if (upcie_served_recv_(c, rbuf, sizeof(rbuf), &got, MSG_DONTWAIT) > 0 && got >= 0)
+			close(got);
+	}
 	while (size && live) {
 		struct upcie_served_req rq;
 		uint8_t sel = data[0];
@@ -124,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			take = size < sizeof(rq) ? size : sizeof(rq);
 			memcpy(&rq, data, take);
 			rq.magic = UPCIE_SERVED_MAGIC;
-			rq.op = sel & 0x7;
+			rq.op = sel & 0x7 ? sel & 0x7 : UPCIE_SERVED_OP_IQP_CREATE;
 			if (rq.op == UPCIE_SERVED_OP_HELLO && !(sel & 0x8))
 				rq.u.hello.version = UPCIE_SERVED_VERSION;
 			if (rq.op == UPCIE_SERVED_OP_MEM_REG && !(sel & 0x80)) {
@@ -142,7 +159,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		live = upcie_served_serve_(&S, slot);
 		n = upcie_served_recv_(c, rbuf, sizeof(rbuf), &got, MSG_DONTWAIT);
 		if (n >= (ssize_t)sizeof(struct upcie_served_rsp) && got >= 0 &&
-		    ((struct upcie_served_rsp *)rbuf)->op != UPCIE_SERVED_OP_HELLO)
+		    ((struct upcie_served_rsp *)rbuf)->op != UPCIE_SERVED_OP_HELLO &&
+		    ((struct upcie_served_rsp *)rbuf)->op != UPCIE_SERVED_OP_IQP_CREATE)
 			abort(); /* a descriptor with a response that does not carry one */
 		if (got >= 0)
 			close(got);

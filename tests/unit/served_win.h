@@ -75,13 +75,15 @@ static inline void served_win_dma(void *ctx, struct nvme_model *m, const struct 
 	bool in = ptr >= served_win_base && ptr < served_win_base + SERVED_WIN_N * SERVED_WIN_SIZE;
 
 	(void)ctx;
-	(void)p;
 	(void)dir;
 	(void)len;
 	if (in && !__atomic_load_n(&served_win_state[(ptr - served_win_base) / SERVED_WIN_SIZE],
 				   __ATOMIC_SEQ_CST))
 		__atomic_fetch_add(&served_win_late, 1, __ATOMIC_SEQ_CST);
-	if (!in && kind == NVME_MODEL_DMA_DATA && m->sqid != 0) /* I/O queues only */
+	/* the data of I/O commands only (Identify pages and DSM ranges come from the server) */
+	if (!in && kind == NVME_MODEL_DMA_DATA && m->sqid != 0 &&
+	    (p->sqe.opc == UPCIE_NVME_NVM_READ || p->sqe.opc == UPCIE_NVME_NVM_WRITE ||
+	     p->sqe.opc == UPCIE_NVME_NVM_COMPARE))
 		__atomic_fetch_add(&served_win_outside, 1, __ATOMIC_SEQ_CST);
 }
 

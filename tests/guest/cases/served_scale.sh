@@ -8,7 +8,8 @@
 # and checked. Figures: IOPS and the guest's CPU time per I/O as controllers are added (how the
 # cost grows); then the last run fills each queue's range with its controller's pattern, which
 # served_scale.host.sh checks in the images. Also 8 client processes at once, one per
-# controller, verifying their ranges.
+# controller, verifying their ranges. Every client is isolated (the server builds the commands;
+# root is granted namespace 1 of each controller).
 #
 # configs: A B C
 # devices: scale
@@ -27,7 +28,7 @@ for b in $(echo "$bdfs" | tr ',' ' '); do
 done
 tap_is "$n" 8 "eight controllers on this boot"
 mkdir -p /run/upcie
-/bin/upcie-served "$bdfs" --dir /run/upcie --path "$path" >/tmp/served.log 2>&1 &
+/bin/upcie-served "$bdfs" --dir /run/upcie --path "$path" --grant 0:1 >/tmp/served.log 2>&1 &
 srv=$!
 ok=1
 for b in $(echo "$bdfs" | tr ',' ' '); do

@@ -3,19 +3,27 @@
  * t_served: a client of upcie-served (served/client.h) for the guest case `served`.
  *
  *   t_served io --socket S --tag NAME --lba L --blocks N [--seconds T] [--qd Q] [--as UID]
- *               [--reconnect]   (--as works for every mode)
+ *               [--reconnect] [--trusted]   (--as works for every mode)
  *       Writes the test bed pattern of NAME over [L, L + N) of namespace 1, then random
  *       writes (the same pattern) and reads of 4..64 KiB until T seconds passed, every read
- *       checked; ends by reading the whole range back. --as drops to that uid (and gid) before
- *       connecting. --reconnect: when the server goes away, connect again (up to 30 s) and go
- *       on. Exit 0: every read matched; 1: a mismatch; 2: an error.
- *   t_served perf (--socket S [--direct] | --bdf BDF --path P) --qd Q --ops N
- *       4 KiB random reads over the first 16 MiB, polled: a served client, or the same loop in
- *       the process that owns the controller. Prints mean latency (QD 1) or IOPS. --direct:
- *       ask the server for a doorbell mapping (else doorbells go through its relay).
+ *       checked; ends by reading the whole range back. Through an isolated queue pair (the
+ *       server builds the commands), or a trusted one with --trusted. --as drops to that uid
+ *       (and gid) before connecting. --reconnect: when the server goes away, connect again (up
+ *       to 30 s) and go on. Exit 0: every read matched; 1: a mismatch; 2: an error.
+ *   t_served perf (--socket S [--trusted [--direct]] | --bdf BDF --path P) --qd Q --ops N
+ *       4 KiB random reads over the first 16 MiB, polled: a served client (isolated; --trusted:
+ *       its own queue, doorbells relayed; --direct: doorbells rung through the whole device
+ *       the server handed out), or the same loop in the process that owns the controller.
+ *       Prints mean latency (QD 1) or IOPS, and the CPU time of this process per I/O.
+ *   t_served attack --socket S --lba L --blocks N
+ *       An isolated client granted [L, L + N) tries what it must not: a trusted queue pair, a
+ *       Write just past its grant (at L + N), a Write far outside (LBA 0 when L > 0), a Read
+ *       into a region it does not have, data past its region, an opcode off the allow-list.
+ *       Exit 0 when every one was refused, 1 when one was not.
  *   t_served scale --bdfs B0,B1,... --dir D --ctrls N [--queues 4] [--qd 8] [--seconds T]
+ *                  [--trusted]
  *       One process, one thread, driving N controllers (served on D/<bdf>.sock) with Q queue
- *       pairs each: every slot writes 4 KiB of the pattern of "sk<k>" (k: the controller's
+ *       pairs each (isolated; trusted ones with --trusted): every slot writes 4 KiB of the pattern of "sk<k>" (k: the controller's
  *       index) at a random LBA of its queue's 1 MiB range (queue j: LBA j * 2048), reads it back and checks it. Then
  *       every queue fills its range (--fill). Prints IOPS and the guest's CPU time per I/O.
  *   t_served dmabuf --socket S --vram BDF --lba L --blocks N
@@ -65,7 +73,7 @@
 struct ts_opts {
 	const char *socket, *tag, *bdf, *path, *bdfs, *dir, *vram;
 	unsigned ctrls, queues;
-	bool fill, direct;
+	bool fill, direct, trusted;
 	uint64_t lba, blocks, ops;
 	double secs;
 	unsigned qd, mb;
@@ -86,7 +94,8 @@ struct ts {
 	struct upcie_served_client cl;
 	struct upcie_served_mem mem;
 	struct upcie_served_qp qp;
-	bool up;
+	struct upcie_served_iqp iq;
+	bool up, iso;
 };
 
 static uint64_t ts_rand(uint64_t *x)
@@ -105,22 +114,41 @@ static void ts_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
 	io->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
 }
 
+static void ts_icb(void *ctx, const struct upcie_served_cpl *c)
+{
+	struct ts_io *io = (struct ts_io *)ctx;
+
+	io->busy = false;
+	io->err = c->err ? c->err : c->status ? -EIO : 0;
+}
+
 static void ts_down(struct ts *t)
 {
-	upcie_served_qp_delete(&t->qp);
+	if (t->iso)
+		upcie_served_iqp_delete(&t->iq);
+	else
+		upcie_served_qp_delete(&t->qp);
 	upcie_served_mem_free(&t->mem);
 	upcie_served_disconnect(&t->cl);
 	t->up = false;
 }
 
-static int ts_up(struct ts *t, const char *socket, unsigned depth, bool direct)
+static int ts_up(struct ts *t, const char *socket, unsigned depth, bool direct, bool trusted)
 {
 	struct upcie_served_qp_opts o;
-	int err = upcie_served_connect(&t->cl, socket, direct ? UPCIE_SERVED_DIRECT_DB : 0);
+	int err = upcie_served_connect(&t->cl, socket,
+				       !trusted ? UPCIE_SERVED_ISOLATED
+				       : direct ? UPCIE_SERVED_DIRECT_DB
+						: 0);
 
+	t->iso = !err && t->cl.info.isolated;
+	if (!err && trusted && t->iso)
+		DIAG("served: a trusted queue was asked for, the server isolates this client");
 	if (!err)
 		err = upcie_served_mem_alloc(&t->cl, TS_REGION, &t->mem);
-	if (!err) {
+	if (!err && t->iso) {
+		err = upcie_served_iqp_create(&t->cl, &t->iq, depth);
+	} else if (!err) {
 		memset(&o, 0, sizeof(o));
 		o.depth = depth;
 		o.sq_off = 0;
@@ -147,6 +175,10 @@ static int ts_submit(struct ts *t, struct ts_io *io, const char *tag)
 		tn_pat(buf, len, tag, io->lba * TS_LBA);
 	io->busy = true;
 	io->err = 0;
+	if (t->iso)
+		return upcie_served_iqp_rw(&t->iq,
+					   io->rd ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE, 1,
+					   io->lba, io->nlb, &t->mem, off, len, ts_icb, io);
 	return upcie_served_qp_rw(&t->qp, io->rd ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE, 1,
 				  io->lba, io->nlb, &t->mem, off, len, ts_cb, io);
 }
@@ -154,7 +186,8 @@ static int ts_submit(struct ts *t, struct ts_io *io, const char *tag)
 /* Wait for everything in flight; check the reads. 0, 1 (mismatch), or -errno. */
 static int ts_drain(struct ts *t, struct ts_io *io, unsigned qd, const char *tag, uint64_t *ops)
 {
-	int err = upcie_served_qp_wait(&t->qp, UINT64_C(20) * 1000000000);
+	int err = t->iso ? upcie_served_iqp_wait(&t->iq, UINT64_C(20) * 1000000000)
+			 : upcie_served_qp_wait(&t->qp, UINT64_C(20) * 1000000000);
 
 	if (err)
 		return err;
@@ -202,8 +235,8 @@ static int ts_io_main(const struct ts_opts *o)
 		if (!t.up) {
 			uint64_t give_up = upcie_time_ns() + UINT64_C(30) * 1000000000;
 
-			while ((err = ts_up(&t, o->socket, 2 * qd + 2, false)) && o->reconnect &&
-			       upcie_time_ns() < give_up)
+			while ((err = ts_up(&t, o->socket, 2 * qd + 2, false, o->trusted)) &&
+			       o->reconnect && upcie_time_ns() < give_up)
 				usleep(50000);
 			if (err) {
 				DIAG("client %s: no server: %s", o->tag, upcie_errno_name(err));
@@ -288,6 +321,14 @@ static void tp_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
 	s->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
 }
 
+static void tp_icb(void *ctx, const struct upcie_served_cpl *c)
+{
+	struct tp_slot *s = (struct tp_slot *)ctx;
+
+	s->busy = false;
+	s->err = c->err ? c->err : c->status ? -EIO : 0;
+}
+
 static void tp_req_cb(struct upcie_nvme_req *r)
 {
 	struct tp_slot *s = (struct tp_slot *)r->ctx;
@@ -309,6 +350,8 @@ static int ts_perf_main(const struct ts_opts *o)
 	struct upcie_dmamem mem;
 	struct ts t;
 	bool served = o->socket != NULL;
+	const char *who = "owner";
+	struct timespec c0, c1;
 	int err = 0;
 
 	if (qd > TS_MAXQ)
@@ -318,9 +361,10 @@ static int ts_perf_main(const struct ts_opts *o)
 	memset(&q, 0, sizeof(q));
 	memset(&mem, 0, sizeof(mem));
 	if (served) {
-		err = ts_up(&t, o->socket, 64, o->direct);
+		err = ts_up(&t, o->socket, 64, o->direct, o->trusted || o->direct);
 		if (!err && o->direct && !t.cl.db)
-			DIAG("perf: doorbell mapping not granted, relayed");
+			DIAG("perf: the whole device not granted, relayed");
+		who = t.iso ? "isolated" : t.cl.db ? "direct" : "relayed";
 	} else {
 		struct upcie_nvme_ctrl_opts co;
 		struct upcie_nvme_ioq_opts qo;
@@ -346,6 +390,7 @@ static int ts_perf_main(const struct ts_opts *o)
 		return 2;
 	}
 	memset(sl, 0, sizeof(sl));
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	t0 = upcie_time_ns();
 	while (done < n && !err) {
 		for (unsigned k = 0; k < qd && issued < n; k++) {
@@ -355,7 +400,11 @@ static int ts_perf_main(const struct ts_opts *o)
 				continue;
 			sl[k].busy = true;
 			issued++;
-			if (served) {
+			if (served && t.iso) {
+				err = upcie_served_iqp_rw(&t.iq, UPCIE_NVME_NVM_READ, 1, blk * 8, 8,
+							  &t.mem, TS_BUF_OFF + k * 4096, 4096,
+							  tp_icb, &sl[k]);
+			} else if (served) {
 				err = upcie_served_qp_rw(&t.qp, UPCIE_NVME_NVM_READ, 1, blk * 8, 8,
 							 &t.mem, TS_BUF_OFF + k * 4096, 4096, tp_cb,
 							 &sl[k]);
@@ -369,8 +418,9 @@ static int ts_perf_main(const struct ts_opts *o)
 				break;
 		}
 		while (!err) {
-			int r =
-			    served ? upcie_served_qp_poll(&t.qp, 64) : upcie_nvme_ioq_poll(&q, 64);
+			int r = !served ? upcie_nvme_ioq_poll(&q, 64)
+				: t.iso ? upcie_served_iqp_poll(&t.iq, 64)
+					: upcie_served_qp_poll(&t.qp, 64);
 
 			if (r < 0)
 				err = r;
@@ -384,6 +434,7 @@ static int ts_perf_main(const struct ts_opts *o)
 				err = sl[k].err;
 	}
 	t1 = upcie_time_ns();
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	if (served) {
 		ts_down(&t);
 	} else {
@@ -396,11 +447,15 @@ static int ts_perf_main(const struct ts_opts *o)
 		return 2;
 	}
 	if (qd == 1)
-		printf("# tb: served_perf_%s_qd1_mean_us=%.1f\n", served ? "client" : "owner",
+		printf("# tb: served_perf_%s_qd1_mean_us=%.1f\n", who,
 		       (double)(t1 - t0) / 1e3 / (double)done);
 	else
-		printf("# tb: served_perf_%s_qd%u_iops=%.0f\n", served ? "client" : "owner", qd,
+		printf("# tb: served_perf_%s_qd%u_iops=%.0f\n", who, qd,
 		       (double)done * 1e9 / (double)(t1 - t0));
+	/* this process only: an isolated client's commands cost the server's poller too */
+	printf("# tb: served_perf_%s_qd%u_cpu_us_per_io=%.2f\n", who, qd,
+	       ((double)(c1.tv_sec - c0.tv_sec) * 1e6 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e3) /
+		   (double)done);
 	return 0;
 }
 
@@ -419,6 +474,8 @@ struct tsc_slot {
 
 struct tsc_q {
 	struct upcie_served_qp qp;
+	struct upcie_served_iqp iq;
+	bool iso;
 	unsigned ctrl;
 	uint64_t lba0;
 	struct tsc_slot sl[TSC_SLOTS];
@@ -430,6 +487,26 @@ static void tsc_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
 
 	s->err = err ? err : upcie_nvme_cqe_ok(cqe) ? 0 : -EIO;
 	s->state++;
+}
+
+static void tsc_icb(void *ctx, const struct upcie_served_cpl *c)
+{
+	struct tsc_slot *s = (struct tsc_slot *)ctx;
+
+	s->err = c->err ? c->err : c->status ? -EIO : 0;
+	s->state++;
+}
+
+static int tsc_poll(struct tsc_q *tq)
+{
+	return tq->iso ? upcie_served_iqp_poll(&tq->iq, 64) : upcie_served_qp_poll(&tq->qp, 64);
+}
+
+static int tsc_wait(struct tsc_q *tq)
+{
+	if (tq->iso)
+		return tq->iq.live ? upcie_served_iqp_wait(&tq->iq, UINT64_C(10) * 1000000000) : 0;
+	return tq->qp.live ? upcie_served_qp_wait(&tq->qp, UINT64_C(10) * 1000000000) : 0;
 }
 
 /* Idle time of the whole guest in ns (all CPUs: /proc/stat's idle and iowait) and the CPUs. */
@@ -479,7 +556,7 @@ static int ts_scale_main(const struct ts_opts *o)
 		snprintf(path, sizeof(path), "%s/%s.sock", o->dir, bdf[k]);
 		snprintf(list, sizeof(list), "sk%u", k);
 		tn_tag(tags[k], list);
-		err = upcie_served_connect(&cl[k].cl, path, 0);
+		err = upcie_served_connect(&cl[k].cl, path, o->trusted ? 0 : UPCIE_SERVED_ISOLATED);
 		if (!err)
 			err = upcie_served_mem_alloc(&cl[k].cl, TS_REGION, &cl[k].mem);
 		for (unsigned j = 0; j < nq && !err; j++) {
@@ -490,7 +567,11 @@ static int ts_scale_main(const struct ts_opts *o)
 			qo.sq_off = (uint64_t)j * 256 * 1024;
 			qo.cq_off = qo.sq_off + 64 * 1024;
 			qo.list_off = qo.sq_off + 128 * 1024;
-			err = upcie_served_qp_create(&cl[k].cl, &tq->qp, &cl[k].mem, &qo);
+			tq->iso = cl[k].cl.info.isolated;
+			if (tq->iso)
+				err = upcie_served_iqp_create(&cl[k].cl, &tq->iq, qo.depth);
+			else
+				err = upcie_served_qp_create(&cl[k].cl, &tq->qp, &cl[k].mem, &qo);
 			tq->ctrl = k;
 			tq->lba0 = (uint64_t)j * 2048;
 			for (unsigned i = 0; i < qd; i++)
@@ -506,7 +587,7 @@ static int ts_scale_main(const struct ts_opts *o)
 			struct tsc_q *tq = &q[i];
 			struct ts *c = &cl[tq->ctrl];
 			bool ring = false;
-			int r = upcie_served_qp_poll(&tq->qp, 64);
+			int r = tsc_poll(tq);
 
 			if (r < 0) {
 				err = r;
@@ -541,27 +622,43 @@ static int ts_scale_main(const struct ts_opts *o)
 					tn_pat(buf, 4096, tags[tq->ctrl], sl->lba * 512);
 					sl->state = 1;
 				}
-				struct upcie_nvme_sqe sqe;
+				if (tq->iso) {
+					struct upcie_served_sub u;
 
-				memset(&sqe, 0, sizeof(sqe));
-				sqe.opc =
-				    sl->state == 3 ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE;
-				sqe.nsid = 1;
-				sqe.cdw10 = (uint32_t)sl->lba;
-				sqe.cdw12 = 7;
-				err = upcie_served_qp_enqueue(&tq->qp, &sqe, &c->mem, sl->off, 4096,
-							      tsc_cb, sl);
+					memset(&u, 0, sizeof(u));
+					u.opc = sl->state == 3 ? UPCIE_NVME_NVM_READ
+							       : UPCIE_NVME_NVM_WRITE;
+					u.nsid = 1;
+					u.slba = sl->lba;
+					u.nlb = 8;
+					u.region = c->mem.id;
+					u.off = sl->off;
+					u.len = 4096;
+					err = upcie_served_iqp_submit(&tq->iq, &u, tsc_icb, sl);
+				} else {
+					struct upcie_nvme_sqe sqe;
+
+					memset(&sqe, 0, sizeof(sqe));
+					sqe.opc = sl->state == 3 ? UPCIE_NVME_NVM_READ
+								 : UPCIE_NVME_NVM_WRITE;
+					sqe.nsid = 1;
+					sqe.cdw10 = (uint32_t)sl->lba;
+					sqe.cdw12 = 7;
+					err = upcie_served_qp_enqueue(&tq->qp, &sqe, &c->mem,
+								      sl->off, 4096, tsc_cb, sl);
+				}
 				ring = true;
 			}
-			if (ring)
+			if (ring && tq->iso)
+				upcie_served_iqp_ring(&tq->iq);
+			else if (ring)
 				upcie_served_qp_ring(&tq->qp);
 		}
 	}
 	t1 = upcie_time_ns();
 	idle1 = tsc_idle_ns(&ncpu);
 	for (unsigned i = 0; i < nc * nq; i++)
-		if (q[i].qp.live && upcie_served_qp_wait(&q[i].qp, UINT64_C(10) * 1000000000) &&
-		    !err)
+		if (tsc_wait(&q[i]) && !err)
 			err = -ETIMEDOUT;
 	if (!err) {
 		double secs = (double)(t1 - t0) / 1e9;
@@ -584,17 +681,26 @@ static int ts_scale_main(const struct ts_opts *o)
 			tn_pat(buf, 65536, tags[tq->ctrl], (tq->lba0 + b) * 512);
 			memset(&io, 0, sizeof(io));
 			io.busy = true;
-			err = upcie_served_qp_rw(
-			    &tq->qp, UPCIE_NVME_NVM_WRITE, 1, tq->lba0 + b, 128, &c->mem,
-			    (uint64_t)(buf - (uint8_t *)c->mem.vaddr), 65536, ts_cb, &io);
+			if (tq->iso)
+				err = upcie_served_iqp_rw(
+				    &tq->iq, UPCIE_NVME_NVM_WRITE, 1, tq->lba0 + b, 128, &c->mem,
+				    (uint64_t)(buf - (uint8_t *)c->mem.vaddr), 65536, ts_icb, &io);
+			else
+				err = upcie_served_qp_rw(
+				    &tq->qp, UPCIE_NVME_NVM_WRITE, 1, tq->lba0 + b, 128, &c->mem,
+				    (uint64_t)(buf - (uint8_t *)c->mem.vaddr), 65536, ts_cb, &io);
 			if (!err)
-				err = upcie_served_qp_wait(&tq->qp, UINT64_C(10) * 1000000000);
+				err = tsc_wait(tq);
 			if (!err)
 				err = io.err;
 		}
 	}
-	for (unsigned i = 0; i < nc * nq; i++)
-		upcie_served_qp_delete(&q[i].qp);
+	for (unsigned i = 0; i < nc * nq; i++) {
+		if (q[i].iso)
+			upcie_served_iqp_delete(&q[i].iq);
+		else
+			upcie_served_qp_delete(&q[i].qp);
+	}
 	for (unsigned k = 0; k < nc; k++) {
 		upcie_served_mem_free(&cl[k].mem);
 		upcie_served_disconnect(&cl[k].cl);
@@ -639,7 +745,7 @@ static int ts_dmabuf_main(const struct ts_opts *o)
 	TAP(!err, "a %" PRIu64 " KiB slice of BAR%u of %s exported as a dma-buf: %s", len >> 10,
 	    TSD_BAR, o->vram, err ? upcie_errno_name(err) : "ok");
 	if (!err)
-		err = ts_up(&t, o->socket, 16, false);
+		err = ts_up(&t, o->socket, 16, false, true);
 	if (!err) {
 		err = upcie_served_mem_register_dmabuf(&t.cl, dfd, len, &dm);
 		TAP(!err && !dm.vaddr,
@@ -699,6 +805,95 @@ static int ts_dmabuf_main(const struct ts_opts *o)
 	return err ? (err == 1 ? 1 : 2) : 0;
 }
 
+/* ---- attack: what an isolated client must not get ---- */
+
+static int ta_one(struct ts *t, const struct upcie_served_sub *u)
+{
+	struct ts_io io;
+	int err;
+
+	memset(&io, 0, sizeof(io));
+	io.busy = true;
+	err = upcie_served_iqp_submit(&t->iq, u, ts_icb, &io);
+	if (!err)
+		err = upcie_served_iqp_wait(&t->iq, UINT64_C(10) * 1000000000);
+	return err ? err : io.err;
+}
+
+static int ts_attack_main(const struct ts_opts *o)
+{
+	struct upcie_served_qp_opts qo;
+	struct upcie_served_qp qp;
+	struct upcie_served_sub u;
+	struct ts t;
+	int bad = 0, err;
+
+	if (!o->socket || !o->blocks)
+		return 2;
+	memset(&t, 0, sizeof(t));
+	err = ts_up(&t, o->socket, 8, false, false);
+	if (err || !t.iso) {
+		DIAG("attack: no isolated queue: %s", upcie_errno_name(err));
+		return 2;
+	}
+	memset(&qo, 0, sizeof(qo));
+	qo.depth = 8;
+	qo.cq_off = 64 * 1024;
+	qo.list_off = 128 * 1024;
+	/* the library refuses it; the server too (raw, the library's check bypassed) */
+	t.cl.info.isolated = false;
+	err = upcie_served_qp_create(&t.cl, &qp, &t.mem, &qo);
+	t.cl.info.isolated = true;
+	TAP(err == -EPERM, "attack: a trusted queue pair refused by the server (%s)",
+	    upcie_errno_name(err));
+	bad += err != -EPERM;
+	memset(&u, 0, sizeof(u));
+	u.opc = UPCIE_NVME_NVM_WRITE;
+	u.nsid = 1;
+	u.nlb = 8;
+	u.region = t.mem.id;
+	u.off = TS_BUF_OFF;
+	u.len = 8 * TS_LBA;
+	tn_pat((uint8_t *)t.mem.vaddr + TS_BUF_OFF, 8 * TS_LBA, "attack", 0);
+	u.slba = o->lba + o->blocks;
+	err = ta_one(&t, &u);
+	TAP(err == -EPERM, "attack: a Write just past the grant refused (%s)",
+	    upcie_errno_name(err));
+	bad += err != -EPERM;
+	u.slba = o->lba + o->blocks - 4;
+	err = ta_one(&t, &u);
+	TAP(err == -EPERM, "attack: a Write straddling the grant's end refused (%s)",
+	    upcie_errno_name(err));
+	bad += err != -EPERM;
+	u.slba = o->lba + o->blocks + 3 * 1024 * 1024;
+	err = ta_one(&t, &u);
+	TAP(err == -EPERM || err == -EINVAL, "attack: a Write far outside refused (%s)",
+	    upcie_errno_name(err));
+	bad += err != -EPERM && err != -EINVAL;
+	u.slba = o->lba;
+	u.region = t.mem.id + 1;
+	err = ta_one(&t, &u);
+	TAP(err == -ENOENT, "attack: a region it does not have refused (%s)",
+	    upcie_errno_name(err));
+	bad += err != -ENOENT;
+	u.region = t.mem.id;
+	u.off = TS_REGION - 1024;
+	err = ta_one(&t, &u);
+	TAP(err == -EINVAL, "attack: data past its region refused (%s)", upcie_errno_name(err));
+	bad += err != -EINVAL;
+	u.off = TS_BUF_OFF;
+	u.opc = 0x04; /* Write Uncorrectable */
+	err = ta_one(&t, &u);
+	TAP(err == -EPERM, "attack: Write Uncorrectable refused (%s)", upcie_errno_name(err));
+	bad += err != -EPERM;
+	u.opc = UPCIE_NVME_NVM_WRITE;
+	err = ta_one(&t, &u);
+	TAP(err == 0, "attack: its own Write inside the grant works (%s)", upcie_errno_name(err));
+	bad += err != 0;
+	ts_down(&t);
+	return bad ? 1 : 0;
+}
+
 static int ts_sentinel_main(const struct ts_opts *o)
 {
 	size_t len = (size_t)(o->mb ? o->mb : 16) << 20;
@@ -743,6 +938,10 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--direct")) {
 			o.direct = true;
+			continue;
+		}
+		if (!strcmp(a, "--trusted")) {
+			o.trusted = true;
 			continue;
 		}
 		i++;
@@ -796,5 +995,7 @@ int main(int argc, char **argv)
 		return ts_scale_main(&o);
 	if (!strcmp(argv[1], "sentinel"))
 		return ts_sentinel_main(&o);
+	if (!strcmp(argv[1], "attack"))
+		return ts_attack_main(&o);
 	return 2;
 }
