@@ -22,7 +22,7 @@
  * the build with CUDA, on the uio path: the controller moves the data to and from a twin of
  * fio's buffers in the CUDA device heap, gpu/heap_cuda.h, and the engine copies between the
  * twins, so fio's verification still judges what the controller moved; needs the dmabuf_import
- * module).
+ * module), upcie_gpu_id=N|BDF (the GPU of upcie_gpu=1: CUDA ordinal or PCI address, default 0).
  *
  * Needs what the path needs (root, the function bound to uio_pci_generic or vfio-pci, or
  * upcie_bind=1, and hugepages for the buffers: upcie-setup hugepages reserve N). Built against a
@@ -86,6 +86,7 @@ struct ufio_options {
 	unsigned long long max_xfer;
 	unsigned int sgl;
 	unsigned int gpu;
+	char *gpu_id; /* upcie_gpu_id: CUDA ordinal or PCI address; NULL/"": ordinal 0 */
 };
 
 /* Per job (thread). */
@@ -471,8 +472,21 @@ static int ufio_init(struct thread_data *td)
 			return 1;
 		}
 		memset(&go, 0, sizeof(go));
+		if (o->gpu_id && *o->gpu_id) {
+			char *end;
+			unsigned long n = strtoul(o->gpu_id, &end, 10);
+
+			if (*o->gpu_id >= '0' && *o->gpu_id <= '9' && !*end && n < 256)
+				go.gpu_id = (int)n;
+			else
+				go.gpu_pci =
+				    o->gpu_id; /* the provider refuses what is no address */
+		}
 		err = upcie_gpu_cuda_open(&t->gpu, &go);
 		if (err) {
+			log_err(
+			    "upcie: upcie_gpu_id=%s: no GPU there or the provider failed (%s)\n",
+			    o->gpu_id && *o->gpu_id ? o->gpu_id : "0", strerror(-err));
 			td_verror(td, -err, "upcie GPU provider");
 			return 1;
 		}
@@ -841,6 +855,15 @@ static struct fio_option ufio_options_list[] = {
 	    .off1 = offsetof(struct ufio_options, gpu),
 	    .def = "0",
 	    .help = "also allocate a CUDA device heap for the job (builds with CUDA)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "upcie_gpu_id",
+	    .lname = "upcie GPU",
+	    .type = FIO_OPT_STR_STORE,
+	    .off1 = offsetof(struct ufio_options, gpu_id),
+	    .help = "with upcie_gpu=1: the GPU, a CUDA ordinal or a PCI address (default 0)",
 	    .category = FIO_OPT_C_ENGINE,
 	    .group = FIO_OPT_G_INVALID,
 	},
