@@ -193,7 +193,8 @@ for qd in 1 32; do
 	printf '%s\n' "$out" | grep '^# tb:'
 	printf '%s\n' "$out" | grep -q "not granted" && tap_fail "the whole device handed to root"
 done
-out=$(/bin/t_served perf --socket "$S" --direct --as 1000 --qd 1 --ops 500 2>&1)
+out=$(/bin/t_served perf --socket "$S" --direct --as 1000 --lba 28672 --blocks 1024 --qd 1 \
+	--ops 500 2>&1)
 rc=$?
 case "$out" in
 *"not granted"*) granted=no ;;

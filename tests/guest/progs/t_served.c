@@ -11,10 +11,12 @@
  *       (and gid) before connecting. --reconnect: when the server goes away, connect again (up
  *       to 30 s) and go on. Exit 0: every read matched; 1: a mismatch; 2: an error.
  *   t_served perf (--socket S [--trusted [--direct]] | --bdf BDF --path P) --qd Q --ops N
- *       4 KiB random reads over the first 16 MiB, polled: a served client (isolated; --trusted:
+ *                 [--lba L --blocks N]
+ *       4 KiB random reads over the first 16 MiB (or [L, L + N)), polled: a served client (isolated; --trusted:
  *       its own queue, doorbells relayed; --direct: doorbells rung through the whole device
  *       the server handed out), or the same loop in the process that owns the controller.
- *       Prints mean latency (QD 1) or IOPS, and the CPU time of this process per I/O.
+ *       Prints mean latency (QD 1) or IOPS, and the CPU time per I/O of this process and of
+ *       the whole guest (all vCPUs busy time: the server's poller too).
  *   t_served attack --socket S --lba L --blocks N
  *       An isolated client granted [L, L + N) tries what it must not: a trusted queue pair, a
  *       Write just past its grant (at L + N), a Write far outside (LBA 0 when L > 0), a Read
@@ -337,13 +339,37 @@ static void tp_req_cb(struct upcie_nvme_req *r)
 	s->err = r->err;
 }
 
+/* Idle time of the whole guest in ns (all CPUs: /proc/stat's idle and iowait) and the CPUs. */
+static uint64_t tsc_idle_ns(unsigned *ncpu)
+{
+	unsigned long long v[10] = { 0 };
+	uint64_t idle;
+	char line[256];
+	FILE *f = fopen("/proc/stat", "r");
+
+	*ncpu = 0;
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f))
+		sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+		       &v[3], &v[4], &v[5], &v[6], &v[7]);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "cpu", 3) && line[3] >= '0' && line[3] <= '9')
+			(*ncpu)++;
+	fclose(f);
+	idle = (v[3] + v[4]) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+	return idle;
+}
+
 static int ts_perf_main(const struct ts_opts *o)
 {
 	static struct upcie_nvme_req req[TS_MAXQ];
 	struct tp_slot sl[TS_MAXQ];
 	unsigned qd = o->qd ? o->qd : 1;
 	uint64_t x = 88172645463325252ull, done = 0, issued = 0, t0, t1;
-	uint64_t n = o->ops ? o->ops : 20000, span = (16u << 20) / 4096;
+	uint64_t n = o->ops ? o->ops : 20000, span = o->blocks ? o->blocks / 8 : (16u << 20) / 4096;
+	uint64_t base = o->lba, idle0, idle1;
+	unsigned ncpu;
 	struct upcie_nvme_ctrl c;
 	struct upcie_nvme_ioq q;
 	struct upcie_nvme_ns ns;
@@ -391,6 +417,7 @@ static int ts_perf_main(const struct ts_opts *o)
 	}
 	memset(sl, 0, sizeof(sl));
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	idle0 = tsc_idle_ns(&ncpu);
 	t0 = upcie_time_ns();
 	while (done < n && !err) {
 		for (unsigned k = 0; k < qd && issued < n; k++) {
@@ -401,18 +428,18 @@ static int ts_perf_main(const struct ts_opts *o)
 			sl[k].busy = true;
 			issued++;
 			if (served && t.iso) {
-				err = upcie_served_iqp_rw(&t.iq, UPCIE_NVME_NVM_READ, 1, blk * 8, 8,
-							  &t.mem, TS_BUF_OFF + k * 4096, 4096,
-							  tp_icb, &sl[k]);
+				err = upcie_served_iqp_rw(
+				    &t.iq, UPCIE_NVME_NVM_READ, 1, base + blk * 8, 8, &t.mem,
+				    TS_BUF_OFF + k * 4096, 4096, tp_icb, &sl[k]);
 			} else if (served) {
-				err = upcie_served_qp_rw(&t.qp, UPCIE_NVME_NVM_READ, 1, blk * 8, 8,
-							 &t.mem, TS_BUF_OFF + k * 4096, 4096, tp_cb,
-							 &sl[k]);
+				err = upcie_served_qp_rw(
+				    &t.qp, UPCIE_NVME_NVM_READ, 1, base + blk * 8, 8, &t.mem,
+				    TS_BUF_OFF + k * 4096, 4096, tp_cb, &sl[k]);
 			} else {
 				req[k].cb = tp_req_cb;
 				req[k].ctx = &sl[k];
-				err = upcie_nvme_ioq_read(&q, &ns, blk * 8, &mem, k * 4096, 4096,
-							  &req[k]);
+				err = upcie_nvme_ioq_read(&q, &ns, base + blk * 8, &mem, k * 4096,
+							  4096, &req[k]);
 			}
 			if (err)
 				break;
@@ -434,6 +461,7 @@ static int ts_perf_main(const struct ts_opts *o)
 				err = sl[k].err;
 	}
 	t1 = upcie_time_ns();
+	idle1 = tsc_idle_ns(&ncpu);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	if (served) {
 		ts_down(&t);
@@ -452,10 +480,11 @@ static int ts_perf_main(const struct ts_opts *o)
 	else
 		printf("# tb: served_perf_%s_qd%u_iops=%.0f\n", who, qd,
 		       (double)done * 1e9 / (double)(t1 - t0));
-	/* this process only: an isolated client's commands cost the server's poller too */
-	printf("# tb: served_perf_%s_qd%u_cpu_us_per_io=%.2f\n", who, qd,
+	/* this process, and the whole guest (the server's poller included; both poll) */
+	printf("# tb: served_perf_%s_qd%u_cpu_us_per_io=%.2f client, %.2f guest\n", who, qd,
 	       ((double)(c1.tv_sec - c0.tv_sec) * 1e6 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e3) /
-		   (double)done);
+		   (double)done,
+	       ((double)ncpu * (double)(t1 - t0) - (double)(idle1 - idle0)) / 1e3 / (double)done);
 	return 0;
 }
 
@@ -507,28 +536,6 @@ static int tsc_wait(struct tsc_q *tq)
 	if (tq->iso)
 		return tq->iq.live ? upcie_served_iqp_wait(&tq->iq, UINT64_C(10) * 1000000000) : 0;
 	return tq->qp.live ? upcie_served_qp_wait(&tq->qp, UINT64_C(10) * 1000000000) : 0;
-}
-
-/* Idle time of the whole guest in ns (all CPUs: /proc/stat's idle and iowait) and the CPUs. */
-static uint64_t tsc_idle_ns(unsigned *ncpu)
-{
-	unsigned long long v[10] = { 0 };
-	uint64_t idle;
-	char line[256];
-	FILE *f = fopen("/proc/stat", "r");
-
-	*ncpu = 0;
-	if (!f)
-		return 0;
-	if (fgets(line, sizeof(line), f))
-		sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-		       &v[3], &v[4], &v[5], &v[6], &v[7]);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "cpu", 3) && line[3] >= '0' && line[3] <= '9')
-			(*ncpu)++;
-	fclose(f);
-	idle = (v[3] + v[4]) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
-	return idle;
 }
 
 static int ts_scale_main(const struct ts_opts *o)
