@@ -7,7 +7,7 @@ pkgs=(gcc g++ clang clang-format make meson ninja-build pkg-config libc6-dev
 	libclang-rt-14-dev valgrind
 	qemu-system-x86 busybox-static kmod cpio xz-utils zstd pciutils
 	bc bison flex libelf-dev libssl-dev dwarves debhelper dkms dh-dkms dpkg-dev mmdebstrap e2fsprogs
-	libaio-dev zlib1g-dev doxygen
+	libaio-dev zlib1g-dev doxygen python3-matplotlib lintian man-db
 	hipcc libamdhip64-dev llvm-15 libc6-dev-arm64-cross)
 missing=()
 for p in "${pkgs[@]}"; do

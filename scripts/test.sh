@@ -253,6 +253,7 @@ tap "kernel modules: build 6.1 + 7.x, .debs, dkms install" scripts/build-dkms.sh
 note "installed headers"
 tap "consumer via pkg-config" scripts/check-consumer.sh "$root/build-gcc"
 tap "consumer as a meson subproject" scripts/check-subproject.sh
+tap "Debian packages: build, lintian, apt install" tests/install/tools-install.sh
 
 if [ "$guest" = 1 ]; then
 	note "guest tests (QEMU, TCG)"
