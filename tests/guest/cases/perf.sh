@@ -87,6 +87,8 @@ else
 	tap_fail "every summary consistent" "$bad"
 fi
 grep '"queues": 1, "qd": 1, "bs": 4096, "pattern": "rand", "read_pct": 100' /tmp/perf.json | cut -c 1-400 | sed 's/^/# /'
+# the whole document for the record (docs/results/upcie-perf.md: sed -n 's/^#json //p')
+sed 's/^/#json /' /tmp/perf.json
 
 # text: totals, read and write apart, per-queue lines, chosen percentiles
 out=$(upcie-perf --bdf "$TB_C1_BDF" --path "$path" --queues 2 --qd 4 --mix 50 --bs 4k --time 1 \

@@ -1,0 +1,74 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# scripts/plot-perf as a user runs it (TAP): each kind of plot drawn from data in the
+# repository, the SVG the same bytes when drawn twice (reproducible), and bad input refused with
+# exit 2 and a message naming what is wrong. Without python3-matplotlib: skipped (a TAP plan of 0).
+root=$(cd "$(dirname "$0")/../.." && pwd)
+pp=$root/scripts/plot-perf
+raw=$root/docs/results/raw
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+	echo "1..0 # SKIP: python3-matplotlib is not installed (scripts/deps.sh installs it)"
+	exit 0
+fi
+n=0 fail=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+nok() { n=$((n + 1)); fail=$((fail + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do printf '%s\n' "$l" | sed 's/^/# /'; done; }
+# CMD... ; expects exit $want and $msg in the output
+want_fail() { # WANT MSG CMD...
+	w=$1 m=$2
+	shift 2
+	out=$("$@" 2>&1)
+	rc=$?
+	if [ "$rc" = "$w" ] && printf '%s\n' "$out" | grep -qF -- "$m"; then
+		ok "$(echo "$*" | sed "s#$root/##g"): exit $w, says \"$m\""
+	else
+		nok "$(echo "$*" | sed "s#$root/##g"): exit $w, says \"$m\"" "exit $rc: $out"
+	fi
+}
+sweep=$raw/h200-2026-12-01-final/perf1.json
+cdf=$(ls "$raw"/upcie-perf-guest-*/perf-A.json 2>/dev/null | head -n 1)
+boots=$(ls "$raw"/fio-guest-2026-12-02/boot*-results.tsv)
+
+"$pp" sweep "$sweep" -o "$tmp/a.svg" >/dev/null 2>&1 && "$pp" sweep "$sweep" -o "$tmp/b.svg" >/dev/null 2>&1
+if head -c 5 "$tmp/a.svg" | grep -q '<?xml' && cmp -s "$tmp/a.svg" "$tmp/b.svg"; then
+	ok "sweep of an upcie-perf JSON (schema 1) to SVG, the same bytes twice"
+else
+	nok "sweep to a reproducible SVG"
+fi
+# shellcheck disable=SC2086
+if "$pp" ratio $boots -o "$tmp/r.png" >/dev/null 2>&1 && head -c 4 "$tmp/r.png" | grep -q PNG; then
+	ok "ratio of three fio_cmp results.tsv to PNG"
+else
+	nok "ratio to PNG"
+fi
+if [ -n "$cdf" ]; then
+	if "$pp" cdf "$cdf" --run 1 --run 2 -o "$tmp/c.svg" >/dev/null 2>&1 && grep -q '<svg' "$tmp/c.svg"; then
+		ok "cdf of two runs of an upcie-perf JSON (schema 2)"
+	else
+		nok "cdf of schema 2 JSON"
+	fi
+else
+	nok "cdf: no docs/results/raw/upcie-perf-guest-*/perf-A.json in the repository"
+fi
+want_fail 2 "a command is needed" "$pp"
+want_fail 2 "invalid choice: 'bogus'" "$pp" bogus x -o "$tmp/x.svg"
+want_fail 2 "the following arguments are required: -o/--output" "$pp" sweep "$sweep"
+want_fail 2 "the name must end in .png or .svg" "$pp" sweep "$sweep" -o "$tmp/x.jpg"
+want_fail 2 "/nonexistent.json: No such file or directory" "$pp" sweep /nonexistent.json -o "$tmp/x.svg"
+want_fail 2 "not JSON" "$pp" sweep "$root/README.md" -o "$tmp/x.svg"
+echo '{"schema": 9, "runs": []}' >"$tmp/s9.json"
+want_fail 2 "upcie-perf JSON schema 9" "$pp" sweep "$tmp/s9.json" -o "$tmp/x.svg"
+echo '{"foo": 1}' >"$tmp/foo.json"
+want_fail 2 "neither upcie-perf JSON" "$pp" cdf "$tmp/foo.json" -o "$tmp/x.svg"
+want_fail 2 "has no histogram bins" "$pp" cdf "$sweep" -o "$tmp/x.svg"
+echo '{"schema": 2, "runs": [{"run": 1, "ok": false, "queues": 1, "qd": 1}]}' >"$tmp/f.json"
+want_fail 1 "no successful run to draw" "$pp" sweep "$tmp/f.json" -o "$tmp/x.svg"
+want_fail 1 "no fio_cmp result lines" "$pp" ratio "$root/README.md" -o "$tmp/x.svg"
+want_fail 2 "--label given 3 times" "$pp" ratio "$sweep" --label a --label b --label c -o "$tmp/x.svg"
+want_fail 2 "invalid choice: 'iops'" "$pp" sweep "$sweep" --x iops -o "$tmp/x.svg"
+want_fail 2 "invalid int value: 'x'" "$pp" cdf "$sweep" --run x -o "$tmp/x.svg"
+want_fail 2 "$tmp/nodir/x.svg: No such file or directory" "$pp" sweep "$sweep" -o "$tmp/nodir/x.svg"
+echo "1..$n"
+[ "$fail" = 0 ]
