@@ -1752,6 +1752,40 @@ static void test_isolated_reset(void)
 	server_stop(&sv);
 }
 
+/* The relay page's state word is the client's to write: the server's record of a lost queue is
+ * its own. */
+static void test_lost_word(void)
+{
+	struct srv_knobs k;
+	struct server sv;
+	struct client a, b;
+	struct stats st;
+
+	memset(&k, 0, sizeof(k));
+	k.allow_uid = -1;
+	k.fail_delete_sq = 0x0001;
+	CHECK_EQ(server_start(&sv, "lostword", &k), 0, "server up (deletions fail)");
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	CHECK_EQ(client_open(&a, sv.path, C_DEPTH), 0, "client a");
+	CHECK_EQ(client_open(&b, sv.path, C_DEPTH), 0, "client b");
+	__atomic_store_n(&b.cl.relay->slot[b.qp.slot].state, UPCIE_SERVED_SLOT_LOST,
+			 __ATOMIC_RELEASE);
+	upcie_log_set_level(UPCIE_LOG_NONE);
+	CHECK_EQ(upcie_served_qp_delete(&a.qp), 0, "a's deletion refused: the server resets");
+	upcie_log_set_level(UPCIE_LOG_ERROR);
+	CHECK_EQ(upcie_served_qp_delete(&b.qp), 0, "b deletes its queue");
+	upcie_served_mem_free(&a.mem);
+	upcie_served_disconnect(&a.cl);
+	upcie_served_mem_free(&b.mem);
+	upcie_served_disconnect(&b.cl);
+	st = server_stop(&sv);
+	CHECK(st.ok && st.resets == 1 && st.qp_lost == 1,
+	      "b wrote LOST into its own relay word first: the server still counted its queue "
+	      "lost to the reset (%llu)",
+	      st.qp_lost);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1773,5 +1807,6 @@ int main(void)
 	test_socket_path();
 	test_ring_fault();
 	test_isolated_reset();
+	test_lost_word();
 	return check_done();
 }
