@@ -1031,6 +1031,74 @@ static void test_sqhd_lag(void)
 	free(recs);
 }
 
+/*
+ * No command is ever CID FFFFh (the Error Information log's "no command"): with a power-of-two
+ * number of CIDs, every slot's CIDs, generation after generation, stay below it; the negative
+ * control walks the same generations with as many slots as CIDs (the old table size) and meets
+ * FFFFh.
+ */
+static void test_cid_never_ffff(void)
+{
+	static const uint32_t counts[] = { 1, 2, 4, 16, 64, 255, 256, 1024, 2047 };
+	uint32_t hits = 0, ctl = 0;
+
+	for (unsigned k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+		struct rig r;
+		uint32_t n = counts[k];
+
+		if (rig_init(&r, n + 1 < 4 ? 4 : n + 1, n + 1 < 4 ? 4 : n + 1, n)) {
+			CHECK(0, "qpair with %u CIDs", n);
+			continue;
+		}
+		for (uint32_t c = 0; c < n; c++) {
+			uint16_t cid = (uint16_t)c;
+
+			for (uint32_t g = 0; g < 65536u / (r.qp.cid_mask + 1u) + 1; g++) {
+				hits += cid == 0xffff;
+				cid = upcie_nvme_qpair_cid_next_(&r.qp, cid);
+			}
+		}
+		rig_fini(&r);
+		/* the control: n slots for n CIDs, when n is a power of two */
+		if (n & (n - 1))
+			continue;
+		for (uint32_t c = 0; c < n; c++) {
+			uint16_t cid = (uint16_t)c;
+
+			for (uint32_t g = 0; g < 65536u / n + 1; g++) {
+				ctl += cid == 0xffff;
+				cid = (uint16_t)(cid + n);
+			}
+		}
+	}
+	CHECK_EQ(hits, 0, "no CID is FFFFh, for 1..2047 CIDs (power of two or not)");
+	CHECK(ctl > 0, "control: as many slots as CIDs meets FFFFh (%u times)", ctl);
+}
+
+/* A completion naming another SQ is counted (nbad_sqid), logged, and taken by its CID. */
+static void test_sqid_checked(void)
+{
+	struct rec rc[2];
+	struct rig r;
+	int n;
+
+	rig_init(&r, 8, 8, 0);
+	submit_echo(&r, &rc[0], 11);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	n = upcie_nvme_qpair_reap(&r.qp, 8);
+	CHECK(n == 1 && r.qp.nbad_sqid == 0, "own SQ identifier: not counted (%d)", n);
+	r.m.sqid = 7; /* a controller that names the wrong SQ */
+	submit_echo(&r, &rc[1], 12);
+	upcie_nvme_qpair_ring(&r.qp);
+	nvme_model_step(&r.m);
+	n = upcie_nvme_qpair_reap(&r.qp, 8);
+	CHECK(n == 1 && r.qp.nbad_sqid == 1 && rc[1].calls == 1,
+	      "CQE SQID 7 on queue 1: counted in nbad_sqid, the command completed once (%d, %llu)",
+	      n, (unsigned long long)r.qp.nbad_sqid);
+	rig_fini(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_level(UPCIE_LOG_NONE);
@@ -1048,6 +1116,8 @@ int main(void)
 	test_cid_reuse_sync();
 	test_hostile_cq();
 	test_sqhd_lag();
+	test_cid_never_ffff();
+	test_sqid_checked();
 	CHECK_EQ(n_mismatch, 0, "no completion was matched to the wrong command");
 	return check_done();
 }

@@ -13,8 +13,11 @@
  * Command identity: a CID is a slot index in its low bits and, above them, a generation that
  * advances every time the slot is handed out again, so a CID names one command, not a slot. A
  * completion, a wait, a cancel or an Abort that names an older command of the same slot does
- * not reach the newer one. At most 2048 commands are outstanding per queue pair, which leaves
- * at least 5 generation bits (32 reuses of a slot before a CID repeats).
+ * not reach the newer one. At most 2047 commands are outstanding per queue pair, which leaves
+ * at least 5 generation bits (32 reuses of a slot before a CID repeats). There are more slots
+ * than CIDs (the next power of two above their count), so the index bits of a CID are never all
+ * ones and no command is ever CID FFFFh, the value the Error Information log page uses for "no
+ * command".
  *
  * The device writes the CQ and is not trusted: a completion whose CID is out of range, not
  * outstanding (a duplicate, a stale generation) or whose SQ head goes backwards or past the
@@ -90,8 +93,8 @@ struct upcie_nvme_cid_slot {
 #define UPCIE_NVME_CID_UNUSED_	  0xffffffffu /* never held a command (or beyond ncids) */
 
 /* Most commands outstanding on one queue pair (at most 11 index bits, at least 5 generation
- * bits). */
-#define UPCIE_NVME_QPAIR_MAX_CIDS 2048u
+ * bits, index bits never all ones). */
+#define UPCIE_NVME_QPAIR_MAX_CIDS 2047u
 
 /* Do not zero the CQ at init (memory the CPU cannot write; the caller zeroed it). */
 #define UPCIE_NVME_QPAIR_NO_CQ_CLEAR 0x1u
@@ -104,7 +107,7 @@ struct upcie_nvme_qpair_cfg {
 	uint32_t sq_depth;	 /* entries, 2..65536 (at most CAP.MQES + 1) */
 	uint32_t cq_depth;	 /* entries, 2..65536; 0: same as sq_depth */
 	uint32_t ncids;		 /* outstanding commands, 1..min(sq_depth - 1, cq_depth - 1,
-				    2048); 0: that maximum */
+				    2047); 0: that maximum */
 	uint16_t qid;		 /* queue identifier, for synthesized completions */
 	unsigned flags;		 /* UPCIE_NVME_QPAIR_* */
 	void *tables; /* upcie_nvme_qpair_tables_size() bytes, 16-byte aligned; NULL: malloc */
@@ -124,6 +127,8 @@ struct upcie_nvme_qpair {
 	uint16_t sq_tail;		   /* next SQ slot to fill */
 	uint16_t sq_head;  /* SQ head last reported (checked, not for flow control) */
 	uint16_t sq_db;	   /* tail value last written to the doorbell */
+	uint16_t sq_qid;   /* qid, right after sq_db: the 32 bits from sq_db are what CQE dw2
+			      (SQ head, SQ identifier) says in the usual case */
 	uint16_t sq_last;  /* sq_depth - 1 */
 	uint16_t cq_head;  /* next CQ entry to look at */
 	uint16_t cq_last;  /* cq_depth - 1 */
@@ -143,15 +148,17 @@ struct upcie_nvme_qpair {
 	uint64_t ndup;	     /* ... of which repeated the last completion of their slot */
 	uint64_t nlate;	     /* completions of cancelled commands, consumed silently */
 	uint64_t nbad_sqhd;  /* completions whose SQ head went backwards or past the tail */
+	uint64_t nbad_sqid;  /* completions naming another SQ (counted, logged) */
 	void *tables_owned;  /* malloc'd CID tables, freed by fini */
 };
 
-/* CID slots for `ncids` CIDs: the next power of two (a CID's masked bits address them all). */
+/* CID slots for `ncids` CIDs: the next power of two above ncids (a CID's masked bits address
+ * them all; slot `mask` is never used, so no CID is FFFFh). */
 UPCIE_HD static inline uint32_t upcie_nvme_qpair_nslots_(uint32_t ncids)
 {
 	uint32_t n = 1;
 
-	while (n < ncids)
+	while (n <= ncids)
 		n <<= 1;
 	return n;
 }
@@ -252,6 +259,7 @@ static inline int upcie_nvme_qpair_init(struct upcie_nvme_qpair *qp,
 	qp->cq_last = (uint16_t)(cq_depth - 1);
 	qp->phase = 1;
 	qp->qid = cfg->qid;
+	qp->sq_qid = cfg->qid;
 	qp->flags = (uint8_t)cfg->flags;
 	qp->clock_khz = cfg->clock_khz ? cfg->clock_khz : UPCIE_NVME_PORT_NS_KHZ;
 	if (!(cfg->flags & UPCIE_NVME_QPAIR_NO_CQ_CLEAR))
@@ -424,7 +432,7 @@ UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *q
 
 /*
  * A completion the queue pair refuses (what=0: CID not outstanding, 1: SQ head outside the
- * window). Logged on the host when the count is a power of two: a device flooding the CQ costs
+ * window; 2: it names another SQ, counted only). Logged on the host when the count is a power of two: a device flooding the CQ costs
  * a handful of lines. Device code only counts.
  */
 #if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
@@ -451,10 +459,14 @@ upcie_nvme_qpair_refused_(const struct upcie_nvme_qpair *qp, int what, uint32_t 
 		    : v >> 16						     ? "a duplicate"
 									     : "not outstanding",
 		    count);
-	else
+	else if (what == 1)
 		UPCIE_WARN("nvme: queue %u: completion reports SQ head %u outside %u..%u: ignored "
 			   "(%" PRIu64 " so far)",
 			   qp->qid, v, qp->sq_head, qp->sq_db, count);
+	else
+		UPCIE_WARN("nvme: queue %u: completion names SQ %u, not this queue: ignored "
+			   "(%" PRIu64 " so far)",
+			   qp->qid, v, count);
 }
 #endif
 
@@ -474,6 +486,23 @@ upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *qp, uint32_t sqhd)
 }
 #endif
 
+/* A completion naming another SQ: counted in nbad_sqid, logged at counts 1, 2, 4, ... (out of
+ * line). */
+#if defined(UPCIE_NVME_PORT_CUDA_DEVICE) || defined(UPCIE_NVME_PORT_HIP_DEVICE)
+UPCIE_HD static inline void upcie_nvme_qpair_sqid_bad_(struct upcie_nvme_qpair *qp, uint32_t sqid)
+{
+	(void)sqid;
+	qp->nbad_sqid++;
+}
+#else
+UPCIE_COLD_CALL __attribute__((noinline, cold, unused)) UPCIE_HD static void
+upcie_nvme_qpair_sqid_bad_(struct upcie_nvme_qpair *qp, uint32_t sqid)
+{
+	qp->nbad_sqid++;
+	upcie_nvme_qpair_refused_(qp, 2, sqid, qp->nbad_sqid);
+}
+#endif
+
 /*
  * The SQ head a completion reports (sqhd) against the last one (h): taken when it lies between
  * h and the tail the host rang (the controller cannot have fetched further, nor go back),
@@ -482,14 +511,16 @@ upcie_nvme_qpair_sqhd_bad_(struct upcie_nvme_qpair *qp, uint32_t sqhd)
  * for any sqhd within the ring; one above the ring passes it only when the window wraps, hence
  * the last test.
  */
-UPCIE_HD static inline void upcie_nvme_qpair_sqhd_(struct upcie_nvme_qpair *qp, uint16_t sqhd)
+UPCIE_HD static inline void upcie_nvme_qpair_sqhd_(struct upcie_nvme_qpair *qp, uint32_t dw2)
 {
-	uint16_t h = qp->sq_head, db = qp->sq_db;
+	uint16_t h = qp->sq_head, db = qp->sq_db, sqhd = (uint16_t)dw2;
 
 	if (sqhd == db || ((uint16_t)(sqhd - h) <= (uint16_t)(db - h) && sqhd <= qp->sq_last))
 		qp->sq_head = sqhd;
 	else
 		upcie_nvme_qpair_sqhd_bad_(qp, sqhd);
+	if (UPCIE_UNLIKELY((uint16_t)(dw2 >> 16) != qp->sq_qid))
+		upcie_nvme_qpair_sqid_bad_(qp, dw2 >> 16);
 }
 
 /* Step *head past the CQ entry there, flipping the phase on a wrap (in qp->phase right away, and
@@ -512,8 +543,10 @@ UPCIE_HD static inline void upcie_nvme_qpair_cq_step_(struct upcie_nvme_qpair *q
  * ready), or -EPROTO when the first new entry names a CID that is not outstanding (out of range,
  * never submitted, already completed, an older generation of its slot): that entry is consumed
  * and counted in qp->nbad (a bad entry after good ones ends the batch; the next call reports
- * it). A late completion of a cancelled command is consumed silently (qp->nlate) and frees its
- * CID. An SQ head outside the window is ignored (qp->nbad_sqhd).
+ * it). An entry naming another SQ (CQE SQID; each SQ here has a CQ of its own) is counted in
+ * qp->nbad_sqid and logged, and otherwise taken by its CID, as a wrong SQ head is. A late
+ * completion of a cancelled command is consumed silently (qp->nlate) and frees its CID. An SQ
+ * head outside the window is ignored (qp->nbad_sqhd).
  */
 UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, unsigned max)
 {
@@ -548,7 +581,7 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 			    state == (UPCIE_NVME_CID_NOCB_ | UPCIE_NVME_CID_STOP_)) {
 				cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
 				upcie_nvme_qpair_cq_step_(qp, &head, &phase16);
-				upcie_nvme_qpair_sqhd_(qp, upcie_nvme_cqe_sqhd(cqe));
+				upcie_nvme_qpair_sqhd_(qp, cqe->dw2);
 				if (state == UPCIE_NVME_CID_CANCELLED_) {
 					qp->ncancelled--;
 					qp->nlate++;
@@ -576,7 +609,7 @@ UPCIE_HD static inline int upcie_nvme_qpair_reap(struct upcie_nvme_qpair *qp, un
 		}
 		cqe = upcie_nvme_port_cqe_view(&copy, e, x ^ phase16);
 		upcie_nvme_qpair_cq_step_(qp, &head, &phase16);
-		upcie_nvme_qpair_sqhd_(qp, upcie_nvme_cqe_sqhd(cqe));
+		upcie_nvme_qpair_sqhd_(qp, cqe->dw2);
 		cb = slot->cb;
 		ctx = slot->ctx;
 		/* Free the CID before the callback, which may submit again (a new generation). */
