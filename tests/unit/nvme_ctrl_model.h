@@ -97,8 +97,14 @@ struct nvme_cmodel {
 	uint16_t fail_set_queues; /* status for Set Features Number of Queues, 0: succeed */
 	size_t regs_size;	  /* BAR0 bytes (nvme_cmodel_set_regs_size()) */
 	bool hold_shutdown;	  /* CC.SHN is never answered with SHST complete */
-	struct nvme_nsm *nsm;	  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
-	nvme_model_dma_fn dma;	  /* DMA observer of every queue */
+	/* asynchronous events: Identify AERL, OAES, LPA; the effects log (LPA bit 1) */
+	uint8_t aerl;
+	uint32_t oaes;
+	uint8_t lpa;
+	uint32_t effects[256];
+	uint16_t temp_k;       /* composite temperature (K); 0: 300 */
+	struct nvme_nsm *nsm;  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
+	nvme_model_dma_fn dma; /* DMA observer of every queue */
 	void *dma_ctx;
 	/* namespace 1 */
 	uint8_t *ns;
@@ -132,6 +138,21 @@ struct nvme_cmodel {
 	uint32_t n_flush, last_flush_nsid, flushes_at_shutdown;
 	uint32_t n_nssr; /* NVM subsystem resets */
 	bool nssro;	 /* CSTS.NSSRO, set by a subsystem reset */
+	/* events: raised by nvme_cmodel_event() / a threshold / a detach, completed into a held
+	 * Asynchronous Event Request while their type is not masked; a type stays masked until
+	 * its log page is read with RAE clear */
+	uint32_t aec;	      /* Set Features 0Bh */
+	uint16_t tmpth;	      /* Set Features 04h over-temperature threshold; 0: none */
+	uint8_t smart_cw;     /* SMART critical warning */
+	uint32_t ev_pend[16]; /* events waiting for an AER */
+	uint32_t nev_pend;
+	uint32_t ev_masked;	 /* bit per event type */
+	uint32_t changed_ns[16]; /* Changed Namespace List */
+	uint32_t nchanged_ns;
+	int ev_req; /* from other threads: raise ev_req_dw0 at the next step */
+	uint32_t ev_req_dw0;
+	uint32_t detach_req; /* from other threads: detach this NSID at the next step */
+	uint32_t n_aer_fetched, n_aer_done, n_get_log, last_log_lid, last_log_rae, n_format, n_aec;
 	pthread_t thread;
 	int run;
 };
@@ -368,6 +389,9 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		id->cqes = 0x44;
 		id->acl = 3;
 		id->rtd3e = cm->rtd3e;
+		id->aerl = cm->aerl;
+		id->oaes = cm->oaes;
+		id->lpa = cm->lpa;
 	} else if (cns == UPCIE_NVME_CNS_NS) {
 		struct upcie_nvme_id_ns *ns = (struct upcie_nvme_id_ns *)buf;
 		uint8_t lbads = 0;
@@ -490,6 +514,117 @@ static inline uint16_t nvme_cmodel_abort_(struct nvme_cmodel *cm, const struct u
 	return 0;
 }
 
+/* An event for the host: queued until an AER can carry it (nvme_cmodel_events_()). */
+static inline void nvme_cmodel_raise_(struct nvme_cmodel *cm, uint32_t dw0)
+{
+	for (uint32_t i = 0; i < cm->nev_pend; i++)
+		if ((cm->ev_pend[i] & 7u) == (dw0 & 7u) &&
+		    ((cm->ev_pend[i] >> 8) & 0xff) == ((dw0 >> 8) & 0xff))
+			return; /* one of its kind is waiting already */
+	if (cm->nev_pend < 16)
+		cm->ev_pend[cm->nev_pend++] = dw0;
+}
+
+/* Complete held AERs with the events waiting, while their types are not masked. */
+static inline void nvme_cmodel_events_(struct nvme_cmodel *cm)
+{
+	struct nvme_model *m = &cm->admin;
+
+	for (uint32_t e = 0; e < cm->nev_pend;) {
+		uint32_t dw0 = cm->ev_pend[e], k;
+
+		if (cm->ev_masked & (1u << (dw0 & 7u))) {
+			e++;
+			continue;
+		}
+		for (k = 0; k < m->nheld && m->held[k].sqe.opc != UPCIE_NVME_ADMIN_ASYNC_EVENT; k++)
+			;
+		if (k == m->nheld || m->npend >= m->pend_cap)
+			return; /* no AER outstanding: the event waits */
+		m->pend[m->npend] = m->held[k];
+		m->held[k] = m->held[--m->nheld];
+		m->pend[m->npend].exec = false;
+		m->pend[m->npend].code = 0;
+		m->pend[m->npend].dw0 = dw0;
+		m->pend[m->npend].due = m->steps;
+		m->pend[m->npend].due_ns = 0;
+		m->npend++;
+		cm->n_aer_done++;
+		cm->ev_masked |= 1u << (dw0 & 7u);
+		memmove(&cm->ev_pend[e], &cm->ev_pend[e + 1], (cm->nev_pend - e - 1) * 4);
+		cm->nev_pend--;
+	}
+}
+
+/* Raise event `dw0` (type | info << 8 | log page << 16) at the next step. From any thread. */
+static inline void nvme_cmodel_event(struct nvme_cmodel *cm, uint32_t dw0)
+{
+	cm->ev_req_dw0 = dw0;
+	__atomic_store_n(&cm->ev_req, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->ev_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* Detach namespace `nsid` (the nsm table's) at the next step: it goes inactive, and a
+ * Namespace Attribute Changed notice is raised when enabled. From any thread. */
+static inline void nvme_cmodel_ns_detach(struct nvme_cmodel *cm, uint32_t nsid)
+{
+	__atomic_store_n(&cm->detach_req, nsid, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->detach_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* Get Log Page: error (one empty entry), SMART, firmware slot, Changed Namespace List (cleared
+ * by the read), effects (when LPA bit 1). RAE clear unmasks the event type of the page. */
+static inline uint16_t nvme_cmodel_get_log_(struct nvme_cmodel *cm, struct nvme_model *m,
+					    struct nvme_model_pend *p,
+					    const struct upcie_nvme_sqe *sqe)
+{
+	uint8_t buf[4096];
+	uint32_t lid = sqe->cdw10 & 0xff, rae = (sqe->cdw10 >> 15) & 1;
+	uint64_t len = ((((uint64_t)sqe->cdw11 & 0xffff) << 16 | (sqe->cdw10 >> 16)) + 1) * 4;
+	uint16_t st;
+
+	cm->n_get_log++;
+	cm->last_log_lid = lid;
+	cm->last_log_rae = rae;
+	if (len > sizeof(buf) || sqe->cdw12 || sqe->cdw13)
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	memset(buf, 0, sizeof(buf));
+	switch (lid) {
+	case UPCIE_NVME_LOG_ERROR:
+	case UPCIE_NVME_LOG_FW_SLOT:
+		break;
+	case UPCIE_NVME_LOG_SMART: {
+		uint16_t t = cm->temp_k ? cm->temp_k : 300;
+
+		buf[0] = cm->smart_cw;
+		buf[1] = (uint8_t)t;
+		buf[2] = (uint8_t)(t >> 8);
+		break;
+	}
+	case UPCIE_NVME_LOG_CHANGED_NS:
+		memcpy(buf, cm->changed_ns, cm->nchanged_ns * 4);
+		if (!rae)
+			cm->nchanged_ns = 0;
+		break;
+	case UPCIE_NVME_LOG_CMD_EFFECTS:
+		if (!(cm->lpa & 2))
+			return UPCIE_NVME_SC_INVALID_LOG_PAGE;
+		memcpy(buf, cm->effects, sizeof(cm->effects));
+		break;
+	default:
+		return UPCIE_NVME_SC_INVALID_LOG_PAGE;
+	}
+	st = nvme_cmodel_out_(cm, m, p, sqe, buf, len);
+	if (!st && !rae)
+		cm->ev_masked &=
+		    ~(1u << (lid == UPCIE_NVME_LOG_ERROR   ? UPCIE_NVME_AE_TYPE_ERROR
+			     : lid == UPCIE_NVME_LOG_SMART ? UPCIE_NVME_AE_TYPE_SMART
+							   : UPCIE_NVME_AE_TYPE_NOTICE));
+	return st;
+}
+
 static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 					       const struct upcie_nvme_sqe *sqe,
 					       struct nvme_model_pend *p)
@@ -500,7 +635,35 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 	switch (sqe->opc) {
 	case UPCIE_NVME_ADMIN_IDENTIFY:
 		return nvme_cmodel_identify_(cm, m, p, sqe);
+	case UPCIE_NVME_ADMIN_GET_LOG_PAGE:
+		return nvme_cmodel_get_log_(cm, m, p, sqe);
+	case UPCIE_NVME_ADMIN_FORMAT_NVM: {
+		struct nvme_nsm_ns *n = cm->nsm ? nvme_nsm_find(cm->nsm, sqe->nsid) : NULL;
+
+		cm->n_format++;
+		if (!n)
+			return UPCIE_NVME_SC_INVALID_NS;
+		return nvme_nsm_format(n, sqe->cdw10 & 0xf);
+	}
 	case UPCIE_NVME_ADMIN_SET_FEATURES:
+		if ((sqe->cdw10 & 0xff) == UPCIE_NVME_FEAT_ASYNC_EVENT) {
+			cm->aec = sqe->cdw11;
+			cm->n_aec++;
+			return 0;
+		}
+		if ((sqe->cdw10 & 0xff) == UPCIE_NVME_FEAT_TEMP_THRESH) {
+			/* composite, over-temperature threshold: crossing it is a SMART event */
+			cm->tmpth = (uint16_t)sqe->cdw11;
+			if (cm->tmpth && (cm->temp_k ? cm->temp_k : 300) > cm->tmpth &&
+			    !(cm->smart_cw & 2)) {
+				cm->smart_cw |= 2;
+				if (cm->aec & 2)
+					nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_SMART |
+								   (1u << 8) |
+								   (UPCIE_NVME_LOG_SMART << 16));
+			}
+			return 0;
+		}
 		if ((sqe->cdw10 & 0xff) != UPCIE_NVME_FEAT_NUM_QUEUES)
 			return UPCIE_NVME_SC_INVALID_FIELD;
 		cm->n_set_queues++;
@@ -575,6 +738,8 @@ static inline void nvme_cmodel_admin_inject_(void *ctx, const struct upcie_nvme_
 		if (!cm->n_abort_fetched++)
 			cm->abort_first_ns = cm->abort_last_ns;
 	}
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+		cm->n_aer_fetched++;
 	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT ||
 	    (cm->hold_admin_opc && sqe->opc == cm->hold_admin_opc))
 		act->hold = true;
@@ -736,8 +901,28 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 			if (cm->q[i].sq)
 				nvme_model_release_held(&cm->q[i].m);
 	}
-	if (cm->admin_live)
+	if (__atomic_load_n(&cm->ev_req, __ATOMIC_ACQUIRE)) {
+		nvme_cmodel_raise_(cm, cm->ev_req_dw0);
+		__atomic_store_n(&cm->ev_req, 0, __ATOMIC_RELEASE);
+	}
+	if (__atomic_load_n(&cm->detach_req, __ATOMIC_ACQUIRE)) {
+		uint32_t id = cm->detach_req;
+
+		for (uint32_t i = 0; cm->nsm && i < cm->nsm->n; i++)
+			if (cm->nsm->ns[i].nsid == id)
+				cm->nsm->ns[i].detached = true;
+		if (cm->nchanged_ns < 16)
+			cm->changed_ns[cm->nchanged_ns++] = id;
+		if (cm->aec & UPCIE_NVME_AEC_NS_ATTR)
+			nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_NOTICE |
+						   (UPCIE_NVME_AE_NOTICE_NS_CHANGED << 8) |
+						   (UPCIE_NVME_LOG_CHANGED_NS << 16));
+		__atomic_store_n(&cm->detach_req, 0, __ATOMIC_RELEASE);
+	}
+	if (cm->admin_live) {
 		nvme_model_step(&cm->admin);
+		nvme_cmodel_events_(cm);
+	}
 	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ && !cm->cfs; i++)
 		if (cm->q[i].sq)
 			nvme_model_step(&cm->q[i].m);

@@ -40,7 +40,9 @@ struct nvme_nsm_ns {
 	uint64_t zone_blocks; /* zoned */
 	uint8_t nlbaf;	      /* formats reported, 0's based (the one in use is format lbaf) */
 	uint8_t lbaf;
-	uint8_t *data; /* blocks * lba_bytes */
+	bool detached; /* not attached to the controller: inactive, I/O refused (Invalid NS) */
+	uint32_t fmt_bytes[16]; /* LBA data size of each format (0: 512 B); Format NVM picks one */
+	uint8_t *data;		/* blocks * lba_bytes */
 	uint8_t *meta; /* blocks * ms, 0xff (application tag ffffh: PI checks off) until written */
 	uint64_t *wp;  /* zoned: write pointer per zone */
 	uint32_t nzones;
@@ -121,9 +123,37 @@ static inline void nvme_nsm_fini(struct nvme_nsm *t)
 static inline struct nvme_nsm_ns *nvme_nsm_find(struct nvme_nsm *t, uint32_t nsid)
 {
 	for (uint32_t i = 0; i < t->n; i++)
-		if (t->ns[i].nsid == nsid)
+		if (t->ns[i].nsid == nsid && !t->ns[i].detached)
 			return &t->ns[i];
 	return NULL;
+}
+
+/*
+ * Format NVM of namespace `n` to LBA format `f` (its fmt_bytes, 512 B when 0): the same capacity
+ * in bytes, in blocks of the new size, all zero, no metadata or protection. Returns the status.
+ */
+static inline uint16_t nvme_nsm_format(struct nvme_nsm_ns *n, uint32_t f)
+{
+	uint32_t bytes = n->fmt_bytes[f & 15] ? n->fmt_bytes[f & 15] : 512;
+	uint64_t blocks = n->blocks * n->lba_bytes / bytes;
+	uint8_t *d;
+
+	if (f > n->nlbaf || n->zone_blocks)
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	d = (uint8_t *)calloc(blocks, bytes);
+	if (!d)
+		return UPCIE_NVME_SC_INTERNAL;
+	free(n->data);
+	free(n->meta);
+	n->data = d;
+	n->meta = NULL;
+	n->blocks = blocks;
+	n->lba_bytes = bytes;
+	n->ms = 0;
+	n->ext = false;
+	n->dps = 0;
+	n->lbaf = (uint8_t)f;
+	return 0;
 }
 
 static inline int nvme_nsm_nsid_cmp_(const void *a, const void *b)
@@ -160,8 +190,13 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 		id->flbas =
 		    (uint8_t)((n->lbaf & 0xf) | ((n->lbaf >> 4) << 5) | (n->ext ? 0x10 : 0));
 		for (uint32_t f = 0; f <= n->nlbaf && f < 64; f++) {
-			/* formats other than the one in use: 512 B, no metadata */
-			id->lbaf[f].lbads = 9;
+			/* formats other than the one in use: fmt_bytes (512 B), no metadata */
+			uint32_t b = f < 16 && n->fmt_bytes[f] ? n->fmt_bytes[f] : 512;
+			uint8_t s = 9;
+
+			while ((UINT32_C(1) << s) < b)
+				s++;
+			id->lbaf[f].lbads = s;
 		}
 		id->lbaf[n->lbaf].lbads = lbads;
 		id->lbaf[n->lbaf].ms = n->ms;
@@ -172,7 +207,7 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 		return 0;
 	}
 	case UPCIE_NVME_CNS_NS_ACTIVE_LIST: {
-		uint32_t *l = (uint32_t *)buf, ids[NVME_NSM_MAX], k = 0;
+		uint32_t *l = (uint32_t *)buf, ids[NVME_NSM_MAX], k = 0, na = 0;
 
 		t->n_list++;
 		if (t->no_active_list)
@@ -183,9 +218,10 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 			return 0;
 		}
 		for (uint32_t i = 0; i < t->n; i++)
-			ids[i] = t->ns[i].nsid;
-		qsort(ids, t->n, sizeof(ids[0]), nvme_nsm_nsid_cmp_);
-		for (uint32_t i = 0; i < t->n; i++)
+			if (!t->ns[i].detached)
+				ids[na++] = t->ns[i].nsid;
+		qsort(ids, na, sizeof(ids[0]), nvme_nsm_nsid_cmp_);
+		for (uint32_t i = 0; i < na; i++)
 			if (ids[i] > sqe->nsid)
 				l[k++] = ids[i];
 		return 0;
@@ -227,8 +263,9 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 /* Data movement of one command, block by block through the data pointer. */
 struct nvme_nsm_xfer_ {
 	struct nvme_model *m;
-	uint8_t *buf; /* linear bounce of the whole transfer */
-	int dir;      /* 0: device memory to buf, 1: buf to device memory */
+	const struct nvme_model_pend *p; /* the command, for the DMA observer */
+	uint8_t *buf;			 /* linear bounce of the whole transfer */
+	int dir;			 /* 0: device memory to buf, 1: buf to device memory */
 };
 
 static inline int nvme_nsm_emit_(void *ctx, uint64_t iova, uint64_t len)
@@ -242,6 +279,8 @@ static inline int nvme_nsm_emit_(void *ctx, uint64_t iova, uint64_t len)
 		if (!p)
 			return UPCIE_NVME_SC_DATA_XFER_ERROR;
 		take = contig < len ? contig : len;
+		/* reported before it happens, as nvme_model.h promises for every access */
+		nvme_model_dma_(x->m, x->p, x->dir == 0 ? 1 : 0, NVME_MODEL_DMA_DATA, p, take);
 		if (x->dir == 0)
 			memcpy(x->buf, p, take);
 		else
@@ -308,8 +347,8 @@ static inline uint16_t nvme_nsm_zone_write_(struct nvme_nsm_ns *n, uint64_t slba
 	return 0;
 }
 
-static inline uint16_t nvme_nsm_zone_cmd_(struct nvme_model *m, struct nvme_nsm_ns *n,
-					  const struct upcie_nvme_sqe *sqe)
+static inline uint16_t nvme_nsm_zone_cmd_(struct nvme_model *m, const struct nvme_model_pend *p,
+					  struct nvme_nsm_ns *n, const struct upcie_nvme_sqe *sqe)
 {
 	uint64_t slba = sqe->cdw10 | ((uint64_t)sqe->cdw11 << 32);
 	uint32_t z = (uint32_t)(slba / n->zone_blocks);
@@ -345,6 +384,7 @@ static inline uint16_t nvme_nsm_zone_cmd_(struct nvme_model *m, struct nvme_nsm_
 		}
 		((struct upcie_nvme_zone_report_hdr *)rep)->nr_zones = k;
 		x.m = m;
+		x.p = p;
 		x.buf = rep;
 		x.dir = 1;
 		err = nvme_model_dptr_walk_(m, sqe, len, nvme_nsm_emit_, &x);
@@ -388,7 +428,7 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 	if (sqe->opc == UPCIE_NVME_NVM_FLUSH)
 		return 0;
 	if (sqe->opc == UPCIE_NVME_ZNS_MGMT_SEND || sqe->opc == UPCIE_NVME_ZNS_MGMT_RECV)
-		return nvme_nsm_zone_cmd_(m, n, sqe);
+		return nvme_nsm_zone_cmd_(m, p, n, sqe);
 	if (sqe->opc != UPCIE_NVME_NVM_READ && sqe->opc != UPCIE_NVME_NVM_WRITE &&
 	    sqe->opc != UPCIE_NVME_NVM_COMPARE && sqe->opc != UPCIE_NVME_NVM_WRITE_ZEROES)
 		return UPCIE_NVME_SC_INVALID_OPCODE;
@@ -425,6 +465,7 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 	if (sep)
 		mbuf = (uint8_t *)malloc(mlen);
 	x.m = m;
+	x.p = p;
 	x.buf = buf;
 	if (sqe->opc == UPCIE_NVME_NVM_READ) {
 		for (uint32_t i = 0; i < nlb && !st; i++) {

@@ -71,7 +71,7 @@ static void t_admin_mdts(void)
 	      "MDTS 1: 8 KiB for I/O and admin transfers");
 	upcie_nvme_cmd_get_log_page(&sqe, UPCIE_NVME_LOG_ERROR, UPCIE_NVME_NSID_ALL, 0, 12288, 0,
 				    false);
-	admin0 = r.cm.n_identify + r.cm.n_set_queues;
+	admin0 = (uint32_t)r.cm.admin.fetched;
 	err = upcie_nvme_ctrl_admin_buf(&r.c, &sqe, buf, 12288, UPCIE_NVME_XFER_FROM_DEV, 0, NULL);
 	CHECK(err == -EINVAL && r.cm.admin.fetched == admin0,
 	      "a 12 KiB admin transfer above MDTS: refused before it is sent (%d)", err);

@@ -10,7 +10,11 @@
  *
  * The parts, each its own header, included here in their dependency order:
  *   nvme/ctrl_regs.h   the object, options and registers; enable, disable, halt, failure
- *   nvme/ctrl_admin.h  admin commands, Identify, namespace list, Abort
+ *   nvme/ctrl_admin.h  admin commands (waited for, or asynchronous), Identify, namespace list,
+ *                      Abort
+ *   nvme/ctrl_ns.h     namespaces as the controller sees them: parse, records, revalidation
+ *   nvme/ctrl_events.h Asynchronous Event Requests, event handling, the admin poll and thread,
+ *                      the Commands Supported and Effects log
  *   nvme/ctrl_setup.h  the bring-up sequence: Identify Controller, Number of Queues, quiesce
  *   nvme/ctrl_ioq.h    I/O queue pairs: create, create_ext, delete, interrupts, abort sets
  *   nvme/ctrl_cmb.h    the controller memory buffer
@@ -20,10 +24,14 @@
  *
  * Threading: admin commands, queue create/delete, CMB and interrupt setup take the controller's
  * mutex, so threads may create their queues concurrently. Each I/O queue has one owner thread.
- * Reset and close must not run while other threads use queues. The struct holds pointers into
- * itself: keep it in place while open. Needs what nvme/dev.h needs for the path.
- * Does not: handle namespace management, firmware, keep alive or asynchronous events beyond
- * submitting the command; multiple processes sharing a controller.
+ * Reset and close must not run while other threads use queues. No completion callback ever runs
+ * with the controller's mutex held: those of commands a reset, a queue deletion or close ends
+ * are delivered after it is released, so a callback may issue admin commands. Admin completions
+ * and events are reaped by whoever calls into the admin queue (nvme/ctrl_events.h). The struct
+ * holds pointers into itself: keep it in place while open. Needs what nvme/dev.h needs for the
+ * path. Does not: manage namespaces or firmware itself (it notices what such commands change),
+ * keep alive, retry commands that failed with a status, or share a controller between
+ * processes (served/ does that).
  */
 #ifndef UPCIE_NVME_CTRL_H
 #define UPCIE_NVME_CTRL_H

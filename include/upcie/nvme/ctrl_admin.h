@@ -24,6 +24,31 @@
 
 #include <upcie/nvme/ctrl_regs.h>
 
+/* nvme/ctrl_ns.h: re-read the open namespaces (after a command whose effects say so). */
+static inline int upcie_nvme_ctrl_ns_revalidate(struct upcie_nvme_ctrl *c, uint32_t nsid);
+
+/*
+ * Completion of an admin command from upcie_nvme_ctrl_admin_async() or of one of the driver's
+ * Asynchronous Event Requests: recorded, under the lock of whoever reaps the admin queue, and
+ * handed on after that lock is released (upcie_nvme_ctrl_admin_deliver_()).
+ */
+static inline void upcie_nvme_admin_rec_cb_(void *ctx, const struct upcie_nvme_cqe *cqe, int err);
+
+/*
+ * Whether a completed admin command may have changed a namespace (its format, size, command set,
+ * or whether it exists): from the Commands Supported and Effects log (LBCC, NCC, NIC), read at
+ * bring-up, or, where the controller has no such log, for Format NVM, Sanitize, Namespace
+ * Management and Attachment and Firmware Commit.
+ */
+static inline bool upcie_nvme_admin_changes_ns_(const struct upcie_nvme_ctrl *c, uint8_t opc)
+{
+	if (c->effects_read)
+		return (c->effects[opc] & 1u) && (c->effects[opc] & (0x7u << 1));
+	return opc == UPCIE_NVME_ADMIN_FORMAT_NVM || opc == UPCIE_NVME_ADMIN_SANITIZE ||
+	       opc == UPCIE_NVME_ADMIN_NS_MGMT || opc == UPCIE_NVME_ADMIN_NS_ATTACH ||
+	       opc == UPCIE_NVME_ADMIN_FW_COMMIT;
+}
+
 /*
  * Submit an admin command and wait for it with the lock held. On a timeout: a dead controller
  * (all ones, CSTS.CFS) is reset at once; else the command is aborted (Abort on SQID 0) and given
@@ -145,11 +170,168 @@ static inline int upcie_nvme_ctrl_admin_locked_(struct upcie_nvme_ctrl *c,
 	return 0;
 }
 
+static inline void upcie_nvme_admin_rec_cb_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_nvme_admin_rec_ *r = (struct upcie_nvme_admin_rec_ *)ctx;
+
+	r->cqe = *cqe;
+	r->err = err;
+	r->state = UPCIE_NVME_AREC_DONE;
+}
+
+/*
+ * The records of `c` that completed, lock held: an AER's event goes to the event queue (handled
+ * by upcie_nvme_ctrl_admin_poll()), its record is freed; a caller's completion is copied into
+ * out[0..max) and its record freed. Returns how many were copied.
+ */
+static inline unsigned upcie_nvme_admin_take_locked_(struct upcie_nvme_ctrl *c,
+						     struct upcie_nvme_admin_rec_ *out,
+						     unsigned max)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; c->arec && i < c->admin_depth; i++) {
+		struct upcie_nvme_admin_rec_ *r = &c->arec[i];
+
+		if (r->state != UPCIE_NVME_AREC_DONE)
+			continue;
+		if (r->aer) {
+			c->aer_out--;
+			if (!r->err && upcie_nvme_cqe_ok(&r->cqe)) {
+				if (c->nev < UPCIE_NVME_CTRL_EVENTS)
+					c->ev_dw0[c->nev++] = r->cqe.dw0;
+				else
+					c->nev_dropped++;
+			} else if (!r->err) {
+				/* e.g. Asynchronous Event Request Limit Exceeded: not sent again */
+				UPCIE_WARN("nvme %s: Asynchronous Event Request ended with %s "
+					   "(status 0x%03x): not resubmitted",
+					   c->name,
+					   upcie_nvme_status_str(upcie_nvme_cqe_code(&r->cqe)),
+					   upcie_nvme_cqe_code(&r->cqe));
+				if (c->aer_want)
+					c->aer_want--;
+			}
+			memset(r, 0, sizeof(*r));
+			continue;
+		}
+		if (n == max)
+			continue; /* the next call takes it; the AERs are all looked at */
+		out[n++] = *r;
+		memset(r, 0, sizeof(*r));
+	}
+	return n;
+}
+
+/*
+ * Hand the completed asynchronous admin commands to their callbacks, with the lock released (a
+ * callback may submit admin commands again). Returns how many were delivered.
+ */
+static inline int upcie_nvme_ctrl_admin_deliver_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_admin_rec_ batch[16];
+	int total = 0;
+	unsigned n;
+
+	do {
+		pthread_mutex_lock(&c->lock);
+		n = upcie_nvme_admin_take_locked_(c, batch, UPCIE_ARRAY_SIZE(batch));
+		pthread_mutex_unlock(&c->lock);
+		for (unsigned i = 0; i < n; i++)
+			batch[i].cb(batch[i].ctx, &batch[i].cqe, batch[i].err);
+		total += (int)n;
+	} while (n == UPCIE_ARRAY_SIZE(batch));
+	return total;
+}
+
+/* Submit `sqe` on the admin queue to complete through a record (lock held). */
+static inline int upcie_nvme_admin_submit_rec_locked_(struct upcie_nvme_ctrl *c,
+						      struct upcie_nvme_sqe *cmd, bool aer,
+						      upcie_nvme_cpl_fn cb, void *ctx,
+						      uint16_t *cid)
+{
+	struct upcie_nvme_admin_rec_ *r = NULL;
+	uint16_t k;
+	int err;
+
+	if (c->state != UPCIE_NVME_CTRL_READY || !c->arec)
+		return -ENODEV;
+	for (uint32_t i = 0; i < c->admin_depth && !r; i++)
+		if (c->arec[i].state == UPCIE_NVME_AREC_FREE)
+			r = &c->arec[i];
+	if (!r)
+		return -EBUSY;
+	r->cb = cb;
+	r->ctx = ctx;
+	r->aer = aer;
+	r->err = 0;
+	err = upcie_nvme_qpair_submit(&c->admin, cmd, upcie_nvme_admin_rec_cb_, r, &k);
+	if (err)
+		return err;
+	r->cid = k;
+	r->state = UPCIE_NVME_AREC_PENDING;
+	if (cid)
+		*cid = k;
+	return 0;
+}
+
+/*
+ * Submit admin command `sqe` without waiting: `cb(ctx, cqe, err)` is called once when it ends,
+ * by whichever call of this controller next reaps the admin queue and releases the lock
+ * (upcie_nvme_ctrl_admin_poll(), any synchronous admin command, the event thread of
+ * upcie_nvme_ctrl_events_start(), a reset), never with a driver lock held: err 0 with the
+ * controller's status in cqe, or -ECANCELED when a reset or close ended it. Data: `nsegs`
+ * segments (PRPs) of at most two controller pages in all (no PRP list: the admin list pages
+ * belong to the synchronous path), in memory the caller keeps until the callback. No timeout:
+ * the caller decides (upcie_nvme_ctrl_abort() with the CID in *cid). Returns 0, -EBUSY (the
+ * admin queue is full), -ENODEV (not ready), -EINVAL.
+ */
+static inline int upcie_nvme_ctrl_admin_async(struct upcie_nvme_ctrl *c,
+					      const struct upcie_nvme_sqe *sqe,
+					      const struct upcie_nvme_dseg *data, unsigned nsegs,
+					      upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
+{
+	struct upcie_nvme_sqe cmd;
+	struct upcie_nvme_lists none;
+	int err;
+
+	if (!c || !c->lock_live || !sqe || !cb || (nsegs && !data))
+		return UPCIE_FAIL(-EINVAL, "nvme: admin async: controller not open, NULL command "
+					   "or callback");
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: Asynchronous Event Requests are the driver's: "
+				  "register a handler (upcie_nvme_ctrl_set_event_handler())",
+				  c->name);
+	cmd = *sqe;
+	if (nsegs) {
+		memset(&none, 0, sizeof(none));
+		none.mem = c->heap.mem;
+		err = upcie_nvme_prp_build(&cmd, data, nsegs, &c->admin_dptr, &none);
+		if (err < 0)
+			return UPCIE_FAIL(err,
+					  "nvme %s: admin async: data must fit two pages without "
+					  "a PRP list",
+					  c->name);
+	}
+	pthread_mutex_lock(&c->lock);
+	err = upcie_nvme_admin_submit_rec_locked_(c, &cmd, false, cb, ctx, cid);
+	pthread_mutex_unlock(&c->lock);
+	if (err == -ENODEV)
+		return UPCIE_FAIL(err, "nvme %s: admin async: controller not ready (state %d)",
+				  c->name, (int)c->state);
+	return err;
+}
+
 /*
  * Run admin command `sqe` (the CID is assigned here) with data in `nsegs` segments (PRPs; may be
  * NULL), waiting up to timeout_ns (0: the controller's admin timeout). The completion goes to
- * *cqe (may be NULL): on -EIO it holds the error status. Returns 0, -EIO (error status),
- * -ETIMEDOUT (aborted and cancelled), -ENODEV (controller not ready), -EINVAL (data).
+ * *cqe (may be NULL): on -EIO it holds the error status. A command that succeeded and may have
+ * changed a namespace (Format NVM, Sanitize, namespace management and attachment, firmware
+ * commit, or what the Commands Supported and Effects log says) is followed by a revalidation
+ * of the open namespaces (upcie_nvme_ctrl_ns_revalidate()). Asynchronous completions reaped
+ * meanwhile are delivered before returning. Returns 0, -EIO (error status), -ETIMEDOUT (aborted
+ * and cancelled), -ENODEV (controller not ready), -EINVAL (data).
  */
 static inline int upcie_nvme_ctrl_admin(struct upcie_nvme_ctrl *c, const struct upcie_nvme_sqe *sqe,
 					const struct upcie_nvme_dseg *data, unsigned nsegs,
@@ -159,9 +341,17 @@ static inline int upcie_nvme_ctrl_admin(struct upcie_nvme_ctrl *c, const struct 
 
 	if (!c || !c->lock_live || !sqe)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: controller not open or NULL command");
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: Asynchronous Event Requests are the driver's: "
+				  "register a handler (upcie_nvme_ctrl_set_event_handler())",
+				  c->name);
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ctrl_admin_locked_(c, sqe, data, nsegs, timeout_ns, cqe);
 	pthread_mutex_unlock(&c->lock);
+	upcie_nvme_ctrl_admin_deliver_(c);
+	if (!err && upcie_nvme_admin_changes_ns_(c, sqe->opc))
+		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
 	return err;
 }
 
@@ -181,6 +371,9 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	struct upcie_nvme_dseg seg;
 	int err;
 
+	if (c && sqe && sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+		return UPCIE_FAIL(-EINVAL, "nvme: admin: Asynchronous Event Requests are the "
+					   "driver's: register a handler");
 	if (!c || !c->lock_live || !sqe || (len && !buf) || len > UPCIE_NVME_CTRL_SCRATCH)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: bad buffer (%zu bytes, at most %zu)", len,
 				  (size_t)UPCIE_NVME_CTRL_SCRATCH);
@@ -202,6 +395,9 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	if (!err && len && dir == UPCIE_NVME_XFER_FROM_DEV)
 		memcpy(buf, c->scratch.vaddr, len);
 	pthread_mutex_unlock(&c->lock);
+	upcie_nvme_ctrl_admin_deliver_(c);
+	if (!err && upcie_nvme_admin_changes_ns_(c, sqe->opc))
+		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
 	return err;
 }
 
@@ -340,5 +536,9 @@ static inline int upcie_nvme_ctrl_abort(struct upcie_nvme_ctrl *c, uint16_t sqid
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }
+
+/* The namespace records and their revalidation, which upcie_nvme_ctrl_admin() calls (the header
+ * builds on this one). */
+#include <upcie/nvme/ctrl_ns.h>
 
 #endif /* UPCIE_NVME_CTRL_ADMIN_H */

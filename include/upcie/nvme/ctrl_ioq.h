@@ -419,13 +419,15 @@ static inline int upcie_nvme_ioq_delete_locked_(struct upcie_nvme_ioq *q)
  * controller, end whatever is still outstanding with -ECANCELED, free its memory and release
  * its identifier. A dead or stopped controller is not sent the deletes. When a delete command
  * fails, the controller is reset (the queue may still exist: its memory is free only once the
- * controller let go) and its error returned, the queue released. Call from the owner thread.
- * Returns 0, a delete command's error, or -EBUSY (the queue could not be deleted nor the
+ * controller let go) and its error returned, the queue released. The callbacks of the commands
+ * ended here run after the controller's lock is released (they may issue admin commands). Call
+ * from the owner thread. Returns 0, a delete command's error, -ENOMEM (nothing done), or -EBUSY (the queue could not be deleted nor the
  * controller stopped: the queue stays, its memory the controller's). A zeroed or deleted queue
  * is a no-op.
  */
 static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 {
+	struct upcie_nvme_defer_ d;
 	struct upcie_nvme_ctrl *c;
 	int err;
 
@@ -440,9 +442,15 @@ static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 	pthread_mutex_unlock(&c->lock);
 	if (!err && !q->ext)
 		upcie_nvme_qpair_drain(&q->qp, UPCIE_NVME_CTRL_DELETE_DRAIN);
+	memset(&d, 0, sizeof(d));
+	if (upcie_nvme_defer_reserve_(&d, upcie_nvme_defer_count_(&q->qp)))
+		return -ENOMEM; /* nothing done: the queue is as it was */
 	pthread_mutex_lock(&c->lock);
+	upcie_nvme_defer_arm_(&d, &q->qp); /* callbacks after the lock, not under it */
 	err = upcie_nvme_ioq_delete_locked_(q);
 	pthread_mutex_unlock(&c->lock);
+	upcie_nvme_defer_finish_(&d);
+	upcie_nvme_ctrl_admin_deliver_(c);
 	return err;
 }
 

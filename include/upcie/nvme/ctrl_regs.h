@@ -114,6 +114,78 @@ struct upcie_nvme_cmb_bar {
 };
 
 struct upcie_nvme_ioq;
+struct upcie_nvme_ctrl;
+
+/*
+ * An asynchronous event the controller reported (an Asynchronous Event Request completed), with
+ * the log page it names as read to clear it. Handed to the handler of
+ * upcie_nvme_ctrl_set_event_handler() after the driver's own handling.
+ */
+struct upcie_nvme_event {
+	uint32_t dw0;	    /* the AER completion's dword 0 */
+	uint8_t type;	    /* UPCIE_NVME_AE_TYPE_*: dw0 bits 2:0 */
+	uint8_t info;	    /* dw0 bits 15:8 (per type: UPCIE_NVME_AE_NOTICE_* for notices) */
+	uint8_t lid;	    /* the log page: dw0 bits 23:16 */
+	int log_err;	    /* 0: log[] holds log_len bytes of it; else reading it failed */
+	size_t log_len;	    /* bytes in log[] */
+	const uint8_t *log; /* the log page's first log_len bytes; valid during the call */
+	uint32_t nchanged;  /* namespace attribute notice: NSIDs revalidated */
+	bool fw_paused;	    /* firmware activation: CSTS.PP was seen set */
+	int fw_err;	    /* ... 0: CSTS.PP cleared in time; -ETIMEDOUT: not within MTFA */
+};
+
+/* Called once per event, without a lock held; may issue admin commands. */
+typedef void (*upcie_nvme_event_fn)(void *ctx, struct upcie_nvme_ctrl *c,
+				    const struct upcie_nvme_event *ev);
+
+/* Asynchronous Event Requests kept outstanding: min(AERL + 1, this). */
+#define UPCIE_NVME_CTRL_AERS 4u
+/* Events read and handed on per upcie_nvme_ctrl_admin_poll() call, at most. */
+#define UPCIE_NVME_CTRL_EVENTS 16u
+/* An admin command submitted by upcie_nvme_ctrl_admin_async() (or an AER of the driver's). */
+struct upcie_nvme_admin_rec_ {
+	upcie_nvme_cpl_fn cb;
+	void *ctx;
+	struct upcie_nvme_cqe cqe;
+	int err;
+	uint16_t cid;
+	uint8_t state; /* UPCIE_NVME_AREC_* */
+	bool aer;      /* one of the driver's Asynchronous Event Requests */
+};
+#define UPCIE_NVME_AREC_FREE	0
+#define UPCIE_NVME_AREC_PENDING 1
+#define UPCIE_NVME_AREC_DONE	2
+
+/* A namespace as the controller last saw it (nvme/ctrl_ns.h); owned by the controller. */
+struct upcie_nvme_ns_rec_ {
+	uint32_t nsid;
+	uint32_t gen; /* advanced whenever what follows changed, or the namespace went */
+	bool gone;    /* not active any more (detached, deleted) */
+	uint64_t nsze;
+	uint32_t lba_bytes, ms;
+	uint8_t lbaf, dps, csi;
+	bool ext;
+	uint64_t zone_blocks;
+};
+
+/*
+ * A completion whose callback is delivered once the controller's lock is released
+ * (upcie_nvme_defer_*_()): the driver's stop paths (reset, delete, close) end commands with the
+ * lock held and hand the callbacks on afterwards, so a callback can use the controller.
+ */
+struct upcie_nvme_defer_ent_ {
+	upcie_nvme_cpl_fn cb;
+	void *ctx;
+	struct upcie_nvme_qpair *qp;
+	uint32_t slot;
+	int err;
+	uint8_t state; /* 1: armed (outstanding), 2: ended, waiting for delivery */
+	struct upcie_nvme_cqe cqe;
+};
+struct upcie_nvme_defer_ {
+	struct upcie_nvme_defer_ent_ *e;
+	uint32_t n, cap;
+};
 
 struct upcie_nvme_ctrl {
 	struct upcie_nvme_qpair admin; /* polled with `lock` held */
@@ -139,7 +211,8 @@ struct upcie_nvme_ctrl {
 	 * or an escalation, cleared when it is enabled again. Under `lock`.
 	 */
 	bool stopped;
-	bool gone; /* registers read all ones */
+	bool gone;   /* registers read all ones */
+	bool bm_off; /* halt turned bus mastering off (the controller did not disable) */
 	/* from Identify Controller */
 	struct upcie_nvme_id_ctrl id;
 	char sn[21], mn[41], fr[9]; /* trimmed copies, unprintable bytes as '?' */
@@ -167,7 +240,129 @@ struct upcie_nvme_ctrl {
 	struct upcie_nvme_dev dev;
 	pthread_mutex_t lock;
 	bool lock_live;
+	/* asynchronous admin commands and events (nvme/ctrl_events.h); under `lock` */
+	struct upcie_nvme_admin_rec_ *arec; /* admin_depth records */
+	uint32_t aer_want;		    /* AERs to keep outstanding: min(AERL + 1, 4) */
+	uint32_t aer_out;		    /* outstanding now */
+	uint32_t aen_config;		    /* Asynchronous Event Configuration set (0: none) */
+	uint32_t ev_dw0[UPCIE_NVME_CTRL_EVENTS]; /* events completed, not yet handled */
+	uint32_t nev;
+	uint64_t nevents, nev_dropped; /* events handled; lost (queue of events full) */
+	upcie_nvme_event_fn ev_fn;
+	void *ev_ctx;
+	pthread_t ev_thread; /* upcie_nvme_ctrl_events_start() */
+	pthread_cond_t ev_cond;
+	bool ev_live, ev_stop;
+	uint64_t ev_interval_ns;
+	uint32_t effects[256]; /* Commands Supported and Effects, admin opcodes (0: not read) */
+	bool effects_read;
+	/* namespaces seen by upcie_nvme_ns_open(), for revalidation (nvme/ctrl_ns.h) */
+	struct upcie_nvme_ns_rec_ **nsrec;
+	uint32_t nnsrec, nsrec_cap;
+	uint64_t nrevalidated; /* namespaces found changed or gone */
 };
+
+/* The deferred completion's recorder (the slot's callback while armed). */
+static inline void upcie_nvme_defer_cb_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_nvme_defer_ent_ *e = (struct upcie_nvme_defer_ent_ *)ctx;
+
+	e->cqe = *cqe;
+	e->err = err;
+	e->state = 2;
+}
+
+/* Outstanding commands of `qp` with a callback (what upcie_nvme_defer_arm_() takes). */
+static inline uint32_t upcie_nvme_defer_count_(const struct upcie_nvme_qpair *qp)
+{
+	uint32_t n = 0;
+
+	for (uint32_t c = 0; qp->slots && c < qp->ncids; c++)
+		n += upcie_nvme_qpair_tag_outstanding_(qp->slots[c].tag) &&
+		     !(qp->slots[c].tag & UPCIE_NVME_CID_NOCB_);
+	return n;
+}
+
+/* Room for `n` deferred completions more. Returns 0 or -ENOMEM (nothing changed). */
+static inline int upcie_nvme_defer_reserve_(struct upcie_nvme_defer_ *d, uint32_t n)
+{
+	struct upcie_nvme_defer_ent_ *e;
+
+	if (d->n + n <= d->cap)
+		return 0;
+	if (d->n)
+		return -ENOMEM; /* armed entries are pointed at: never moved */
+	e = (struct upcie_nvme_defer_ent_ *)calloc(n ? n : 1, sizeof(*e));
+	if (!e)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory for %u completions", n);
+	free(d->e);
+	d->e = e;
+	d->cap = n ? n : 1;
+	return 0;
+}
+
+/*
+ * Point every outstanding command of `qp` that has a callback at a recorder: whatever ends it
+ * now (reap, stop, fini) records the completion instead of calling back. Lock held; the room was
+ * reserved (upcie_nvme_defer_reserve_()).
+ */
+static inline void upcie_nvme_defer_arm_(struct upcie_nvme_defer_ *d, struct upcie_nvme_qpair *qp)
+{
+	for (uint32_t c = 0; qp->slots && c < qp->ncids && d->n < d->cap; c++) {
+		struct upcie_nvme_cid_slot *s = &qp->slots[c];
+		struct upcie_nvme_defer_ent_ *e;
+
+		if (!upcie_nvme_qpair_tag_outstanding_(s->tag) || (s->tag & UPCIE_NVME_CID_NOCB_) ||
+		    s->cb == upcie_nvme_defer_cb_)
+			continue;
+		e = &d->e[d->n++];
+		e->cb = s->cb;
+		e->ctx = s->ctx;
+		e->qp = qp;
+		e->slot = c;
+		e->err = 0;
+		e->state = 1;
+		s->cb = upcie_nvme_defer_cb_;
+		s->ctx = e;
+	}
+}
+
+/*
+ * Lock released: commands still outstanding get their own callbacks back, then the recorded
+ * completions are delivered, each once, in the order of the queues and CIDs. Callbacks may use
+ * the controller (admin commands, submissions on live queues, even a reset: it defers its own).
+ * Returns the number delivered.
+ */
+static inline int upcie_nvme_defer_finish_(struct upcie_nvme_defer_ *d)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < d->n; i++) {
+		struct upcie_nvme_defer_ent_ *e = &d->e[i];
+		struct upcie_nvme_cid_slot *s;
+
+		if (e->state != 1 || !e->qp->slots)
+			continue;
+		s = &e->qp->slots[e->slot];
+		if (s->cb == upcie_nvme_defer_cb_ && s->ctx == e) {
+			s->cb = e->cb;
+			s->ctx = e->ctx;
+		}
+		e->state = 0;
+	}
+	for (uint32_t i = 0; i < d->n; i++) {
+		struct upcie_nvme_defer_ent_ e = d->e[i];
+
+		if (e.state != 2)
+			continue;
+		d->e[i].state = 0;
+		e.cb(e.ctx, &e.cqe, e.err);
+		n++;
+	}
+	free(d->e);
+	memset(d, 0, sizeof(*d));
+	return n;
+}
 
 struct upcie_nvme_ioq_opts {
 	uint32_t depth;		    /* SQ and CQ entries, 2..CAP.MQES + 1; 0: min(256, MQES + 1) */
@@ -353,7 +548,12 @@ static inline int upcie_nvme_ctrl_dead_(struct upcie_nvme_ctrl *c)
 
 /*
  * Make the controller let go of all host memory: reset it (CC.EN = 0), or, if it does not even
- * do that and we hold the PCI function, turn its bus mastering off. Then the admin commands
+ * do that and we hold the PCI function, turn its bus mastering off. One rule for that fallback
+ * everywhere: with bus mastering off the function cannot reach host memory, so it counts as
+ * stopped (commands end, their memory goes back) for as long as bus mastering stays off; it is
+ * turned on again only once the controller is disabled (upcie_nvme_ctrl_reset(): disable, else a
+ * function reset, as at open), and close keeps the host memory of a controller that never
+ * disabled (whoever turns bus mastering on next could let it resume). Then the admin commands
  * still outstanding end with -ECANCELED; the I/O queues' owners end theirs (their waits see
  * c->stopped), and upcie_nvme_ctrl_reset() brings the controller back. Lock held. Returns 0 when
  * the controller has let go (c->stopped), else the disable's error.
@@ -373,6 +573,7 @@ static inline int upcie_nvme_ctrl_halt_locked_(struct upcie_nvme_ctrl *c)
 	if (err && c->dev.open && !upcie_nvme_dev_bus_master(&c->dev, false)) {
 		UPCIE_ERR("nvme %s: not disabled: bus mastering turned off instead", c->name);
 		c->stopped = true;
+		c->bm_off = true;
 		err = 0;
 	}
 	if (!c->stopped)

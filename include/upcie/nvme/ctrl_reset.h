@@ -143,8 +143,10 @@ static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
  * every command still in flight on the admin and I/O queues ends with -ECANCELED; the admin queue
  * is set up again, the controller enabled, Set Features Number of Queues repeated, and every I/O
  * queue recreated in place with its identifier, depth, memory and interrupt vector: the callers'
- * ioq structs stay valid and usable. Commands that callbacks submit during the reset are kept and
- * run on the recreated queue (or end with -ECANCELED if it cannot be recreated). Works from any
+ * ioq structs stay valid and usable. The callbacks of the commands that ended run after all that,
+ * with no lock held, once the open namespaces were revalidated (a namespace that changed refuses
+ * I/O with -ESTALE from then on: nvme/ctrl_ns.h) and the Asynchronous Event Requests sent again:
+ * a callback may issue admin commands and submit on the recreated queues. Works from any
  * state, also after a shutdown, a fatal status or an escalation. A controller that cannot be
  * disabled (CSTS.RDY stays 1) keeps its commands (they end with it: close); one that is gone
  * ends them all. No other thread may use the queues meanwhile. Returns 0 or the first error
@@ -152,23 +154,52 @@ static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
  */
 static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 {
+	struct upcie_nvme_defer_ d;
+	uint32_t n = 0;
 	int err;
 
 	if (!c || !c->lock_live)
 		return UPCIE_FAIL(-EINVAL, "nvme: reset: controller not open");
+	memset(&d, 0, sizeof(d));
 	pthread_mutex_lock(&c->lock);
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+		if (c->ioqs[q])
+			n += upcie_nvme_defer_count_(&c->ioqs[q]->qp);
+	if (upcie_nvme_defer_reserve_(&d, n)) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOMEM; /* nothing done */
+	}
+	/* the callbacks of what ends here run after the lock, once the queues are back */
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+		if (c->ioqs[q])
+			upcie_nvme_defer_arm_(&d, &c->ioqs[q]->qp);
 	err = upcie_nvme_ctrl_halt_locked_(c);
 	if (err) {
 		c->state = UPCIE_NVME_CTRL_FAILED;
 		pthread_mutex_unlock(&c->lock);
+		upcie_nvme_defer_finish_(&d); /* nothing ended: the callbacks go back */
 		return UPCIE_FAIL(err, "nvme %s: reset failed: the controller did not stop",
 				  c->name);
 	}
-	/* it let go: end what it held, keep what the callbacks submit meanwhile */
+	/* it let go: end what it held */
 	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
 		if (c->ioqs[q])
 			upcie_nvme_qpair_stop(&c->ioqs[q]->qp, !c->gone);
-	err = c->gone ? -ENODEV : upcie_nvme_ctrl_enable_(c);
+	upcie_nvme_admin_take_locked_(c, NULL, 0); /* the AERs the halt ended */
+	if (!c->gone && c->bm_off) {
+		/* bus mastering back on only for a disabled controller (as at open) */
+		err = upcie_nvme_ctrl_quiesce_(c);
+		if (!err)
+			err = upcie_nvme_dev_bus_master(&c->dev, true);
+		if (!err)
+			c->bm_off = false;
+		else
+			UPCIE_ERR("nvme %s: reset: the controller does not disable: bus mastering "
+				  "stays off",
+				  c->name);
+	}
+	if (!err)
+		err = c->gone ? -ENODEV : upcie_nvme_ctrl_enable_(c);
 	if (!err)
 		err = upcie_nvme_ctrl_set_queues_locked_(c);
 	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++) {
@@ -204,7 +235,16 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 		/* the queue is not back: what was kept for it ends here */
 		upcie_nvme_qpair_stop(&io->qp, false);
 	}
+	if (!err) {
+		c->aer_out = 0;
+		upcie_nvme_ctrl_aer_fill_locked_(c);
+	}
 	pthread_mutex_unlock(&c->lock);
+	/* the namespaces first: a callback that submits again must meet their new geometry */
+	if (!err)
+		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
+	upcie_nvme_defer_finish_(&d);
+	upcie_nvme_ctrl_admin_deliver_(c);
 	if (err)
 		return UPCIE_FAIL(err, "nvme %s: reset failed", c->name);
 	return 0;
@@ -217,8 +257,10 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
  * on PCIe the link retrains meanwhile) and brought back as upcie_nvme_ctrl_reset() does, I/O
  * queues included; CSTS.NSSRO, which the subsystem reset sets, is acknowledged on the way
  * (c->nssr_seen counts it). Other controllers of the subsystem, in other processes, are reset
- * too: theirs to recover. No other thread may use the queues meanwhile. Returns 0, -EOPNOTSUPP
- * (CAP.NSSRS clear), -ENODEV (the function did not come back within CAP.TO), or the reset's
+ * too: theirs to recover. Only for controllers given by upcie_nvme_ctrl_init() (a transport
+ * whose link survives it): on a PCI function upcie opened it is refused, since on PCIe the link
+ * goes down and the function's configuration space comes back reset. No other thread may use
+ * the queues meanwhile. Returns 0, -EOPNOTSUPP (CAP.NSSRS clear, or a PCI function), -ENODEV (the function did not come back within CAP.TO), or the reset's
  * error.
  */
 static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
@@ -230,6 +272,13 @@ static inline int upcie_nvme_ctrl_subsystem_reset(struct upcie_nvme_ctrl *c)
 		return UPCIE_FAIL(-EINVAL, "nvme: subsystem reset: controller not open");
 	if (!upcie_nvme_cap_nssrs(c->cap))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: no NVM subsystem reset (CAP.NSSRS 0)",
+				  c->name);
+	if (c->dev.open)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: an NVM subsystem reset on PCIe takes the link down and "
+				  "resets the function's configuration space (BARs, memory space, "
+				  "bus mastering), which upcie does not restore: refused (a "
+				  "controller reset, upcie_nvme_ctrl_reset(), recovers without it)",
 				  c->name);
 	pthread_mutex_lock(&c->lock);
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_NSSR, UPCIE_NVME_NSSR_RESET);
@@ -273,8 +322,21 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 	if (!c)
 		return 0;
 	if (c->lock_live) {
+		struct upcie_nvme_defer_ d;
+		uint32_t n = 0;
+
+		upcie_nvme_ctrl_events_stop(c);
 		eflush = upcie_nvme_ctrl_flush_(c);
+		memset(&d, 0, sizeof(d));
 		pthread_mutex_lock(&c->lock);
+		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+			if (c->ioqs[q])
+				n += upcie_nvme_defer_count_(&c->ioqs[q]->qp);
+		/* no memory for it: the callbacks run under the lock, as they must end */
+		if (!upcie_nvme_defer_reserve_(&d, n))
+			for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+				if (c->ioqs[q])
+					upcie_nvme_defer_arm_(&d, &c->ioqs[q]->qp);
 		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
 			if (c->ioqs[q] && upcie_nvme_ioq_delete_locked_(c->ioqs[q]) == -EBUSY)
 				upcie_nvme_ioq_release_(c->ioqs[q], false);
@@ -299,10 +361,14 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 			}
 		}
 		pthread_mutex_unlock(&c->lock);
+		upcie_nvme_defer_finish_(&d);
+		upcie_nvme_ctrl_admin_deliver_(c);
 		pthread_mutex_destroy(&c->lock);
 		if (!err)
 			err = eflush;
 	}
+	free(c->arec);
+	upcie_nvme_ns_recs_free_(c);
 	/* no DMA from here on, before any memory goes back */
 	if (c->dev.open && upcie_nvme_dev_bus_master(&c->dev, false))
 		UPCIE_ERR("nvme %s: bus mastering could not be turned off", c->name);

@@ -18,7 +18,7 @@
 #ifndef UPCIE_NVME_CTRL_SETUP_H
 #define UPCIE_NVME_CTRL_SETUP_H
 
-#include <upcie/nvme/ctrl_admin.h>
+#include <upcie/nvme/ctrl_events.h>
 
 /* A device-written Identify field out of range: logged, counted in c->nbad_id. */
 UPCIE_PRINTF(2, 3)
@@ -227,6 +227,7 @@ static inline int upcie_nvme_ctrl_setup_(struct upcie_nvme_ctrl *c,
 		if (err)
 			return err;
 	}
+	upcie_nvme_ctrl_events_setup_(c);
 	UPCIE_DBG("nvme %s: ready: %s %s %s, VS %u.%u, MDTS %" PRIu64 " B, %u I/O queues, SGL %d",
 		  c->name, c->mn, c->sn, c->fr, upcie_nvme_vs_mjr(c->vs), upcie_nvme_vs_mnr(c->vs),
 		  c->max_xfer, c->nqueues, c->sgl);

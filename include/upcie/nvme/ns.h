@@ -49,6 +49,7 @@
 #include <upcie/mem/dmamem.h>
 #include <upcie/nvme/cmd.h>
 #include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/ctrl_ns.h>
 #include <upcie/nvme/dptr.h>
 #include <upcie/nvme/prp.h>
 #include <upcie/nvme/qpair.h>
@@ -57,29 +58,6 @@
 
 /* Default timeout of the synchronous helpers. */
 #define UPCIE_NVME_IO_TIMEOUT (30 * UPCIE_NSEC_PER_SEC)
-
-struct upcie_nvme_ns {
-	struct upcie_nvme_ctrl *ctrl;
-	uint32_t nsid;
-	uint64_t nsze;	      /* size in logical blocks */
-	uint64_t ncap;	      /* capacity in logical blocks */
-	uint32_t lba_bytes;   /* data bytes per logical block */
-	uint32_t ms;	      /* metadata bytes per logical block */
-	bool ext;	      /* metadata interleaved with the data (extended LBA) */
-	uint32_t block_bytes; /* bytes per block in a data buffer: lba_bytes (+ ms when ext and
-				 the metadata travels, see pract) */
-	uint8_t block_shift;  /* log2(block_bytes) when a power of two, else 0 */
-	uint8_t lbaf;	      /* LBA format index in use */
-	uint8_t dps;	      /* end-to-end protection settings */
-	uint8_t pi;	      /* protection information type 1..3 (DPS), 0: none */
-	bool pract;	      /* PI is all the metadata (ms 8): the controller inserts and strips
-				 it (PRACT), no metadata buffer, block_bytes = lba_bytes */
-	uint8_t csi;	      /* I/O command set: UPCIE_NVME_CSI_NVM or UPCIE_NVME_CSI_ZNS */
-	bool zoned;	      /* Zoned Namespace: writes only at a zone's write pointer */
-	uint64_t zone_blocks; /* zoned: logical blocks per zone */
-	uint32_t prinfo;      /* PRINFO bits upcie sets on Read/Write/Compare without md */
-	bool slow;	      /* needs the general I/O path (metadata buffer, PI, zones) */
-};
 
 struct upcie_nvme_req;
 typedef void (*upcie_nvme_req_fn)(struct upcie_nvme_req *req);
@@ -107,223 +85,43 @@ struct upcie_nvme_io {
 			   keeps the zone semantics (plain Writes to zoned namespaces are refused) */
 };
 
-/* Largest logical block upcie accepts (LBADS 24); formats beyond are refused as absurd. */
-#define UPCIE_NVME_LBA_SHIFT_MAX 24
-
-/* An absurd Identify Namespace field: logged (an error when refused), counted in *nbad. */
-UPCIE_PRINTF(4, 5)
-static inline void upcie_nvme_ns_bad_(uint32_t *nbad, uint32_t nsid, bool refused, const char *fmt,
-				      ...)
-{
-	char msg[192];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (nbad)
-		(*nbad)++;
-	upcie_log(refused ? UPCIE_LOG_ERROR : UPCIE_LOG_WARN,
-		  "nvme: namespace %u: Identify reports %s%s", nsid, msg,
-		  refused ? ": refused" : "");
-}
-
-/*
- * Fill `ns` (nsid, sizes, LBA format, metadata, protection information) from Identify
- * Namespace data `id` as the device wrote it; ctrl, csi and the zone fields are left to the
- * caller. Every field is checked before use: NLBAF above 63 is clamped, NCAP above NSZE is
- * clamped to it; an FLBAS index beyond NLBAF, an LBA size outside 512 B..16 MiB, a size whose
- * bytes overflow 64 bits, an unknown PI type or PI without room for it are refused. Each such
- * value is logged and counted in *nbad (may be NULL). Returns 0; -ENODEV for an inactive
- * namespace (NSZE 0); -EINVAL for data upcie refuses.
- */
-static inline int upcie_nvme_ns_parse(struct upcie_nvme_ns *ns, const struct upcie_nvme_id_ns *id,
-				      uint32_t nsid, uint32_t *nbad)
-{
-	struct upcie_nvme_id_ns v;
-	const struct upcie_nvme_lbaf *f;
-	unsigned idx;
-
-	memset(ns, 0, sizeof(*ns));
-	if (!id->nsze)
-		return -ENODEV;
-	v.nlbaf = id->nlbaf;
-	v.flbas = id->flbas;
-	if (v.nlbaf > 63) {
-		upcie_nvme_ns_bad_(nbad, nsid, false, "NLBAF %u (at most 63, 64 formats); clamped",
-				   v.nlbaf);
-		v.nlbaf = 63;
-	}
-	idx = upcie_nvme_id_ns_lbaf_index(&v);
-	if (idx > v.nlbaf) {
-		upcie_nvme_ns_bad_(nbad, nsid, true, "LBA format %u in use beyond the %u formats",
-				   idx, v.nlbaf + 1u);
-		return -EINVAL;
-	}
-	f = &id->lbaf[idx];
-	if (f->lbads < 9 || f->lbads > UPCIE_NVME_LBA_SHIFT_MAX) {
-		upcie_nvme_ns_bad_(nbad, nsid, true,
-				   "LBA format %u with LBADS %u (512 B..16 MiB usable)", idx,
-				   f->lbads);
-		return -EINVAL;
-	}
-	ns->nsid = nsid;
-	ns->lbaf = (uint8_t)idx;
-	ns->lba_bytes = UINT32_C(1) << f->lbads;
-	ns->ms = f->ms;
-	ns->ext = ns->ms && upcie_nvme_id_ns_extended_lba(&v);
-	ns->nsze = id->nsze;
-	ns->ncap = id->ncap;
-	if (ns->ncap > ns->nsze) {
-		upcie_nvme_ns_bad_(nbad, nsid, false,
-				   "NCAP %" PRIu64 " above NSZE %" PRIu64 "; clamped", ns->ncap,
-				   ns->nsze);
-		ns->ncap = ns->nsze;
-	}
-	if (ns->nsze > UINT64_MAX / (ns->lba_bytes + ns->ms)) {
-		upcie_nvme_ns_bad_(nbad, nsid, true,
-				   "NSZE %" PRIu64 " of %u-byte blocks: beyond 2^64 bytes",
-				   ns->nsze, ns->lba_bytes + ns->ms);
-		memset(ns, 0, sizeof(*ns));
-		return -EINVAL;
-	}
-	ns->dps = id->dps;
-	ns->pi = id->dps & UPCIE_NVME_DPS_PIT_MASK;
-	if (ns->pi > UPCIE_NVME_DPS_PIT_3 || (ns->pi && ns->ms < UPCIE_NVME_PI_BYTES)) {
-		upcie_nvme_ns_bad_(nbad, nsid, true, "protection type %u with %u bytes of metadata",
-				   ns->pi, ns->ms);
-		memset(ns, 0, sizeof(*ns));
-		return -EINVAL;
-	}
-	if (ns->pi && ns->ms == UPCIE_NVME_PI_BYTES) {
-		/* the metadata is the PI alone: let the controller make and check it */
-		ns->pract = true;
-		ns->prinfo = UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD;
-		if (ns->pi != UPCIE_NVME_DPS_PIT_3)
-			ns->prinfo |= UPCIE_NVME_RW_PRCHK_REF;
-	}
-	ns->block_bytes = ns->lba_bytes + (ns->ext && !ns->pract ? ns->ms : 0);
-	ns->block_shift = upcie_is_pow2(ns->block_bytes) ? (uint8_t)upcie_log2(ns->block_bytes) : 0;
-	ns->csi = UPCIE_NVME_CSI_NVM;
-	ns->slow = (ns->ms && !ns->ext) || ns->pi;
-	return 0;
-}
-
-/*
- * The I/O command set of namespace `ns` (and its zone size when zoned). With CC.CSS = NVM only
- * NVM namespaces are active, so there is nothing to ask; otherwise the Namespace
- * Identification Descriptor list says (CNS 03h), and a zoned namespace's I/O command set
- * specific Identify (CNS 05h) gives the zone size of the LBA format in use.
- */
-static inline int upcie_nvme_ns_csi_(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c)
-{
-	struct upcie_nvme_id_ns_zns *z;
-	uint8_t csi = UPCIE_NVME_CSI_NVM;
-	int err;
-
-	if (upcie_nvme_cc_css(c->cc) != UPCIE_NVME_CC_CSS_IOCS)
-		return 0;
-	z = (struct upcie_nvme_id_ns_zns *)malloc(sizeof(*z));
-	if (!z)
-		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
-	err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS_DESC_LIST, ns->nsid, z);
-	if (!err) {
-		err = upcie_nvme_ns_desc_csi(z, sizeof(*z), &csi);
-		if (err == -EPROTO) {
-			pthread_mutex_lock(&c->lock);
-			upcie_nvme_ns_bad_(&c->nbad_id, ns->nsid, true,
-					   "a malformed Namespace Identification Descriptor list");
-			pthread_mutex_unlock(&c->lock);
-			err = UPCIE_FAIL(-EPROTO,
-					 "nvme %s: namespace %u: its I/O command set is unknown",
-					 c->name, ns->nsid);
-			goto out;
-		}
-		err = 0; /* -ENOENT: no CSI descriptor, an NVM namespace */
-	} else if (err == -EIO) {
-		err = 0; /* CNS 03h not supported (before NVMe 1.3): NVM */
-	}
-	if (err)
-		goto out;
-	ns->csi = csi;
-	if (csi == UPCIE_NVME_CSI_NVM)
-		goto out;
-	if (csi != UPCIE_NVME_CSI_ZNS) {
-		err = UPCIE_FAIL(-EOPNOTSUPP,
-				 "nvme %s: namespace %u uses I/O command set %u, which upcie does "
-				 "not drive",
-				 c->name, ns->nsid, csi);
-		goto out;
-	}
-	err =
-	    upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_NS, ns->nsid, UPCIE_NVME_CSI_ZNS, z);
-	if (err) {
-		err = UPCIE_FAIL(err, "nvme %s: namespace %u: zoned Identify Namespace failed",
-				 c->name, ns->nsid);
-		goto out;
-	}
-	ns->zone_blocks = z->lbafe[ns->lbaf].zsze;
-	if (!ns->zone_blocks || ns->zone_blocks > ns->nsze) {
-		pthread_mutex_lock(&c->lock);
-		upcie_nvme_ns_bad_(&c->nbad_id, ns->nsid, true,
-				   "a zone size of %" PRIu64 " blocks (namespace: %" PRIu64 ")",
-				   ns->zone_blocks, ns->nsze);
-		pthread_mutex_unlock(&c->lock);
-		err = -EINVAL;
-		goto out;
-	}
-	ns->zoned = true;
-	ns->slow = true;
-out:
-	free(z);
-	return err;
-}
-
 /*
  * Identify namespace `nsid` of `c` into `ns`: sizes and LBA format (upcie_nvme_ns_parse()),
- * then its I/O command set (zoned namespaces: the zone size). Returns 0; -ENODEV when the
- * namespace is not active (size 0); -EINVAL when its Identify data is unusable (logged, counted
- * in c->nbad_id); -EOPNOTSUPP for an I/O command set upcie does not drive; -EIO with the status
- * logged (for example Invalid Namespace). `ns` is zeroed on failure.
+ * then its I/O command set (zoned namespaces: the zone size); the controller records what it
+ * saw, so that a later change of the namespace makes this handle refuse I/O (-ESTALE, -ENODEV:
+ * nvme/ctrl_ns.h). Returns 0; -ENODEV when the namespace is not active (size 0); -EINVAL when
+ * its Identify data is unusable (logged, counted in c->nbad_id); -EOPNOTSUPP for an I/O command
+ * set upcie does not drive; -EIO with the status logged (for example Invalid Namespace);
+ * -ENOMEM. `ns` is zeroed on failure.
  */
 static inline int upcie_nvme_ns_open(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c,
 				     uint32_t nsid)
 {
-	struct upcie_nvme_id_ns *id;
-	uint32_t nbad = 0;
+	struct upcie_nvme_ns_rec_ *r;
 	int err;
 
 	if (!ns)
 		return UPCIE_FAIL(-EINVAL, "nvme: ns open: NULL namespace");
 	memset(ns, 0, sizeof(*ns));
-	if (!c || !nsid || nsid == UPCIE_NVME_NSID_ALL)
+	if (!c || !c->lock_live || !nsid || nsid == UPCIE_NVME_NSID_ALL)
 		return UPCIE_FAIL(-EINVAL, "nvme: ns open: no controller or NSID %u", nsid);
-	id = (struct upcie_nvme_id_ns *)malloc(sizeof(*id));
-	if (!id)
-		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
-	err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_NS, nsid, id);
+	err = upcie_nvme_ns_read_(ns, c, nsid);
 	if (err)
-		goto out;
-	err = upcie_nvme_ns_parse(ns, id, nsid, &nbad);
-	if (nbad) {
-		pthread_mutex_lock(&c->lock);
-		c->nbad_id += nbad;
-		pthread_mutex_unlock(&c->lock);
+		return err;
+	pthread_mutex_lock(&c->lock);
+	r = upcie_nvme_ns_rec_get_locked_(c, nsid);
+	if (r) {
+		/* what was just read is the newest word on the namespace */
+		upcie_nvme_ns_rec_take_locked_(r, ns);
+		ns->rec = r;
+		ns->gen = r->gen;
 	}
-	if (err == -ENODEV)
-		err = UPCIE_FAIL(-ENODEV, "nvme %s: namespace %u is not active", c->name, nsid);
-	else if (err)
-		err = UPCIE_FAIL(err, "nvme %s: namespace %u: unusable Identify Namespace data",
-				 c->name, nsid);
-	if (err)
-		goto out;
-	ns->ctrl = c;
-	err = upcie_nvme_ns_csi_(ns, c);
-out:
-	free(id);
-	if (err)
+	pthread_mutex_unlock(&c->lock);
+	if (!r) {
 		memset(ns, 0, sizeof(*ns));
-	return err;
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	}
+	return 0;
 }
 
 /* Nothing to release; zeroes `ns`. */
@@ -564,6 +362,9 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 
 	if (!q || !q->live || !ns || !ns->ctrl || !io || !r)
 		return UPCIE_FAIL(-EINVAL, "nvme: I/O: queue not live or NULL argument");
+	err = upcie_nvme_ns_check_(ns); /* never with a geometry the namespace lost */
+	if (UPCIE_UNLIKELY(err))
+		return err;
 	/* the hot path: one segment, one command, power-of-two blocks, no division */
 	if (io->nsegs == 1 && io->segs && ns->block_shift && !wait_ns && !q->sgl && !ns->slow &&
 	    io->opc != UPCIE_NVME_NVM_COMPARE && io->segs[0].len &&
@@ -700,8 +501,13 @@ static inline int upcie_nvme_ioq_flush(struct upcie_nvme_ioq *q, const struct up
 {
 	struct upcie_nvme_sqe sqe;
 
+	int err;
+
 	if (!ns)
 		return UPCIE_FAIL(-EINVAL, "nvme: flush: NULL namespace");
+	err = upcie_nvme_ns_check_(ns);
+	if (err)
+		return err;
 	upcie_nvme_cmd_flush(&sqe, ns->nsid);
 	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
 }
@@ -717,6 +523,9 @@ static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
 
 	if (!ns || !ns->ctrl)
 		return UPCIE_FAIL(-EINVAL, "nvme: write zeroes: NULL namespace");
+	err = upcie_nvme_ns_check_(ns);
+	if (err)
+		return err;
 	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_WRITE_ZEROES))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Write Zeroes not supported (ONCS)",
 				  ns->ctrl->name);
@@ -751,6 +560,9 @@ static inline int upcie_nvme_ioq_dsm(struct upcie_nvme_ioq *q, const struct upci
 
 	if (!ns || !ns->ctrl)
 		return UPCIE_FAIL(-EINVAL, "nvme: dsm: NULL namespace");
+	err = upcie_nvme_ns_check_(ns);
+	if (err)
+		return err;
 	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_DSM))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Dataset Management not supported (ONCS)",
 				  ns->ctrl->name);

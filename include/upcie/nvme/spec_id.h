@@ -66,6 +66,26 @@
 #define UPCIE_NVME_FEAT_SEL_CAPS    3
 
 /* Log page identifiers. */
+/* Asynchronous event types (AER completion dw0 bits 2:0) and notice kinds (bits 15:8). */
+#define UPCIE_NVME_AE_TYPE_ERROR	 0u
+#define UPCIE_NVME_AE_TYPE_SMART	 1u
+#define UPCIE_NVME_AE_TYPE_NOTICE	 2u
+#define UPCIE_NVME_AE_TYPE_IMMEDIATE	 3u
+#define UPCIE_NVME_AE_TYPE_IOCS		 6u
+#define UPCIE_NVME_AE_TYPE_VENDOR	 7u
+#define UPCIE_NVME_AE_NOTICE_NS_CHANGED	 0x00u
+#define UPCIE_NVME_AE_NOTICE_FW_ACTIVATE 0x01u
+#define UPCIE_NVME_AE_NOTICE_TELEMETRY	 0x02u
+#define UPCIE_NVME_AE_NOTICE_ANA	 0x03u
+/* Asynchronous Event Configuration (Set Features 0Bh) bits upcie turns on where OAES has them:
+ * SMART critical warnings (bits 7:0), namespace attribute (8) and firmware activation (9)
+ * notices. */
+#define UPCIE_NVME_AEC_SMART_ALL   0xffu
+#define UPCIE_NVME_AEC_NS_ATTR	   (1u << 8)
+#define UPCIE_NVME_AEC_FW_ACTIVATE (1u << 9)
+/* CSTS.PP: processing paused (firmware activation). */
+#define UPCIE_NVME_CSTS_PP (UINT32_C(1) << 5)
+
 #define UPCIE_NVME_LOG_ERROR	   0x01
 #define UPCIE_NVME_LOG_SMART	   0x02
 #define UPCIE_NVME_LOG_FW_SLOT	   0x03

@@ -1,0 +1,505 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The controller changing beneath the driver, against the controller model: namespace geometry
+ * that changes (a reformat, a Format NVM through the driver, a detached namespace) and what
+ * revalidation does to open handles; asynchronous events (AERs kept outstanding, the log page
+ * read to unmask, SMART on a temperature threshold, namespace attribute notices); asynchronous
+ * admin commands; and callbacks that use the controller while a reset or a queue deletion ends
+ * their commands.
+ */
+#include <upcie/nvme/ctrl.h>
+#include <upcie/nvme/ns.h>
+
+#include "check.h"
+#include "nvme_ctrl_rig.h"
+
+#define KiB 1024u
+
+static bool until_true(bool (*f)(struct rig *), struct rig *r, uint64_t ns)
+{
+	uint64_t t0 = upcie_time_ns();
+
+	while (!f(r)) {
+		if (upcie_time_ns() - t0 > ns)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+static bool q1_holds_one(struct rig *r)
+{
+	return __atomic_load_n(&r->cm.q[1].m.nheld, __ATOMIC_ACQUIRE) == 1;
+}
+
+static uint8_t *va(struct rig *r, uint64_t off)
+{
+	return (uint8_t *)r->data_va + off;
+}
+
+/* Bytes of [off, off + len) of the data memory that no longer hold pattern `tag`. */
+static uint64_t changed(struct rig *r, uint64_t off, uint64_t len, uint32_t tag)
+{
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < len; i++)
+		n += va(r, off)[i] != rig_pat(tag, i);
+	return n;
+}
+
+/* The data memory is 4 KiB granules at shuffled device addresses: each buffer is one span. */
+static int read_at(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns, uint64_t slba,
+		   struct rig *r, uint64_t off, uint64_t len)
+{
+	return upcie_nvme_ioq_read_sync(q, ns, slba, &r->data, off, len, NULL);
+}
+
+/*
+ * The issue's case: a namespace of 512-byte blocks, a 128 KiB read into B, the namespace
+ * reformatted to 4 KiB blocks and the controller reset, then a 16 KiB read into C. With the old
+ * geometry the 16 KiB read asks for 32 blocks, now 128 KiB: the controller walks the PRP list
+ * past its 3 valid entries into the ones B's read left in that CID's list page, and writes into
+ * B. Revalidation at the reset makes the handle refuse the read; the negative control forges a
+ * current generation on the stale handle (a driver without the check) and sees B overwritten.
+ */
+static void t_stale_geometry(void)
+{
+	const uint64_t B = 0, C = 1024 * KiB;
+	struct upcie_nvme_ns ns, forged, ns2;
+	struct upcie_nvme_ioq q;
+	struct nvme_nsm_ns *n;
+	struct rig r;
+	uint32_t io0;
+	uint64_t hit;
+	int err;
+
+	rig_setup(&r);
+	n = nvme_nsm_add(&r.nsm, 1, 8192, 512, 0, false, 0, 0);
+	n->nlbaf = 1;
+	n->fmt_bytes[1] = 4096;
+	rig_use_nsm(&r);
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	CHECK(err == 0 && ns.lba_bytes == 512 && ns.rec, "namespace 1 open: 512-byte blocks (%d)",
+	      err);
+	err = read_at(&q, &ns, 0, &r, B, 128 * KiB);
+	CHECK_EQ(err, 0, "128 KiB read into B (one command, a 31-entry PRP list)");
+	rig_fill(va(&r, B), 128 * KiB, 7);
+
+	/* reformatted behind the driver's back (another host, a firmware activation) */
+	nvme_nsm_format(n, 1);
+	memset(n->data, 0x5a, (size_t)n->blocks * n->lba_bytes);
+	err = upcie_nvme_ctrl_reset(&r.c);
+	CHECK(err == 0 && r.c.nrevalidated == 1,
+	      "reset: namespace 1 found changed by the revalidation (%d, %llu)", err,
+	      (unsigned long long)r.c.nrevalidated);
+	io0 = n->n_io;
+	err = read_at(&q, &ns, 0, &r, C, 16 * KiB);
+	CHECK(err == -ESTALE && n->n_io == io0 && changed(&r, B, 128 * KiB, 7) == 0,
+	      "the stale handle's 16 KiB read: -ESTALE, nothing submitted, B untouched (%d)", err);
+	err = upcie_nvme_ioq_write_zeroes(&q, &ns, 0, 1, 0, NULL);
+	CHECK_EQ(err, -ESTALE, "its Write Zeroes too");
+
+	/* negative control: the same read without the check */
+	forged = ns;
+	forged.gen = ns.rec->gen;
+	err = read_at(&q, &forged, 0, &r, C, 16 * KiB);
+	hit = changed(&r, B, 128 * KiB, 7);
+	CHECK(err == 0 && hit > 0,
+	      "control: unchecked, the read completes (%d) and the controller wrote %llu bytes "
+	      "into B",
+	      err, (unsigned long long)hit);
+
+	rig_fill(va(&r, B), 128 * KiB, 8);
+	err = upcie_nvme_ns_open(&ns2, &r.c, 1);
+	CHECK(err == 0 && ns2.lba_bytes == 4096 && ns2.nsze == 1024,
+	      "re-opened: 1024 blocks of 4 KiB (%d)", err);
+	memset(va(&r, C), 0, 16 * KiB);
+	err = read_at(&q, &ns2, 0, &r, C, 16 * KiB);
+	CHECK(err == 0 && va(&r, C)[0] == 0x5a && va(&r, C)[16 * KiB - 1] == 0x5a &&
+		  changed(&r, B, 128 * KiB, 8) == 0,
+	      "the new handle reads 16 KiB (4 blocks) into C, B untouched (%d)", err);
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
+/* Format NVM through the driver: revalidated by itself; the effects log decides where there is
+ * one (the control: an effects entry without LBCC leaves the handle as it was). */
+static void t_format_through_driver(void)
+{
+	struct upcie_nvme_ns ns, ns2;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_sqe sqe;
+	struct nvme_nsm_ns *n;
+	struct rig r;
+	int err;
+
+	for (int effects = 0; effects < 3; effects++) {
+		rig_setup(&r);
+		n = nvme_nsm_add(&r.nsm, 1, 8192, 512, 0, false, 0, 0);
+		n->nlbaf = 1;
+		n->fmt_bytes[1] = 4096;
+		rig_use_nsm(&r);
+		if (effects) {
+			r.cm.lpa = 2; /* Commands Supported and Effects log */
+			/* CSUPP, and LBCC (logical block content change) in the first run */
+			r.cm.effects[UPCIE_NVME_ADMIN_FORMAT_NVM] = effects == 1 ? 0x3u : 0x1u;
+		}
+		rig_start(&r);
+		err = rig_ctrl(&r, NULL);
+		if (!err)
+			err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+		if (!err)
+			err = upcie_nvme_ns_open(&ns, &r.c, 1);
+		memset(&sqe, 0, sizeof(sqe));
+		sqe.opc = UPCIE_NVME_ADMIN_FORMAT_NVM;
+		sqe.nsid = 1;
+		sqe.cdw10 = 1; /* LBA format 1: 4 KiB */
+		if (!err)
+			err = upcie_nvme_ctrl_admin(&r.c, &sqe, NULL, 0, 0, NULL);
+		if (effects == 2) {
+			CHECK(err == 0 && r.cm.n_format == 1 && r.c.effects_read &&
+				  r.c.nrevalidated == 0 &&
+				  read_at(&q, &ns, 0, &r, 0, 4096) != -ESTALE,
+			      "control: effects log says Format NVM changes nothing: not "
+			      "revalidated, the handle is not refused (%d)",
+			      err);
+		} else {
+			CHECK(err == 0 && r.cm.n_format == 1 &&
+				  r.c.effects_read == (effects == 1) && r.c.nrevalidated == 1,
+			      "Format NVM through upcie_nvme_ctrl_admin() (%s): namespace "
+			      "revalidated (%d)",
+			      effects ? "effects log: LBCC" : "no effects log: Format NVM listed",
+			      err);
+			err = read_at(&q, &ns, 0, &r, 0, 4096);
+			CHECK_EQ(err, -ESTALE, "the handle opened before refuses I/O");
+			err = upcie_nvme_ns_open(&ns2, &r.c, 1);
+			CHECK(err == 0 && ns2.lba_bytes == 4096 &&
+				  read_at(&q, &ns2, 0, &r, 0, 4096) == 0,
+			      "re-opened with 4 KiB blocks, I/O works (%d)", err);
+		}
+		upcie_nvme_ioq_delete(&q);
+		rig_teardown(&r);
+	}
+}
+
+/* Events. */
+struct evlog {
+	int n;
+	struct upcie_nvme_event ev[8];
+	uint8_t log0[8];
+	bool lock_free[8];
+};
+
+static void on_event(void *ctx, struct upcie_nvme_ctrl *c, const struct upcie_nvme_event *ev)
+{
+	struct evlog *l = (struct evlog *)ctx;
+
+	if (l->n < 8) {
+		l->ev[l->n] = *ev;
+		l->log0[l->n] = ev->log_len ? ev->log[0] : 0xff;
+		l->lock_free[l->n] = pthread_mutex_trylock(&c->lock) == 0;
+		if (l->lock_free[l->n])
+			pthread_mutex_unlock(&c->lock);
+	}
+	l->n++;
+}
+
+static bool aers_out(struct rig *r, uint32_t n)
+{
+	uint64_t t0 = upcie_time_ns();
+
+	while (__atomic_load_n(&r->cm.admin.nheld, __ATOMIC_ACQUIRE) != n) {
+		if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+static int poll_for(struct rig *r, struct evlog *l, int want)
+{
+	uint64_t t0 = upcie_time_ns();
+
+	while (l->n < want && upcie_time_ns() - t0 < 2 * UPCIE_NSEC_PER_SEC) {
+		upcie_nvme_ctrl_admin_poll(&r->c);
+		sched_yield();
+	}
+	return l->n;
+}
+
+/* AERs from bring-up on; SMART over a temperature threshold; one event per type until its
+ * log page is read. */
+static void t_aer_smart(void)
+{
+	struct upcie_nvme_sqe sqe;
+	struct evlog l;
+	struct rig r;
+	uint32_t logs;
+	int err;
+
+	memset(&l, 0, sizeof(l));
+	rig_setup(&r);
+	r.cm.aerl = 5; /* 6 allowed: the driver keeps 4 */
+	r.cm.temp_k = 310;
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	CHECK(err == 0 && aers_out(&r, 4) && r.c.aer_out == 4 && r.cm.n_aec == 1 &&
+		  (r.cm.aec & 0xff) == 0xff,
+	      "bring-up: 4 AERs outstanding (AERL 5), SMART warnings enabled (%d, AEC 0x%x)", err,
+	      r.cm.aec);
+	upcie_nvme_ctrl_set_event_handler(&r.c, on_event, &l);
+	upcie_nvme_cmd_set_features(&sqe, UPCIE_NVME_FEAT_TEMP_THRESH, 0, 300, false);
+	err = upcie_nvme_ctrl_admin(&r.c, &sqe, NULL, 0, 0, NULL);
+	CHECK_EQ(err, 0, "over-temperature threshold 300 K set below the 310 K the drive has");
+	logs = r.cm.n_get_log;
+	poll_for(&r, &l, 1);
+	CHECK(l.n == 1 && l.ev[0].type == UPCIE_NVME_AE_TYPE_SMART && l.ev[0].info == 1 &&
+		  l.ev[0].lid == UPCIE_NVME_LOG_SMART && l.ev[0].log_len == 512 &&
+		  !l.ev[0].log_err && (l.log0[0] & 2) && l.lock_free[0],
+	      "SMART event handed on: temperature, log page 02h read (critical warning 0x%02x), "
+	      "no lock held (%d events)",
+	      l.log0[0], l.n);
+	CHECK(r.cm.n_get_log == logs + 1 && r.cm.last_log_lid == 2 && r.cm.last_log_rae == 0 &&
+		  aers_out(&r, 4),
+	      "the log read with RAE clear (unmasks), the AER sent again: 4 outstanding");
+
+	/* two SMART events: the second waits, masked, until the first one's log is read */
+	nvme_cmodel_event(&r.cm, UPCIE_NVME_AE_TYPE_SMART | (2u << 8) | (2u << 16));
+	nvme_cmodel_event(&r.cm, UPCIE_NVME_AE_TYPE_SMART | (0u << 8) | (2u << 16));
+	until_true(q1_holds_one, &r, 20 * UPCIE_NSEC_PER_MSEC); /* give the model time */
+	CHECK(r.cm.n_aer_done == 2 && r.cm.nev_pend == 1,
+	      "control: with the first unread, the second event is held back (%u AERs completed, "
+	      "%u waiting)",
+	      r.cm.n_aer_done, r.cm.nev_pend);
+	poll_for(&r, &l, 3);
+	CHECK(l.n == 3 && l.ev[1].info == 2 && l.ev[2].info == 0 && r.cm.nev_pend == 0,
+	      "each read unmasks the next: both handed on in order (%d)", l.n);
+	rig_teardown(&r);
+}
+
+/* A namespace detached: Namespace Attribute Changed, revalidated (gone), its pending read ends
+ * once. */
+struct one {
+	struct upcie_nvme_req req;
+	int calls;
+	int err;
+};
+
+static void one_cb(struct upcie_nvme_req *req)
+{
+	struct one *o = (struct one *)req->ctx;
+
+	o->calls++;
+	o->err = req->err;
+}
+
+static void t_ns_detach(void)
+{
+	struct upcie_nvme_ns ns1, ns2;
+	struct upcie_nvme_ioq q;
+	struct evlog l;
+	struct one o;
+	struct rig r;
+	int err;
+
+	memset(&l, 0, sizeof(l));
+	memset(&o, 0, sizeof(o));
+	rig_setup(&r);
+	nvme_nsm_add(&r.nsm, 1, 4096, 512, 0, false, 0, 0);
+	nvme_nsm_add(&r.nsm, 2, 4096, 512, 0, false, 0, 0);
+	rig_use_nsm(&r);
+	r.cm.oaes = UPCIE_NVME_AEC_NS_ATTR;
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns1, &r.c, 1);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns2, &r.c, 2);
+	CHECK(err == 0 && (r.cm.aec & UPCIE_NVME_AEC_NS_ATTR),
+	      "two namespaces open, namespace attribute notices enabled (%d)", err);
+	upcie_nvme_ctrl_set_event_handler(&r.c, on_event, &l);
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	o.req.cb = one_cb;
+	o.req.ctx = &o;
+	err = upcie_nvme_ioq_read(&q, &ns2, 0, &r.data, 0, 4096, &o.req);
+	CHECK(err == 0 && until_true(q1_holds_one, &r, UPCIE_NSEC_PER_SEC),
+	      "a read of namespace 2 the controller holds (%d)", err);
+	r.cm.hold_opc = 0;
+	nvme_cmodel_ns_detach(&r.cm, 2);
+	poll_for(&r, &l, 1);
+	CHECK(l.n == 1 && l.ev[0].type == UPCIE_NVME_AE_TYPE_NOTICE &&
+		  l.ev[0].info == UPCIE_NVME_AE_NOTICE_NS_CHANGED && l.ev[0].nchanged == 1,
+	      "Namespace Attribute Changed handed on, the Changed Namespace List names 1 (%d)",
+	      l.n);
+	err = read_at(&q, &ns2, 0, &r, 0, 4096);
+	CHECK_EQ(err, -ENODEV, "namespace 2's handle refuses I/O: gone");
+	err = read_at(&q, &ns1, 0, &r, 0, 4096);
+	CHECK_EQ(err, 0, "namespace 1 goes on");
+	nvme_cmodel_release(&r.cm);
+	err = upcie_nvme_ioq_wait(&q, &o.req, UPCIE_NSEC_PER_SEC);
+	CHECK(err == -EIO && o.calls == 1 && o.err == -EIO &&
+		  upcie_nvme_cqe_code(&o.req.cqe) == UPCIE_NVME_SC_INVALID_NS,
+	      "its pending read ends once, Invalid Namespace (%d, %d calls)", err, o.calls);
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
+/* Asynchronous admin: the callback once, from the poll, without a lock; -ECANCELED once when a
+ * reset ends it. */
+struct acb {
+	int calls;
+	int err;
+	uint32_t dw0;
+	bool lock_free;
+	struct upcie_nvme_ctrl *c;
+};
+
+static void admin_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct acb *a = (struct acb *)ctx;
+
+	a->calls++;
+	a->err = err;
+	a->dw0 = cqe->dw0;
+	a->lock_free = pthread_mutex_trylock(&a->c->lock) == 0;
+	if (a->lock_free)
+		pthread_mutex_unlock(&a->c->lock);
+}
+
+static void t_admin_async(void)
+{
+	struct upcie_nvme_sqe sqe;
+	struct acb a, b;
+	struct rig r;
+	uint64_t t0;
+	int err;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	rig_setup(&r);
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	a.c = b.c = &r.c;
+	upcie_nvme_cmd_set_num_queues(&sqe, 4, 4);
+	if (!err)
+		err = upcie_nvme_ctrl_admin_async(&r.c, &sqe, NULL, 0, admin_cb, &a, NULL);
+	t0 = upcie_time_ns();
+	while (!a.calls && upcie_time_ns() - t0 < UPCIE_NSEC_PER_SEC)
+		upcie_nvme_ctrl_admin_poll(&r.c);
+	CHECK(err == 0 && a.calls == 1 && a.err == 0 && a.lock_free &&
+		  upcie_nvme_num_queues_sq(a.dw0) == r.cm.nqueues,
+	      "async Set Features: one callback from the poll, no lock held, dw0 0x%08x (%d)",
+	      a.dw0, err);
+	upcie_nvme_ctrl_admin_poll(&r.c);
+	CHECK_EQ(a.calls, 1, "and only one");
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = UPCIE_NVME_ADMIN_ASYNC_EVENT;
+	err = upcie_nvme_ctrl_admin_async(&r.c, &sqe, NULL, 0, admin_cb, &b, NULL);
+	CHECK_EQ(err, -EINVAL, "an AER of the caller's: refused (the driver keeps its own)");
+
+	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_GET_FEATURES;
+	upcie_nvme_cmd_get_num_queues(&sqe);
+	err = upcie_nvme_ctrl_admin_async(&r.c, &sqe, NULL, 0, admin_cb, &b, NULL);
+	r.cm.hold_admin_opc = 0;
+	upcie_nvme_ctrl_admin_poll(&r.c);
+	CHECK(err == 0 && b.calls == 0, "a held async Get Features: no callback yet (%d)", err);
+	err = upcie_nvme_ctrl_reset(&r.c);
+	upcie_nvme_ctrl_admin_poll(&r.c);
+	CHECK(err == 0 && b.calls == 1 && b.err == -ECANCELED && b.lock_free && r.c.aer_out == 1,
+	      "reset ends it once with -ECANCELED, no lock held; the AER is back (%d)", err);
+	rig_teardown(&r);
+}
+
+/* A callback that issues an admin command while a reset or a queue deletion ends its command. */
+struct ucb {
+	struct upcie_nvme_req req;
+	struct rig *r;
+	int calls;
+	int err;
+	int admin_err;
+	bool lock_free;
+};
+
+static void uses_ctrl_cb(struct upcie_nvme_req *req)
+{
+	struct ucb *u = (struct ucb *)req->ctx;
+	uint8_t *id = (uint8_t *)malloc(4096);
+
+	u->calls++;
+	u->err = req->err;
+	u->lock_free = pthread_mutex_trylock(&u->r->c.lock) == 0;
+	if (u->lock_free)
+		pthread_mutex_unlock(&u->r->c.lock);
+	/* would deadlock if the lock were held: only tried when it is free */
+	u->admin_err =
+	    u->lock_free && id ? upcie_nvme_ctrl_identify(&u->r->c, UPCIE_NVME_CNS_CTRL, 0, id) : 1;
+	free(id);
+}
+
+static void t_callbacks_use_ctrl(void)
+{
+	struct upcie_nvme_ns ns;
+	struct upcie_nvme_ioq q;
+	struct ucb u;
+	struct rig r;
+	int err;
+
+	for (int del = 0; del < 2; del++) {
+		memset(&u, 0, sizeof(u));
+		rig_setup(&r);
+		u.r = &r;
+		rig_start(&r);
+		err = rig_ctrl(&r, NULL);
+		if (!err)
+			err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+		if (!err)
+			err = upcie_nvme_ns_open(&ns, &r.c, 1);
+		r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+		r.cm.abort_on_sq_delete = true;
+		u.req.cb = uses_ctrl_cb;
+		u.req.ctx = &u;
+		if (!err)
+			err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, 0, 4096, &u.req);
+		if (!err && !until_true(q1_holds_one, &r, UPCIE_NSEC_PER_SEC))
+			err = -ETIMEDOUT;
+		r.cm.hold_opc = 0;
+		err = err ? err : del ? upcie_nvme_ioq_delete(&q) : upcie_nvme_ctrl_reset(&r.c);
+		CHECK(err == 0 && u.calls == 1 && u.req.err != 0 && u.lock_free && u.admin_err == 0,
+		      "%s: the read's callback ran once (err %d), no lock held, its Identify "
+		      "worked (%d)",
+		      del ? "queue deletion" : "reset", u.req.err, err);
+		if (!del)
+			upcie_nvme_ioq_delete(&q);
+		rig_teardown(&r);
+	}
+	/* the probe can fail: under the lock it says so */
+	memset(&u, 0, sizeof(u));
+	rig_setup(&r);
+	u.r = &r;
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	pthread_mutex_lock(&r.c.lock);
+	u.lock_free = pthread_mutex_trylock(&r.c.lock) == 0;
+	pthread_mutex_unlock(&r.c.lock);
+	CHECK(!u.lock_free, "control: with the lock held, the callback's probe sees it held");
+	rig_teardown(&r);
+}
+
+int main(void)
+{
+	upcie_log_set_handler(rig_log, NULL);
+	t_stale_geometry();
+	t_format_through_driver();
+	t_aer_smart();
+	t_ns_detach();
+	t_admin_async();
+	t_callbacks_use_ctrl();
+	return check_done();
+}
