@@ -28,6 +28,7 @@ want_fail() { # WANT MSG CMD...
 	fi
 }
 sweep=$raw/h200-2026-12-01-final/perf1.json
+sweep2=$raw/h200-2026-12-03-perf/sweep.json
 cdf=$(ls "$raw"/upcie-perf-guest-*/perf-A.json 2>/dev/null | head -n 1)
 boots=$(ls "$raw"/fio-guest-2026-12-02/boot*-results.tsv)
 
@@ -36,6 +37,11 @@ if head -c 5 "$tmp/a.svg" | grep -q '<?xml' && cmp -s "$tmp/a.svg" "$tmp/b.svg";
 	ok "sweep of an upcie-perf JSON (schema 1) to SVG, the same bytes twice"
 else
 	nok "sweep to a reproducible SVG"
+fi
+if "$pp" sweep "$sweep2" -o "$tmp/s2.png" >/dev/null 2>&1 && head -c 4 "$tmp/s2.png" | grep -q PNG; then
+	ok "sweep of an upcie-perf JSON (schema 2) to PNG"
+else
+	nok "sweep of schema 2 JSON"
 fi
 # shellcheck disable=SC2086
 if "$pp" ratio $boots -o "$tmp/r.png" >/dev/null 2>&1 && head -c 4 "$tmp/r.png" | grep -q PNG; then
