@@ -58,6 +58,24 @@ if [ -n "$cdf" ]; then
 else
 	nok "cdf: no docs/results/raw/upcie-perf-guest-*/perf-A.json in the repository"
 fi
+# fio's own JSON: json+ output (clat_ns bins) of a psync random read/write job, fio 3.33
+fioj=$root/tests/tools/data/fio-3.33-psync-randrw.json
+if "$pp" cdf "$fioj" -o "$tmp/f.svg" >/dev/null 2>&1 && grep -q 'randread read' "$tmp/f.svg" &&
+	grep -q 'randread write' "$tmp/f.svg"; then
+	ok "cdf of fio json+ output: reads and writes of the job"
+else
+	nok "cdf of fio json+ output"
+fi
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("read", "write"):
+    d["jobs"][0][k]["clat_ns"].pop("bins", None)
+json.dump(d, open(sys.argv[2], "w"))' "$fioj" "$tmp/fio-nobins.json"
+if "$pp" cdf "$tmp/fio-nobins.json" -o "$tmp/f2.svg" >/dev/null 2>&1 && grep -q '(percentiles)' "$tmp/f2.svg"; then
+	ok "cdf of fio json output without bins: drawn from its percentiles, and says so"
+else
+	nok "cdf of fio json from percentiles"
+fi
 want_fail 2 "a command is needed" "$pp"
 want_fail 2 "invalid choice: 'bogus'" "$pp" bogus x -o "$tmp/x.svg"
 want_fail 2 "the following arguments are required: -o/--output" "$pp" sweep "$sweep"
