@@ -492,6 +492,77 @@ static void t_callbacks_use_ctrl(void)
 	rig_teardown(&r);
 }
 
+/* Close with a volatile write cache while the only queue is full: the Flush still goes out (on
+ * a temporary queue once the queues are deleted), before the shutdown. */
+static void t_close_flushes_full(void)
+{
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_ns ns;
+	struct upcie_nvme_ioq q;
+	struct one o;
+	struct rig r;
+	int err;
+
+	memset(&o, 0, sizeof(o));
+	rig_setup(&r);
+	r.cm.vwc = 1;
+	r.cm.nqueues = 1;
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	memset(&qo, 0, sizeof(qo));
+	qo.depth = 2; /* one command fills it */
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, &qo);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	o.req.cb = one_cb;
+	o.req.ctx = &o;
+	if (!err)
+		err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, 0, 4096, &o.req);
+	CHECK(err == 0 && until_true(q1_holds_one, &r, UPCIE_NSEC_PER_SEC) &&
+		  upcie_nvme_qpair_room(&q.qp) == 0 && r.c.nqueues == 1,
+	      "the only I/O queue full (one held read), no identifier free (%d)", err);
+	r.cm.hold_opc = 0;
+	err = upcie_nvme_ctrl_close(&r.c);
+	CHECK(err == 0 && r.cm.n_shutdown >= 1 && r.cm.flushes_at_shutdown == 1 && o.calls == 1,
+	      "close: one Flush before the shutdown, the held read ended once (%d, %u flushes)",
+	      err, r.cm.flushes_at_shutdown);
+	memset(&q, 0, sizeof(q));
+	rig_teardown(&r);
+}
+
+/* Create I/O SQ fails, then deleting its CQ fails: the controller is reset, the queue memory
+ * goes back, and after a reset queues can be created again. */
+static void t_create_cleanup(void)
+{
+	struct upcie_nvme_ioq q;
+	struct rig r;
+	uint64_t free0;
+	int err;
+
+	rig_setup(&r);
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	free0 = r.c.heap.free_bytes;
+	r.cm.fail_create_sq = UPCIE_NVME_SC_INTERNAL;
+	r.cm.fail_delete_cq = UPCIE_NVME_SC_INTERNAL;
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK(err == -EIO && r.c.stopped && r.c.heap.free_bytes == free0 && !r.c.ioqs[1],
+	      "Create SQ and then Delete CQ fail: the controller reset, the queue memory and "
+	      "identifier given back (%d, %llu of %llu bytes free)",
+	      err, (unsigned long long)r.c.heap.free_bytes, (unsigned long long)free0);
+	r.cm.fail_create_sq = 0;
+	r.cm.fail_delete_cq = 0;
+	err = upcie_nvme_ctrl_reset(&r.c);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK_EQ(err, 0, "after a reset a queue is created");
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -501,5 +572,7 @@ int main(void)
 	t_ns_detach();
 	t_admin_async();
 	t_callbacks_use_ctrl();
+	t_close_flushes_full();
+	t_create_cleanup();
 	return check_done();
 }

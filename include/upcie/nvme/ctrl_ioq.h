@@ -89,8 +89,9 @@ static inline int upcie_nvme_ioq_hw_create_(struct upcie_nvme_ioq *q)
 	if (err) {
 		UPCIE_ERR("nvme %s: Create I/O SQ %u (%u entries) failed", c->name, q->qid,
 			  q->depth);
-		/* the CQ exists: its memory is free only once it is deleted */
-		return upcie_nvme_ioq_hw_delete_(q, false) ? -EBUSY : err;
+		/* the CQ exists: its memory is free only once it is deleted, or once the
+		 * controller let go of everything (a failed delete resets it) */
+		return upcie_nvme_ioq_hw_delete_(q, false) && !c->stopped ? -EBUSY : err;
 	}
 	return 0;
 }

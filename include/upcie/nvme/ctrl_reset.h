@@ -340,6 +340,13 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
 			if (c->ioqs[q] && upcie_nvme_ioq_delete_locked_(c->ioqs[q]) == -EBUSY)
 				upcie_nvme_ioq_release_(c->ioqs[q], false);
+		if (eflush == -ENOSPC || eflush == -EBUSY) {
+			/* every queue was full and no identifier free for a temporary one: now
+			 * that the queues are gone, one can be made for the Flush */
+			pthread_mutex_unlock(&c->lock);
+			eflush = upcie_nvme_ctrl_flush_(c);
+			pthread_mutex_lock(&c->lock);
+		}
 		upcie_vfio_irq_disable(&c->irqs);
 		upcie_nvme_ctrl_cmb_disable_(c);
 		if (c->state == UPCIE_NVME_CTRL_READY && !c->stopped) {

@@ -675,7 +675,8 @@ static inline int upcie_nvme_io_report_(const struct upcie_nvme_ioq *q,
 {
 	uint16_t code = upcie_nvme_cqe_code(&r->cqe);
 
-	if (err == -EIO)
+	/* -EIO with a status from the controller; without one (a dead controller) the errno */
+	if (err == -EIO && code)
 		UPCIE_ERR("nvme %s: %s on namespace %u at LBA %" PRIu64 " (queue %u): %s (status "
 			  "0x%03x%s)",
 			  q->ctrl->name, what, ns->nsid, slba, q->qid, upcie_nvme_status_str(code),
@@ -688,7 +689,7 @@ static inline int upcie_nvme_io_report_(const struct upcie_nvme_ioq *q,
 
 /*
  * Synchronous Read/Write/Compare: submits `io` (feeding commands as room frees, so any size
- * works) and waits up to timeout_ns (0: 30 s). The completion goes to *cqe (may be NULL): on
+ * works) and waits, the whole call bounded by timeout_ns (0: 30 s) before the abort. The completion goes to *cqe (may be NULL): on
  * -EIO it is the first error status. Returns 0, -EIO (status logged), -EINVAL, -EOPNOTSUPP, or
  * -ETIMEDOUT: its commands were aborted, and those the Abort did not end reset the controller
  * (state FAILED: upcie_nvme_ctrl_reset() brings it back); either way the buffers are the
@@ -700,15 +701,19 @@ static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct 
 					 struct upcie_nvme_cqe *cqe)
 {
 	struct upcie_nvme_req r;
+	uint64_t t0, used;
 	int err;
 
 	if (!timeout_ns)
 		timeout_ns = UPCIE_NVME_IO_TIMEOUT;
 	memset(&r, 0, sizeof(r));
+	t0 = upcie_time_ns();
 	err = upcie_nvme_io_submit_(q, ns, io, &r, timeout_ns);
 	if (err)
 		return err;
-	err = upcie_nvme_ioq_wait_(q, &r, timeout_ns, true);
+	/* one deadline for the whole call: feeding the commands used part of it */
+	used = upcie_time_ns() - t0;
+	err = upcie_nvme_ioq_wait_(q, &r, used < timeout_ns ? timeout_ns - used : 1, true);
 	if (cqe)
 		*cqe = r.cqe;
 	return upcie_nvme_io_report_(q, ns,
