@@ -416,16 +416,16 @@ int main(int argc, char **argv)
 			       sock ? "" : "/", sock ? "" : one[i].name, sock ? "" : ".sock");
 		printf("path %s bind %d mode %04o group %ld allow-uid %ld max-clients %u max-qp %u "
 		       "max-mem %u max-bytes %" PRIu64 " max-depth %u trusted-whole-device %d "
-		       "relay-spin-us %" PRIu64 " trust %s uid-max-clients %u uid-max-qp %u "
-		       "uid-max-bytes %" PRIu64 " qp-reserve %u hello-timeout-ms %u\n",
+		       "trust %s uid-max-clients %u uid-max-qp %u uid-max-bytes %" PRIu64
+		       " qp-reserve %u hello-timeout-ms %u relay-spin-us %" PRIu64 "\n",
 		       path_name, bind, (unsigned)so.mode, so.gid == (gid_t)-1 ? -1L : (long)so.gid,
 		       so.allow_uid, so.max_clients, so.max_qp, so.max_mem, so.max_bytes,
-		       so.max_depth, so.direct_whole_device, so.relay_spin_ns / 1000,
+		       so.max_depth, so.direct_whole_device,
 		       so.trust == UPCIE_SERVED_TRUST_NONE  ? "none"
 		       : so.trust == UPCIE_SERVED_TRUST_ALL ? "all"
 							    : "owner",
 		       so.uid_max_clients, so.uid_max_qp, so.uid_max_bytes, so.qp_reserve,
-		       so.hello_timeout_ms);
+		       so.hello_timeout_ms, so.relay_spin_ns / 1000);
 		for (unsigned i = 0; i < so.ngrants; i++)
 			printf("grant uid %ld gid %ld nsid %u blocks %" PRIu64 "+%" PRIu64 " %s\n",
 			       grants[i].uid, grants[i].gid, grants[i].nsid, grants[i].slba,
