@@ -23,7 +23,12 @@
  *   fence   cost of the fences a submitter can publish a batch with
  * Built a second time as bench_gpu_store4 with the SQE stores of the queue path made 4-byte ones
  * (BENCH_STORE4) to compare "hostsq" at the queue level; BENCH_SCFENCE publishes batches with
- * __threadfence_system() (fence.sc.sys) instead of the library's fence.release.sys. Prints tables; CI only compiles this.
+ * __threadfence_system() (fence.sc.sys) instead of the library's fence.release.sys. BENCH_PROF
+ * (bench_gpu_prof) adds to "bare" the SM cycles of each phase of the loop (enqueue, ring, reap) of
+ * queue pair 0, to place the time. The queue loops pass the command by value
+ * (upcie_nvme_gqp_enqueue_cmd()); BENCH_PTR_ENQUEUE passes it through a pointer NULL in the lanes
+ * without one (upcie_nvme_gqp_enqueue(), the only form before, and what bench_gpu_before builds).
+ * Prints tables; CI only compiles this.
  */
 #include <upcie/gpu/heap_cuda.h>
 #include <upcie/nvme/cmd.h>
@@ -81,7 +86,47 @@ __device__ static inline uint64_t gnow(void)
 
 struct bres {
 	unsigned long long n, bad, t_ns;
+	/* BENCH_PROF (bench_gpu_prof): SM cycles in enqueue, ring, reaps that found entries, reaps
+	 * that found none; how many of each reap. */
+	unsigned long long p[4], nhit, nmiss;
 };
+
+/* SM clock for BENCH_PROF's phase times; 0 (and the sums folded away) otherwise. */
+__device__ static inline long long pclk(void)
+{
+#ifdef BENCH_PROF
+	return clock64();
+#else
+	return 0;
+#endif
+}
+
+__device__ static inline void prof_add(unsigned long long *p, unsigned long long *nh,
+				       unsigned long long *nm, long long a0, long long a1,
+				       long long a2, long long a3, uint32_t got)
+{
+#ifndef BENCH_PROF
+	return;
+#endif
+	p[0] += a1 - a0;
+	p[1] += a2 - a1;
+	if (got) {
+		p[2] += a3 - a2;
+		(*nh)++;
+	} else {
+		p[3] += a3 - a2;
+		(*nm)++;
+	}
+}
+
+__device__ static inline void prof_store(struct bres *res, const unsigned long long *p,
+					 unsigned long long nh, unsigned long long nm)
+{
+	for (int i = 0; i < 4; i++)
+		res->p[i] = p[i];
+	res->nhit = nh;
+	res->nmiss = nm;
+}
 
 struct okcount {
 	unsigned *bad;
@@ -101,7 +146,7 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 	struct upcie_nvme_sqe sqe;
 	unsigned bad = 0;
 	struct okcount f = { &bad };
-	unsigned long long n = 0;
+	unsigned long long n = 0, pt[4] = { 0, 0, 0, 0 }, nh = 0, nm = 0;
 	uint64_t t0, deadline, t1;
 
 	upcie_nvme_cmd_flush(&sqe, 1);
@@ -110,6 +155,7 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 	deadline = t0 + dur_ns;
 	for (;;) {
 		uint32_t added = 0;
+		long long a0 = pclk(), a1, a2, a3;
 
 		while (inflight < qd) {
 			uint32_t k = qd - inflight < 32 ? qd - inflight : 32, g;
@@ -118,7 +164,11 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 
 			if (batch && k > batch - added)
 				k = batch - added;
+#ifdef BENCH_PTR_ENQUEUE
 			r = upcie_nvme_gqp_enqueue(&w, lane < k ? &sqe : NULL, &cid);
+#else
+			r = upcie_nvme_gqp_enqueue_cmd(&w, lane < k, sqe, &cid);
+#endif
 			g = __popc(__ballot_sync(0xffffffffu, lane < k && r == 0));
 			inflight += g;
 			if (g < k)
@@ -126,10 +176,14 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 			if (batch && (added += g) >= batch)
 				break;
 		}
+		a1 = pclk();
 		upcie_nvme_gqp_ring(&w);
+		a2 = pclk();
 		{
 			uint32_t c = upcie_nvme_gqp_reap_each(&w, f);
 
+			a3 = pclk();
+			prof_add(pt, &nh, &nm, a0, a1, a2, a3, c);
 			inflight -= c;
 			n += c;
 		}
@@ -146,6 +200,7 @@ __global__ void rate_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint32_t ba
 		res[blockIdx.x].n = n;
 		res[blockIdx.x].bad = bad + inflight;
 		res[blockIdx.x].t_ns = t1 - t0;
+		prof_store(&res[blockIdx.x], pt, nh, nm);
 	}
 }
 
@@ -268,7 +323,7 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 	uint32_t depth = q->depth, lane = threadIdx.x & 31;
 	uint32_t tail = 0, head = 0, cqh = 0, phase = 1, inflight = 0;
 	struct upcie_nvme_sqe sqe;
-	unsigned long long n = 0;
+	unsigned long long n = 0, pt[4] = { 0, 0, 0, 0 }, nh = 0, nm = 0;
 	uint64_t t0, deadline, t1;
 
 	upcie_nvme_cmd_flush(&sqe, 1);
@@ -276,6 +331,7 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 	deadline = t0 + dur_ns;
 	for (;;) {
 		bool rung = false;
+		long long a0 = pclk(), a1, a2, a3;
 
 		while (inflight < qd) {
 			uint32_t used = tail >= head ? tail - head : tail + depth - head;
@@ -298,6 +354,7 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 			inflight += k;
 			rung = true;
 		}
+		a1 = pclk();
 		if (rung) {
 			if (Rel)
 				UPCIE_NVME_GQP_WMB();
@@ -305,6 +362,7 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 			if (lane == 0)
 				*sqdb = tail;
 		}
+		a2 = pclk();
 		{
 			uint4 v[4];
 			uint32_t got = 0, m;
@@ -355,6 +413,8 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 				inflight -= got;
 				n += got;
 			}
+			a3 = pclk();
+			prof_add(pt, &nh, &nm, a0, a1, a2, a3, got);
 		}
 		if (__shfl_sync(0xffffffffu, gnow(), 0) >= deadline)
 			break;
@@ -364,6 +424,7 @@ __global__ void bare_kernel(struct upcie_nvme_gqp **qs, uint32_t qd, uint64_t du
 		res[blockIdx.x].n = n;
 		res[blockIdx.x].bad = 0;
 		res[blockIdx.x].t_ns = t1 - t0;
+		prof_store(&res[blockIdx.x], pt, nh, nm);
 	}
 }
 
@@ -407,6 +468,16 @@ static double bare_case(struct rig *r, struct bres *res, int kind, int nq, uint3
 		if (res[i].t_ns > tmax)
 			tmax = res[i].t_ns;
 	}
+#ifdef BENCH_PROF
+	/* Queue pair 0: SM cycles per reap that found entries, by phase of the loop. */
+	if (res[0].nhit)
+		printf("# prof kind %d, %d x depth %u QD %u, lean %u: per hit round cycles enqueue "
+		       "%.0f ring %.0f reap %.0f, misses %.0f x %.0f\n",
+		       kind, nq, depth, qd, lean, (double)res[0].p[0] / res[0].nhit,
+		       (double)res[0].p[1] / res[0].nhit, (double)res[0].p[2] / res[0].nhit,
+		       (double)res[0].nmiss / res[0].nhit,
+		       res[0].nmiss ? (double)res[0].p[3] / res[0].nmiss : 0.0);
+#endif
 	rig_queues_destroy(r);
 	return tmax ? n * 1e3 / tmax : 0;
 }

@@ -3,8 +3,11 @@
 # Build, on a machine with nvcc and no GPU, what tests/gpu/run-round3-h200.sh runs on the H200,
 # into build-gpu/: test_gpu, its negative controls (run-controls.sh's names), bench_gpu, and
 # bench_gpu_before (the same benchmark against the headers of git ref $BEFORE, default HEAD, for
-# the before/after rows), bench_gpu_vreload (the CQE re-load as a strong system-scope load) and
-# bench_gpu_noreload (no re-load: its cost alone). Jobs run in parallel ($JOBS, default 2).
+# the before/after rows, the command passed through a pointer as it had to be then),
+# bench_gpu_ptr (today's headers, the command through a pointer), bench_gpu_vreload (the CQE
+# re-load as a strong system-scope load), bench_gpu_noreload (no re-load: its cost alone),
+# bench_gpu_prof and bench_gpu_prof_before (the cycles of each phase of the loop). Jobs run in
+# parallel ($JOBS, default 2); ONLY="name ..." builds those binaries alone (the cubins always).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -25,9 +28,12 @@ b() { # OUT SRC [flags]
 list=(
 	"test_gpu test_gpu -Iinclude"
 	"bench_gpu bench_gpu -Iinclude"
-	"bench_gpu_before bench_gpu -Ibuild-gpu/old/include -Iinclude"
+	"bench_gpu_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PTR_ENQUEUE"
+	"bench_gpu_ptr bench_gpu -Iinclude -DBENCH_PTR_ENQUEUE"
 	"bench_gpu_vreload bench_gpu -Iinclude -DUPCIE_NVME_GQP_CQE_RELOAD_LD(p)=upcie_nvme_port_ld16(p)"
 	"bench_gpu_noreload bench_gpu -Iinclude -DUPCIE_NVME_GQP_CQE_RELOAD=0"
+	"bench_gpu_prof bench_gpu -Iinclude -DBENCH_PROF"
+	"bench_gpu_prof_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PROF -DBENCH_PTR_ENQUEUE"
 	"test_gpu_ctl_acquire test_gpu -Iinclude -DUPCIE_NVME_GQP_ACQUIRE()="
 	"test_gpu_ctl_rmb test_gpu -Iinclude -DUPCIE_NVME_PORT_DMA_RMB()="
 	"test_gpu_ctl_clear test_gpu -Iinclude -DUPCIE_NVME_GQP_TEST_CLEAR_UNORDERED"
@@ -37,6 +43,9 @@ list=(
 n=0
 for e in "${list[@]}"; do
 	read -r -a a <<<"$e"
+	if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" ${a[0]} "* ]]; then
+		continue
+	fi
 	b "${a[@]}" &
 	n=$((n + 1))
 	if [ $((n % ${JOBS:-2})) = 0 ]; then wait; fi

@@ -2789,7 +2789,7 @@ __global__ void tear_q_kernel(struct upcie_nvme_gqp *q, uint32_t rounds, struct 
 
 		upcie_nvme_cmd_flush(&sqe, 1);
 		sqe.cdw2 = tag;
-		r = upcie_nvme_gqp_enqueue(&w, &sqe, &cid);
+		r = upcie_nvme_gqp_enqueue_cmd(&w, true, sqe, &cid); /* the by-value form */
 		upcie_nvme_gqp_ring(&w);
 		r = wait_after(&w, r, cid, 500 * UPCIE_NSEC_PER_MSEC, &cqe);
 		if (r)

@@ -81,19 +81,28 @@
  * controller writes the entry's last dword no earlier than the others (one 16-byte write, or in
  * address order), and its writes arrive in order (the peer-write promise above), so the second
  * load sees the dwords written before the tag. The re-loads are ordinary loads issued together,
- * beside the per-CID state loads that follow the fence (what they cost: docs/results/
- * gpu-queues.md). Tested with polls that tear on purpose (tests/gpu/test_gpu.cu, group "tear"):
+ * together with the CID claims (what they cost: docs/results/gpu-queues.md). Tested with polls that tear on purpose (tests/gpu/test_gpu.cu, group "tear"):
  * torn entries reach the caller only without the re-load (UPCIE_NVME_GQP_CQE_RELOAD 0, the
  * negative control). A single 16-byte load was never seen torn on the H200
  * (docs/results/gpu-tests.md), which the code does not rely on.
  *
  * Untrusted completions: an entry for a CID that is not outstanding, a late one for a cancelled
- * CID, and a CID posted twice in one reap round are counted (q->nbad, q->nlate) and free nothing
- * twice, so the free-CID stack never outgrows its table.
+ * CID, and a CID posted twice in one reap are counted (q->nbad, q->nlate) and free nothing twice,
+ * so the free-CID stack never outgrows its table: the reap claims each entry's CID with one
+ * atomicCAS on its state (PENDING to FREE or DONE), and only the entry that wins it acts.
+ *
+ * Where the time goes (docs/results/gpu-queues.md, "fenced path"): a warp's round trip is a chain
+ * of dependent steps, so the library keeps memory round trips off it. The top 32 entries of the
+ * free-CID stack are kept in registers (one per lane, upcie_nvme_gqp_push_()), so enqueue takes
+ * CIDs without a load (the stack in memory is still written, and read past the window); the CID
+ * claims of all reap rounds are issued at once, beside the re-load, instead of one dependent
+ * state load per round; upcie_nvme_gqp_enqueue_cmd() takes the command by value, so that it
+ * stays in registers. The fences themselves (the release before the doorbell, the
+ * acquire after the poll) are what a controller outside the GPU needs and stay.
  *
  * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
  * (gpuq/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
- * in registers; _end() writes them back. PRP lists, when enabled, are one 4 KiB page per CID
+ * (and the top of the free-CID stack) in registers; _end() writes the indices back. PRP lists, when enabled, are one 4 KiB page per CID
  * (512 entries: with PRP1 at most 513 pages, about 2 MiB, per command).
  *
  * Kernels that drive a queue pair while another kernel spins waiting for them (a test controller,
@@ -228,7 +237,7 @@ struct upcie_nvme_gqp {
 	volatile uint32_t *sqdb;    /* SQ tail doorbell */
 	volatile uint32_t *cqdb;    /* CQ head doorbell */
 	struct upcie_nvme_cqe *cpl; /* [ncids] completion of each CID in state DONE */
-	uint8_t *state;		    /* [ncids] UPCIE_NVME_GQP_* */
+	uint32_t *state;	    /* [ncids] UPCIE_NVME_GQP_* (claimed by atomicCAS) */
 	uint16_t *cid_free;	    /* [ncids] stack of free CIDs */
 	char *list_va;		    /* PRP list page of CID c at list_va + c * list_stride */
 	const uint64_t *list_iova;  /* [ncids] device address of each list page; NULL: none */
@@ -255,7 +264,7 @@ struct upcie_nvme_gqp_warp {
 	volatile uint32_t *sqdb;
 	volatile uint32_t *cqdb;
 	struct upcie_nvme_cqe *cpl;
-	uint8_t *state;
+	uint32_t *state;
 	uint16_t *cid_free;
 	char *list_va;
 	const uint64_t *list_iova;
@@ -263,6 +272,10 @@ struct upcie_nvme_gqp_warp {
 	uint32_t depth, ncids;
 	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
 	uint32_t nbad, nbad_sqhd, nlate;
+	/* The top of the free-CID stack in registers: lane i holds cid_free[nfree - 1 - i] for
+	 * i < cwin (cwin warp-uniform, at most 32). Memory stays authoritative: every push is
+	 * also stored; the window only spares enqueue the load of the CIDs it takes. */
+	uint32_t ctop, cwin;
 	bool locked;
 	bool coop;     /* warp-cooperative SQE stores (UPCIE_NVME_GQP_SQ_COOP_STORES) */
 	bool hostdata; /* payloads in host memory accepted (UPCIE_NVME_GQP_HOST_DATA) */
@@ -313,6 +326,10 @@ __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w
 	w->phase = q->phase;
 	w->nfree = q->nfree;
 	w->nbad = w->nbad_sqhd = w->nlate = 0;
+	w->cwin = w->nfree < 32u ? w->nfree : 32u;
+	w->ctop = upcie_nvme_gqp_lane_() < w->cwin
+		      ? w->cid_free[w->nfree - 1 - upcie_nvme_gqp_lane_()]
+		      : 0u;
 	w->locked = lock;
 	w->coop = UPCIE_NVME_GQP_COOP_STORES_ &&
 		  (q->flags & (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES)) ==
@@ -427,15 +444,15 @@ struct upcie_nvme_gqp_claim_ {
 };
 
 __device__ static inline struct upcie_nvme_gqp_claim_
-upcie_nvme_gqp_claim_(const struct upcie_nvme_gqp_warp *w, const struct upcie_nvme_sqe *sqe,
+upcie_nvme_gqp_claim_(const struct upcie_nvme_gqp_warp *w, bool has,
 		      const struct upcie_gpu_xlate *x, const void *buf, uint32_t len)
 {
 	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
 	struct upcie_nvme_gqp_claim_ k;
 	uint32_t n, room;
 
-	k.ret = sqe ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
-	k.want = sqe && !k.ret;
+	k.ret = has ? upcie_nvme_gqp_prp_check_(w, x, buf, len) : 0;
+	k.want = has && !k.ret;
 	k.m = __ballot_sync(UPCIE_NVME_GQP_FULL_, k.want);
 	n = __popc(k.m);
 	k.rank = __popc(k.m & lt);
@@ -451,7 +468,42 @@ __device__ static inline void upcie_nvme_gqp_advance_(struct upcie_nvme_gqp_warp
 	if (w->sq_tail >= w->depth)
 		w->sq_tail -= w->depth;
 	w->nfree -= grant;
-	__syncwarp();
+	/* The window loses its top `grant` entries (grant is at most 32). */
+	w->ctop = __shfl_down_sync(UPCIE_NVME_GQP_FULL_, w->ctop, grant & 31u);
+	w->cwin = w->cwin > grant ? w->cwin - grant : 0u;
+}
+
+/* The CID that the lane of rank `rank` takes (rank < grant <= nfree): from the window, or past
+ * its end from the stack in memory. `wc` is __shfl_sync(ctop, rank), taken by every lane. */
+__device__ static inline uint16_t upcie_nvme_gqp_take_(const struct upcie_nvme_gqp_warp *w,
+						       uint32_t rank, uint32_t wc)
+{
+	return rank < w->cwin ? (uint16_t)wc : w->cid_free[w->nfree - 1 - rank];
+}
+
+/*
+ * Warp-collective. Push the CIDs of the lanes with `freeing` (fm: their ballot) onto the free
+ * stack, in lane order, in memory and in the register window: the last pushed is the new top.
+ */
+__device__ static inline void upcie_nvme_gqp_push_(struct upcie_nvme_gqp_warp *w, bool freeing,
+						   uint16_t c, uint32_t fm)
+{
+	uint32_t lane = upcie_nvme_gqp_lane_(), k = __popc(fm), src = 0, p, o;
+
+	if (freeing)
+		w->cid_free[w->nfree + __popc(fm & ((1u << lane) - 1))] = c;
+	if (!k) /* warp-uniform */
+		return;
+	/* Window lane i < k takes the pushed CID of rank k - 1 - i, lanes past k the old lane i - k. */
+	if (lane < k)
+		src = fm == (k == 32 ? UPCIE_NVME_GQP_FULL_ : (1u << k) - 1)
+			  ? k - 1 - lane
+			  : (uint32_t)__fns(fm, 0, (int)(k - lane));
+	p = __shfl_sync(UPCIE_NVME_GQP_FULL_, (uint32_t)c, (int)src);
+	o = __shfl_up_sync(UPCIE_NVME_GQP_FULL_, w->ctop, k & 31u);
+	w->ctop = lane < k ? p : o;
+	w->cwin = w->cwin + k < 32u ? w->cwin + k : 32u;
+	w->nfree += k;
 }
 
 /*
@@ -494,20 +546,21 @@ __device__ static inline void upcie_nvme_gqp_coop_store_(const struct upcie_nvme
 
 /* upcie_nvme_gqp_enqueue_() for UPCIE_NVME_GQP_SQ_COOP_STORES queues (kept apart so that the
  * per-lane path stays as lean as it was). */
-__device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_warp *w,
-							  const struct upcie_nvme_sqe *sqe,
+__device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_warp *w, bool has,
+							  const struct upcie_nvme_sqe &sqe,
 							  const struct upcie_gpu_xlate *x,
 							  const void *buf, uint32_t len,
 							  uint16_t *cid)
 {
-	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, sqe, x, buf, len);
+	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, has, x, buf, len);
+	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
 	uint64_t wd[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 
 	if (k.want) {
 		if (k.rank < k.grant) {
-			uint16_t c = w->cid_free[w->nfree - 1 - k.rank];
-			struct upcie_nvme_sqe s = *sqe;
+			uint16_t c = upcie_nvme_gqp_take_(w, k.rank, wc);
+			struct upcie_nvme_sqe s = sqe;
 
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
 			if (x)
@@ -533,31 +586,32 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 	return ret;
 }
 
-__device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w,
-						     const struct upcie_nvme_sqe *sqe,
+__device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp *w, bool has,
+						     const struct upcie_nvme_sqe &sqe,
 						     const struct upcie_gpu_xlate *x,
 						     const void *buf, uint32_t len, uint16_t *cid)
 {
 	if (w->coop) /* warp-uniform */
-		return upcie_nvme_gqp_enqueue_coop_(w, sqe, x, buf, len, cid);
-	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, sqe, x, buf, len);
+		return upcie_nvme_gqp_enqueue_coop_(w, has, sqe, x, buf, len, cid);
+	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, has, x, buf, len);
+	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
 
 	if (k.want) {
 		if (k.rank < k.grant) {
-			uint16_t c = w->cid_free[w->nfree - 1 - k.rank];
+			uint16_t c = upcie_nvme_gqp_take_(w, k.rank, wc);
 			uint32_t slot = w->sq_tail + k.rank;
 
 			if (slot >= w->depth)
 				slot -= w->depth;
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
 			if (x) {
-				struct upcie_nvme_sqe s = *sqe;
+				struct upcie_nvme_sqe s = sqe;
 
 				upcie_nvme_gqp_prp_fill_(w, &s, c, x, (const char *)buf, len);
 				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &s, c);
 			} else {
-				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], sqe, c);
+				UPCIE_NVME_GQP_SQE_STORE(&w->sq[slot], &sqe, c);
 			}
 			if (cid)
 				*cid = c;
@@ -569,16 +623,37 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 	return ret;
 }
 
+/* The command a lane without one passes on. */
+__device__ static inline struct upcie_nvme_sqe
+upcie_nvme_gqp_sqe_of_(const struct upcie_nvme_sqe *p)
+{
+	struct upcie_nvme_sqe s = {};
+
+	if (p)
+		s = *p;
+	return s;
+}
+
 /*
  * Warp-collective. Each lane with `sqe` non-NULL gets an SQ slot and a CID (in *cid); the command
  * is copied with that CID, not yet visible to the controller (upcie_nvme_gqp_ring()). Lanes claim
  * in lane order; those beyond the room get -EBUSY (reap, then retry). Returns 0, -EBUSY; lanes
- * with sqe NULL return 0 and take nothing.
+ * with sqe NULL return 0 and take nothing. A command passed through a pointer that some lanes set
+ * to NULL lives in local memory, which each enqueue after a reap then reads back from L2 on the
+ * H200 (docs/results/gpu-queues.md): upcie_nvme_gqp_enqueue_cmd() keeps it in registers.
  */
 __device__ static inline int upcie_nvme_gqp_enqueue(struct upcie_nvme_gqp_warp *w,
 						    const struct upcie_nvme_sqe *sqe, uint16_t *cid)
 {
-	return upcie_nvme_gqp_enqueue_(w, sqe, NULL, NULL, 0, cid);
+	return upcie_nvme_gqp_enqueue_(w, sqe != NULL, upcie_nvme_gqp_sqe_of_(sqe), NULL, NULL, 0,
+				       cid);
+}
+
+/* As upcie_nvme_gqp_enqueue(), the command by value: `has` says whether this lane brings one. */
+__device__ static inline int upcie_nvme_gqp_enqueue_cmd(struct upcie_nvme_gqp_warp *w, bool has,
+							struct upcie_nvme_sqe sqe, uint16_t *cid)
+{
+	return upcie_nvme_gqp_enqueue_(w, has, sqe, NULL, NULL, 0, cid);
 }
 
 /*
@@ -595,7 +670,21 @@ __device__ static inline int upcie_nvme_gqp_enqueue_data(struct upcie_nvme_gqp_w
 							 uint16_t *cid)
 {
 	bool bad = sqe && !x;
-	int r = upcie_nvme_gqp_enqueue_(w, bad ? NULL : sqe, x, buf, len, cid);
+	int r =
+	    upcie_nvme_gqp_enqueue_(w, sqe && !bad, upcie_nvme_gqp_sqe_of_(sqe), x, buf, len, cid);
+
+	return bad ? -EINVAL : r;
+}
+
+/* As upcie_nvme_gqp_enqueue_data(), the command by value (see upcie_nvme_gqp_enqueue_cmd()). */
+__device__ static inline int upcie_nvme_gqp_enqueue_data_cmd(struct upcie_nvme_gqp_warp *w,
+							     bool has, struct upcie_nvme_sqe sqe,
+							     const struct upcie_gpu_xlate *x,
+							     const void *buf, uint32_t len,
+							     uint16_t *cid)
+{
+	bool bad = has && !x;
+	int r = upcie_nvme_gqp_enqueue_(w, has && !bad, sqe, x, buf, len, cid);
 
 	return bad ? -EINVAL : r;
 }
@@ -690,10 +779,10 @@ template <bool Each, typename F>
 __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
 {
 	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
+	uint32_t lane = upcie_nvme_gqp_lane_();
 	uint4 v[UPCIE_NVME_GQP_REAP_ROUNDS];
-	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS];
-	uint32_t n = 0, nfreed = 0, last_dw2;
+	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS], st[UPCIE_NVME_GQP_REAP_ROUNDS];
+	uint32_t n = 0, last_dw2;
 	/* Rounds worth loading: no more completions can be due than commands are outstanding
 	 * (at least one round, so entries for CIDs not outstanding are still found). */
 	uint32_t rounds = (w->ncids - w->nfree + 31) >> 5;
@@ -734,45 +823,41 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 		return 0;
 	/* What the controller wrote before these entries is visible to this warp's loads after. */
 	UPCIE_NVME_GQP_ACQUIRE();
-	/* dw0..dw2 again, after the fence: the poll's vector load may have torn ("CQE loads"). */
-	if (UPCIE_NVME_GQP_CQE_RELOAD) {
+	/*
+	 * After the fence, issued together: dw0..dw2 again (the poll's vector load may have torn,
+	 * "CQE loads"), and the claim of every consumed entry's CID, all rounds at once: PENDING
+	 * becomes FREE (reap_each) or DONE in one atomicCAS per entry, so a CID posted twice (in one
+	 * round or across rounds) is taken by one entry only and the others see it taken. One round
+	 * trip for both instead of a dependent state load per round (docs/results/gpu-queues.md).
+	 */
 #pragma unroll
-		for (uint32_t r = 0; r < R; r++) {
-			uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos, c = v[r].w & 0xffffu;
 
-			if (idx >= w->depth)
-				idx -= w->depth;
-			if (pos < n) {
-				uint4 e = UPCIE_NVME_GQP_CQE_RELOAD_LD(&w->cq[idx]);
+		if (idx >= w->depth)
+			idx -= w->depth;
+		if (UPCIE_NVME_GQP_CQE_RELOAD && pos < n) {
+			uint4 e = UPCIE_NVME_GQP_CQE_RELOAD_LD(&w->cq[idx]);
 
-				v[r].x = e.x;
-				v[r].y = e.y;
-				v[r].z = e.z;
-			}
+			v[r].x = e.x;
+			v[r].y = e.y;
+			v[r].z = e.z;
 		}
+		st[r] = UPCIE_NVME_GQP_FREE;
+		if (pos < n && c < w->ncids)
+			st[r] = atomicCAS(&w->state[c], UPCIE_NVME_GQP_PENDING,
+					  Each ? UPCIE_NVME_GQP_FREE : UPCIE_NVME_GQP_DONE);
 	}
 #pragma unroll
 	for (uint32_t r = 0; r < R; r++) {
 		uint32_t pos = r * 32 + lane;
-		bool mine = pos < n, freeing = false, bad = false, late = false;
-		uint32_t fm, bm, lm, dup;
+		uint16_t c = (uint16_t)v[r].w;
+		bool freeing = false, bad = false, late = false;
 
 		if (r * 32 >= n)
 			break;
-		/* A controller that posts one CID twice in a round must not free it twice (the free
-		 * stack would outgrow its table): the lowest lane takes it, the others count as bad.
-		 * Across rounds the state each round leaves behind does the same. */
-		dup = __match_any_sync(UPCIE_NVME_GQP_FULL_,
-				       mine ? v[r].w & 0xffffu : 0x10000u + lane);
-		if (mine && (dup & lt)) {
-			mine = false;
-			bad = true;
-		}
-		if (mine) {
-			uint16_t c = (uint16_t)v[r].w;
-			uint8_t st = c < w->ncids ? w->state[c] : (uint8_t)UPCIE_NVME_GQP_FREE;
-
-			if (st == UPCIE_NVME_GQP_PENDING) {
+		if (pos < n) {
+			if (st[r] == UPCIE_NVME_GQP_PENDING) {
 				if (Each) {
 					struct upcie_nvme_cqe e;
 
@@ -780,31 +865,24 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 					e.dw1 = v[r].y;
 					e.dw2 = v[r].z;
 					e.dw3 = v[r].w;
-					w->state[c] = UPCIE_NVME_GQP_FREE;
 					freeing = true;
 					f(e);
 				} else {
 					*(uint4 *)&w->cpl[c] = v[r];
-					w->state[c] = UPCIE_NVME_GQP_DONE;
 				}
-			} else if (st == UPCIE_NVME_GQP_CANCELLED) {
-				w->state[c] = UPCIE_NVME_GQP_FREE;
-				freeing = true;
+			} else if (st[r] == UPCIE_NVME_GQP_CANCELLED &&
+				   atomicCAS(&w->state[c], UPCIE_NVME_GQP_CANCELLED,
+					     UPCIE_NVME_GQP_FREE) == UPCIE_NVME_GQP_CANCELLED) {
+				freeing = true; /* a late completion: the CID is free again */
 				late = true;
 			} else {
-				bad = true;
+				bad = true; /* not outstanding, or taken by another entry */
 			}
 		}
-		fm = __ballot_sync(UPCIE_NVME_GQP_FULL_, freeing);
-		bm = __ballot_sync(UPCIE_NVME_GQP_FULL_, bad);
-		lm = __ballot_sync(UPCIE_NVME_GQP_FULL_, late);
-		if (freeing)
-			w->cid_free[w->nfree + nfreed + __popc(fm & lt)] = (uint16_t)v[r].w;
-		nfreed += __popc(fm);
-		w->nbad += __popc(bm);
-		w->nlate += __popc(lm);
+		upcie_nvme_gqp_push_(w, freeing, c, __ballot_sync(UPCIE_NVME_GQP_FULL_, freeing));
+		w->nbad += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, bad));
+		w->nlate += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, late));
 	}
-	w->nfree += nfreed;
 	/* The SQ head the controller reported last: in the newest entry consumed. */
 	{
 		uint32_t lr = (n - 1) >> 5, ll = (n - 1) & 31, mine_dw2 = 0;
@@ -865,11 +943,9 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_each(struct upcie_nvme_gqp
 __device__ static inline int upcie_nvme_gqp_complete(struct upcie_nvme_gqp_warp *w, uint16_t cid,
 						     struct upcie_nvme_cqe *cqe)
 {
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
 	bool has = cid != UPCIE_NVME_GQP_CID_NONE;
-	uint8_t st = has && cid < w->ncids ? w->state[cid] : (uint8_t)UPCIE_NVME_GQP_FREE;
+	uint32_t st = has && cid < w->ncids ? w->state[cid] : UPCIE_NVME_GQP_FREE;
 	bool done = st == UPCIE_NVME_GQP_DONE;
-	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, done);
 	int ret = 0;
 
 	if (done) {
@@ -880,13 +956,11 @@ __device__ static inline int upcie_nvme_gqp_complete(struct upcie_nvme_gqp_warp 
 		cqe->dw2 = e.z;
 		cqe->dw3 = e.w;
 		w->state[cid] = UPCIE_NVME_GQP_FREE;
-		w->cid_free[w->nfree + __popc(m & lt)] = cid;
 		ret = 1;
 	} else if (has && st != UPCIE_NVME_GQP_PENDING) {
 		ret = -EINVAL;
 	}
-	w->nfree += __popc(m);
-	__syncwarp();
+	upcie_nvme_gqp_push_(w, done, cid, __ballot_sync(UPCIE_NVME_GQP_FULL_, done));
 	return ret;
 }
 
@@ -930,23 +1004,19 @@ __device__ static inline int upcie_nvme_gqp_wait(struct upcie_nvme_gqp_warp *w, 
  */
 __device__ static inline int upcie_nvme_gqp_cancel(struct upcie_nvme_gqp_warp *w, uint16_t cid)
 {
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1;
 	bool has = cid != UPCIE_NVME_GQP_CID_NONE;
-	uint8_t st = has && cid < w->ncids ? w->state[cid] : (uint8_t)UPCIE_NVME_GQP_FREE;
+	uint32_t st = has && cid < w->ncids ? w->state[cid] : UPCIE_NVME_GQP_FREE;
 	bool done = st == UPCIE_NVME_GQP_DONE;
-	uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, done);
 	int ret = 0;
 
 	if (st == UPCIE_NVME_GQP_PENDING) {
 		w->state[cid] = UPCIE_NVME_GQP_CANCELLED;
 	} else if (done) {
 		w->state[cid] = UPCIE_NVME_GQP_FREE;
-		w->cid_free[w->nfree + __popc(m & lt)] = cid;
 	} else if (has) {
 		ret = -EINVAL;
 	}
-	w->nfree += __popc(m);
-	__syncwarp();
+	upcie_nvme_gqp_push_(w, done, cid, __ballot_sync(UPCIE_NVME_GQP_FULL_, done));
 	return ret;
 }
 
@@ -956,18 +1026,16 @@ __device__ static inline int upcie_nvme_gqp_cancel(struct upcie_nvme_gqp_warp *w
  */
 __device__ static inline uint32_t upcie_nvme_gqp_reclaim(struct upcie_nvme_gqp_warp *w)
 {
-	uint32_t lane = upcie_nvme_gqp_lane_(), lt = (1u << lane) - 1, total = 0;
+	uint32_t lane = upcie_nvme_gqp_lane_(), total = 0;
 
 	for (uint32_t base = 0; base < w->ncids; base += 32) {
 		uint32_t c = base + lane;
 		bool canc = c < w->ncids && w->state[c] == UPCIE_NVME_GQP_CANCELLED;
 		uint32_t m = __ballot_sync(UPCIE_NVME_GQP_FULL_, canc);
 
-		if (canc) {
+		if (canc)
 			w->state[c] = UPCIE_NVME_GQP_FREE;
-			w->cid_free[w->nfree + __popc(m & lt)] = (uint16_t)c;
-		}
-		w->nfree += __popc(m);
+		upcie_nvme_gqp_push_(w, canc, (uint16_t)c, m);
 		total += __popc(m);
 	}
 	__syncwarp();

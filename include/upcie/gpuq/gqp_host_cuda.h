@@ -100,7 +100,7 @@ static inline size_t upcie_nvme_gqp_tables_size_(uint32_t ncids, size_t *o_cpl, 
 	*o_cpl = o;
 	o += (size_t)ncids * 16;
 	*o_state = o;
-	o += ((size_t)ncids + 15) & ~(size_t)15;
+	o += ((size_t)ncids * 4 + 15) & ~(size_t)15;
 	*o_free = o;
 	o += ((size_t)ncids * 2 + 15) & ~(size_t)15;
 	*o_list = o;
@@ -296,7 +296,7 @@ static inline int upcie_nvme_gqp_create(struct upcie_nvme_gqp_host *h, struct up
 	st.sqdb = (volatile uint32_t *)(uintptr_t)sqdb;
 	st.cqdb = (volatile uint32_t *)(uintptr_t)cqdb;
 	st.cpl = (struct upcie_nvme_cqe *)(uintptr_t)(h->tables + o_cpl);
-	st.state = (uint8_t *)(uintptr_t)(h->tables + o_state);
+	st.state = (uint32_t *)(uintptr_t)(h->tables + o_state);
 	st.cid_free = (uint16_t *)(uintptr_t)(h->tables + o_free);
 	if (h->have_lists) {
 		uint64_t *li = (uint64_t *)(tab + o_list);
