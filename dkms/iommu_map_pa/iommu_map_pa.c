@@ -45,6 +45,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/capability.h>
+#include <linux/delay.h>
 #include <linux/device.h>
 #include <linux/dma-buf.h>
 #include <linux/file.h>
@@ -63,12 +64,14 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
+#include <linux/poll.h>
 #include <linux/vfio_pci_core.h>
+#include <linux/wait.h>
 #include <linux/workqueue.h>
 
 #include "uapi/iommu_map_pa.h"
 
-#define IMP_VERSION "1.0.0"
+#define IMP_VERSION "1.1.0"
 
 /* Only for dma_buf_get()/dma_buf_put() of the optional lifetime reference. */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
@@ -140,7 +143,8 @@ struct imp_dom {
 	struct list_head node; /* imp_doms (imp_lock) */
 	struct iommu_domain *domain;
 	struct mutex lock;
-	unsigned int refs; /* imp_lock */
+	struct list_head handles; /* with a mapping in it (lock) */
+	unsigned int refs;	  /* imp_lock */
 };
 
 /* One range installed in (or borrowed from) one domain. Shared by the handles of one file. */
@@ -150,6 +154,7 @@ struct imp_mapping {
 	u64 size;
 	u64 page_size;
 	phys_addr_t first_phys;
+	phys_addr_t last_phys; /* of the page at iova + size - page_size */
 	int prot;
 	unsigned int refs; /* dom->lock */
 	bool installed;	   /* false: borrowed (MAP_BAR with F_SHARE): never unmapped by us */
@@ -160,12 +165,14 @@ struct imp_handle {
 	struct list_head node;	/* in its file (file lock) */
 	struct list_head tnode; /* in its target's handles (target lock) */
 	struct list_head snode; /* in its source's shandles (source lock) */
+	struct list_head dnode; /* in its domain record's handles (its lock) */
 	u64 handle;
 	struct imp_func *tf; /* the function whose domain holds the mapping */
 	struct imp_func *sf; /* the function whose memory is mapped */
 	struct file *owner;  /* MAP: the target's vfio device, kept open */
 	struct dma_buf *lifetime;
-	struct imp_mapping *m; /* target lock */
+	struct imp_mapping *m; /* target lock and its domain's lock */
+	struct imp_dom *dom;   /* m's domain record, set once before the handle is listed */
 	bool bar;	       /* made by MAP_BAR */
 	bool gone;	       /* removed by the bus notifier (READ_ONCE) */
 	bool torn;	       /* target lock */
@@ -185,6 +192,8 @@ static LIST_HEAD(imp_funcs);
 static LIST_HEAD(imp_doms);
 static atomic64_t imp_live = ATOMIC64_INIT(0);
 static bool imp_ready;
+/* a handle was torn down by the bus notifier or its domain went: files' poll() looks again */
+static DECLARE_WAIT_QUEUE_HEAD(imp_poll_wq);
 static struct workqueue_struct *imp_wq; /* drops owner files for the bus notifier */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -281,6 +290,7 @@ static struct imp_dom *imp_dom_get(struct iommu_domain *d)
 		dom->domain = d;
 		dom->refs = 1;
 		mutex_init(&dom->lock);
+		INIT_LIST_HEAD(&dom->handles);
 		list_add(&dom->node, &imp_doms);
 	}
 	mutex_unlock(&imp_lock);
@@ -339,6 +349,82 @@ static u32 imp_domain_kind(struct pci_dev *pdev, struct iommu_domain **out)
 }
 
 /*
+ * The domain attached to `dev` now, with its group's mutex held. 7.x asserts that
+ * iommu_get_domain_for_dev() is called without it and offers the driver-level call instead.
+ */
+static struct iommu_domain *imp_cur_domain_locked(struct device *dev)
+{
+#ifdef UPCIE_KMOD_HAVE_DRIVER_GET_DOMAIN
+	return iommu_driver_get_domain_for_dev(dev);
+#else
+	return iommu_get_domain_for_dev(dev);
+#endif
+}
+
+struct imp_glocked {
+	struct device *dev;
+	int (*fn)(struct iommu_domain *cur, void *arg);
+	void *arg;
+	int ret;
+	bool ran;
+};
+
+static int imp_glocked_cb(struct device *dev, void *data)
+{
+	struct imp_glocked *g = data;
+
+	if (dev != g->dev)
+		return 0;
+	g->ret = g->fn(imp_cur_domain_locked(dev), g->arg);
+	g->ran = true;
+	return 1;
+}
+
+/*
+ * Run fn(cur, arg) with the IOMMU group of `pdev` locked (iommu_group_for_each_dev() holds the
+ * group's mutex), cur being the domain attached to it now. Every attach, detach and replace of
+ * a group's domain takes that mutex (type1's detach before it frees a domain, iommufd's before
+ * a hardware page table can be destroyed, the sysfs type change, a driver's probe), so a domain
+ * seen attached here stays allocated until fn returns, whatever its owner does meanwhile. This
+ * is what makes a domain pointer safe to use; nothing is held between requests. Without a group
+ * (or with the function no longer in it) fn runs with cur NULL.
+ */
+static int imp_with_group(struct pci_dev *pdev, int (*fn)(struct iommu_domain *, void *), void *arg)
+{
+	struct iommu_group *group = iommu_group_get(&pdev->dev);
+	struct imp_glocked g = { .dev = &pdev->dev, .fn = fn, .arg = arg };
+
+	if (group) {
+		iommu_group_for_each_dev(group, &g, imp_glocked_cb);
+		iommu_group_put(group);
+	}
+	return g.ran ? g.ret : fn(NULL, arg);
+}
+
+/*
+ * Does vfio grant `owner` access to its device? Opening /dev/vfio/devices/vfioN always
+ * succeeds and points the file at the device, also while another process owns it through a
+ * type1 group or its own bound cdev; only VFIO_DEVICE_BIND_IOMMUFD grants that file access, and
+ * vfio answers every other request of an ungranted file with EINVAL before it looks at the
+ * argument (vfio_device_fops_unl_ioctl(): access_granted). A granted file reaches vfio-pci's
+ * VFIO_DEVICE_GET_INFO, whose first step reads the argument: a NULL argument gives EFAULT, with
+ * nothing changed. Device files opened through a group are granted when they are made
+ * (VFIO_GROUP_GET_DEVICE_FD needs the group in a container with an IOMMU set). So EFAULT means
+ * the holder owns the device's DMA (group in a container, or the cdev bound to an iommufd), and
+ * anything else is no proof. vfio's private structures are not read: their layout depends on
+ * the kernel's configuration.
+ */
+static int imp_owner_granted(struct file *owner)
+{
+	long ret;
+
+	if (!owner->f_op->unlocked_ioctl)
+		return -EACCES;
+	ret = owner->f_op->unlocked_ioctl(owner, VFIO_DEVICE_GET_INFO, 0);
+	return ret == -EFAULT ? 0 : -EACCES;
+}
+
+/*
  * Is `owner` the open vfio device of `pdev`? Its driver must be of the vfio-pci family, whose
  * driver data is a struct vfio_pci_core_device (vfio_pci_core_register_device() callers), and
  * the file one of vfio's (f_op owner): a device file opened through the group, whose
@@ -358,9 +444,9 @@ static int imp_owner_check(struct pci_dev *pdev, struct file *owner)
 	core = dev_get_drvdata(&pdev->dev);
 	if (!core || !priv)
 		return -EACCES;
-	if (priv == &core->vdev || *(const void *const *)priv == &core->vdev)
-		return 0;
-	return -EACCES;
+	if (priv != &core->vdev && *(const void *const *)priv != &core->vdev)
+		return -EACCES;
+	return imp_owner_granted(owner);
 }
 
 /* Drop a held owner file. From the notifier the last reference must not run the release in
@@ -451,15 +537,16 @@ static int imp_check_memory(struct pci_dev *src, phys_addr_t pa, u64 len)
 			break;
 	}
 	if (bar == PCI_STD_NUM_BARS) {
-		pci_info(src, "iommu_map_pa: %pa+%#llx is not in an assigned memory BAR of it\n",
-			 &pa, len);
+		pci_info_ratelimited(
+		    src, "iommu_map_pa: %pa+%#llx is not in an assigned memory BAR of it\n", &pa,
+		    len);
 		return -EPERM;
 	}
 	n = imp_msix_ranges(src, lo, hi);
 	for (i = 0; i < n; i++) {
 		if (pa <= hi[i] && last >= lo[i]) {
-			pci_info(src, "iommu_map_pa: %pa+%#llx covers its MSI-X structures\n", &pa,
-				 len);
+			pci_info_ratelimited(
+			    src, "iommu_map_pa: %pa+%#llx covers its MSI-X structures\n", &pa, len);
 			return -EPERM;
 		}
 	}
@@ -468,45 +555,72 @@ static int imp_check_memory(struct pci_dev *src, phys_addr_t pa, u64 len)
 	return 0;
 }
 
-/*
- * Is [iova, iova + size) inside the domain's aperture and clear of the function's reserved
- * regions? 0 or -ERANGE. The x86 interrupt window is checked by address as well, since 6.1
- * does not export iommu_get_resv_regions().
- */
+/* Is [iova, iova + size) inside the domain's aperture? 0 or -ERANGE. */
 static int imp_check_range(struct pci_dev *pdev, struct iommu_domain *d, u64 iova, u64 size)
+{
+	u64 last = iova + size - 1;
+
+	if (d->geometry.force_aperture &&
+	    (iova < d->geometry.aperture_start || last > d->geometry.aperture_end)) {
+		pci_info_ratelimited(
+		    pdev, "iommu_map_pa: [%#llx, %#llx] outside the aperture [%pad, %pad]\n", iova,
+		    last, &d->geometry.aperture_start, &d->geometry.aperture_end);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+/*
+ * Is [iova, iova + size) clear of the function's reserved regions (MSI windows, RMRRs and
+ * other direct-mapped ranges, AMD's HyperTransport hole)? 0 or -ERANGE. The function's own list
+ * where iommu_get_resv_regions() is exported (7.x); on 6.1 its group's, which is the union over
+ * the group's functions (iommu_get_group_resv_regions() takes the group's mutex: never called
+ * under imp_with_group()). The x86 interrupt window is checked by address as well.
+ */
+static int imp_check_resv(struct pci_dev *pdev, u64 iova, u64 size)
 {
 	u64 last = iova + size - 1;
 	int ret = 0;
 
-	if (d->geometry.force_aperture &&
-	    (iova < d->geometry.aperture_start || last > d->geometry.aperture_end)) {
-		pci_info(pdev, "iommu_map_pa: [%#llx, %#llx] outside the aperture [%pad, %pad]\n",
-			 iova, last, &d->geometry.aperture_start, &d->geometry.aperture_end);
-		return -ERANGE;
-	}
 #ifdef CONFIG_X86
 	if (iova <= 0xfeefffffULL && last >= 0xfee00000ULL)
 		return -ERANGE;
 #endif
-#ifdef UPCIE_KMOD_HAVE_RESV_REGIONS
 	{
-		struct iommu_resv_region *r;
+		struct iommu_resv_region *r, *tmp;
 		LIST_HEAD(resv);
-
+#ifdef UPCIE_KMOD_HAVE_RESV_REGIONS
 		iommu_get_resv_regions(&pdev->dev, &resv);
+#else
+		struct iommu_group *group = iommu_group_get(&pdev->dev);
+
+		if (!group)
+			return 0;
+		ret = iommu_get_group_resv_regions(group, &resv);
+		iommu_group_put(group);
+		if (ret)
+			return ret;
+#endif
 		list_for_each_entry(r, &resv, list) {
 			if (r->length && iova <= r->start + r->length - 1 && last >= r->start) {
-				pci_info(pdev,
-					 "iommu_map_pa: [%#llx, %#llx] overlaps reserved region "
-					 "%pa+%#zx\n",
-					 iova, last, &r->start, r->length);
+				pci_info_ratelimited(
+				    pdev,
+				    "iommu_map_pa: [%#llx, %#llx] overlaps reserved "
+				    "region %pa+%#zx\n",
+				    iova, last, &r->start, r->length);
 				ret = -ERANGE;
 				break;
 			}
 		}
+#ifdef UPCIE_KMOD_HAVE_RESV_REGIONS
 		iommu_put_resv_regions(&pdev->dev, &resv);
-	}
+		(void)tmp;
+#else
+		/* the group variant copies each region with kzalloc (iommu_insert_resv_region) */
+		list_for_each_entry_safe(r, tmp, &resv, list)
+			kfree(r);
 #endif
+	}
 	return ret;
 }
 
@@ -548,24 +662,33 @@ static int imp_scan(struct iommu_domain *d, u64 iova, u64 size, const u64 *pages
 /* mappings and handles */
 
 /*
- * Remove a mapping from its domain, if that is still the function's domain and the mapping is
- * still ours. Never dereferences a domain that is not currently attached. dom->lock held.
+ * Remove a mapping from its domain, if that is the domain attached now (cur, group mutex held:
+ * it cannot be freed meanwhile) and the mapping is still ours (its first and last page still
+ * translate to what they were mapped to). A domain that is not attached now is never
+ * dereferenced: its owner detached it, and freeing it frees what this module put there.
+ * dom->lock held.
  */
-static void imp_mapping_remove(struct imp_mapping *m, struct pci_dev *pdev)
+static void imp_mapping_remove(struct imp_mapping *m, struct iommu_domain *cur,
+			       struct pci_dev *pdev)
 {
-	struct iommu_domain *cur = iommu_get_domain_for_dev(&pdev->dev);
+	u64 last = m->iova + m->size - m->page_size;
 	size_t done;
 
 	if (!m->installed)
 		return;
 	if (cur != m->dom->domain) {
-		pci_info(pdev, "iommu_map_pa: domain changed; mapping at %#llx left to its owner\n",
-			 m->iova);
+		pci_info_ratelimited(
+		    pdev,
+		    "iommu_map_pa: the domain of the mapping at %#llx is no longer "
+		    "attached; nothing to unmap\n",
+		    m->iova);
 		return;
 	}
-	if (iommu_iova_to_phys(cur, m->iova) != m->first_phys) {
-		pci_info(pdev, "iommu_map_pa: %#llx no longer maps %pa; not unmapping\n", m->iova,
-			 &m->first_phys);
+	if (iommu_iova_to_phys(cur, m->iova) != m->first_phys ||
+	    iommu_iova_to_phys(cur, last) != m->last_phys) {
+		pci_info_ratelimited(pdev,
+				     "iommu_map_pa: %#llx no longer maps %pa; not unmapping\n",
+				     m->iova, &m->first_phys);
 		return;
 	}
 	done = iommu_unmap(cur, m->iova, m->size);
@@ -578,10 +701,69 @@ static void imp_mapping_remove(struct imp_mapping *m, struct pci_dev *pdev)
  * Take a handle's share of its mapping out of the domain, once. The target's lock is held (so
  * the domain pointer is current or known stale). `async`: called by the bus notifier.
  */
+/*
+ * A mapping this module installed goes: the MAP_BAR handles that borrowed (F_SHARE) part of it
+ * have nothing left. They are marked gone (poll() says so, and only UNMAP answers them).
+ */
+static void imp_tell_borrowers(struct imp_dom *dom, const struct imp_mapping *m)
+{
+	struct imp_handle *b;
+
+	lockdep_assert_held(&dom->lock);
+	list_for_each_entry(b, &dom->handles, dnode) {
+		const struct imp_mapping *bm = b->m;
+
+		if (bm && !bm->installed && bm->iova <= m->iova + m->size - 1 &&
+		    m->iova <= bm->iova + bm->size - 1) {
+			pci_info_ratelimited(b->tf->pdev,
+					     "iommu_map_pa: the mapping handle %llu borrowed was "
+					     "unmapped by its owner\n",
+					     b->handle);
+			WRITE_ONCE(b->gone, true);
+		}
+	}
+}
+
+struct imp_rm {
+	struct imp_handle *h;
+	bool freed; /* the last handle of the mapping: it was removed */
+	bool wait;  /* may wait for a reset to end */
+};
+
+static int imp_teardown_fn(struct iommu_domain *cur, void *arg)
+{
+	struct imp_rm *r = arg;
+	struct imp_mapping *m = r->h->m;
+	struct imp_dom *dom = m->dom;
+
+	mutex_lock(&dom->lock);
+	/*
+	 * A function being reset (7.x: pci_dev_reset_iommu_prepare()) sits in the blocking domain
+	 * for the reset while its own domain stays the group's: wait for it to come back.
+	 */
+	if (r->wait && m->refs == 1 && m->installed && cur != dom->domain && cur &&
+	    cur->type == IOMMU_DOMAIN_BLOCKED) {
+		mutex_unlock(&dom->lock);
+		return -EAGAIN;
+	}
+	/* under the domain's lock: imp_overlap() reads it there */
+	WRITE_ONCE(r->h->m, NULL);
+	list_del_init(&r->h->dnode);
+	if (--m->refs == 0) {
+		imp_mapping_remove(m, cur, r->h->tf->pdev);
+		r->freed = true;
+		if (m->installed)
+			imp_tell_borrowers(dom, m);
+	}
+	mutex_unlock(&dom->lock);
+	return 0;
+}
+
 static void imp_handle_teardown_locked(struct imp_handle *h, bool async)
 {
 	struct imp_mapping *m = h->m;
-	struct imp_dom *dom = m ? m->dom : NULL;
+	struct imp_rm r = { .h = h, .wait = true };
+	int tries = 0;
 
 	lockdep_assert_held(&h->tf->lock);
 	if (h->torn)
@@ -589,21 +771,19 @@ static void imp_handle_teardown_locked(struct imp_handle *h, bool async)
 	h->torn = true;
 	list_del_init(&h->tnode);
 	if (m) {
-		mutex_lock(&dom->lock);
-		/* under the domain's lock: imp_overlap() reads it there */
-		WRITE_ONCE(h->m, NULL);
-		if (--m->refs == 0)
-			imp_mapping_remove(m, h->tf->pdev);
-		else
-			m = NULL;
-		mutex_unlock(&dom->lock);
-		if (m) {
+		while (imp_with_group(h->tf->pdev, imp_teardown_fn, &r) == -EAGAIN) {
+			if (++tries >= 100)
+				r.wait = false; /* 1 s: the domain is not coming back */
+			msleep(10);
+		}
+		if (r.freed) {
 			kfree(m);
-			imp_dom_put(dom);
+			imp_dom_put(h->dom);
 		}
 	}
 	imp_owner_put(h->owner, async);
 	h->owner = NULL;
+	wake_up_all(&imp_poll_wq);
 }
 
 static void imp_handle_free(struct kref *ref)
@@ -645,7 +825,8 @@ static int imp_source_register(struct imp_handle *h)
 	int ret = 0;
 
 	mutex_lock(&h->sf->lock);
-	if (h->sf->dying)
+	/* PCI_DEV_ADDED goes first in pci_stop_dev(), before BUS_NOTIFY_DEL_DEVICE */
+	if (h->sf->dying || !imp_pci_added(h->sf->pdev))
 		ret = -ENODEV;
 	else
 		list_add_tail(&h->snode, &h->sf->shandles);
@@ -694,6 +875,7 @@ static struct imp_handle *imp_handle_new(struct imp_file *f)
 	INIT_LIST_HEAD(&h->node);
 	INIT_LIST_HEAD(&h->tnode);
 	INIT_LIST_HEAD(&h->snode);
+	INIT_LIST_HEAD(&h->dnode);
 	return h;
 fail:
 	mutex_lock(&f->lock);
@@ -741,10 +923,16 @@ static struct imp_mapping *imp_overlap(struct imp_file *f, struct imp_dom *dom, 
 	*same = false;
 	mutex_lock(&f->lock);
 	list_for_each_entry(h, &f->handles, node) {
-		struct imp_mapping *m = READ_ONCE(h->m);
+		struct imp_mapping *m;
 
-		/* a handle's mapping changes under its domain's lock, which is held */
-		if (!m || m->dom != dom)
+		/*
+		 * Only handles of this domain: their mapping changes under its lock, which is
+		 * held. Another domain's mapping may be freed meanwhile, so it is never read.
+		 */
+		if (h->dom != dom)
+			continue;
+		m = READ_ONCE(h->m);
+		if (!m)
 			continue;
 		if (iova + size - 1 < m->iova || iova > m->iova + m->size - 1)
 			continue;
@@ -824,17 +1012,97 @@ static int imp_check_pages(struct pci_dev *src, const u64 *pages, u64 npages, u6
 	return run_len ? imp_check_memory(src, run_pa, run_len) : 0;
 }
 
+/* What one MAP does inside its target's group lock. */
+struct imp_map_op {
+	struct imp_file *f;
+	struct imp_handle *h;
+	struct iommu_domain *d; /* the domain the checks were made for */
+	const u64 *pages;
+	u64 iova, size, npages, page_size;
+	int prot;
+	bool shared; /* out */
+};
+
+static int imp_map_fn(struct iommu_domain *cur, void *arg)
+{
+	struct imp_map_op *op = arg;
+	struct imp_handle *h = op->h;
+	struct pci_dev *pdev = h->tf->pdev;
+	struct iommu_domain *d = op->d;
+	struct imp_mapping *m = NULL, *old;
+	struct imp_dom *dom, *lockdom;
+	bool same = false;
+	int ret;
+
+	if (cur != d) {
+		/* the owner attached another domain since the checks: nothing is mapped */
+		pci_info_ratelimited(pdev, "iommu_map_pa: its domain changed during MAP\n");
+		return -EAGAIN;
+	}
+	if (!d->pgsize_bitmap || op->page_size < imp_min_page(d))
+		return -EINVAL;
+	ret = imp_check_range(pdev, d, op->iova, op->size);
+	if (ret)
+		return ret;
+	dom = imp_dom_get(d);
+	if (!dom)
+		return -ENOMEM;
+	lockdom = dom;
+	mutex_lock(&lockdom->lock);
+	old = imp_overlap(op->f, dom, op->iova, op->size, op->page_size, op->prot, &same);
+	if (old && !same) {
+		ret = -EEXIST;
+	} else if (same) {
+		ret = imp_scan(d, op->iova, op->size, op->pages, op->page_size, 0, true);
+	} else {
+		ret = imp_scan(d, op->iova, op->size, NULL, 0, 0, false);
+		if (ret == -EEXIST)
+			pci_info_ratelimited(pdev,
+					     "iommu_map_pa: [%#llx, +%#llx) is already mapped\n",
+					     op->iova, op->size);
+		if (!ret) {
+			m = kzalloc(sizeof(*m), GFP_KERNEL);
+			ret = m ? imp_map_pages(d, op->iova, op->pages, op->npages, op->page_size,
+						op->prot)
+				: -ENOMEM;
+		}
+	}
+	if (!ret && same) {
+		old->refs++;
+		h->dom = dom;
+		WRITE_ONCE(h->m, old);
+		list_add_tail(&h->dnode, &dom->handles);
+		op->shared = true;
+	} else if (!ret) {
+		*m = (struct imp_mapping){ .dom = dom,
+					   .iova = op->iova,
+					   .size = op->size,
+					   .page_size = op->page_size,
+					   .first_phys = op->pages[0],
+					   .last_phys = op->pages[op->npages - 1],
+					   .prot = op->prot,
+					   .refs = 1,
+					   .installed = true };
+		h->dom = dom;
+		WRITE_ONCE(h->m, m);
+		list_add_tail(&h->dnode, &dom->handles);
+		m = NULL;
+		dom = NULL; /* the mapping holds it */
+	}
+	mutex_unlock(&lockdom->lock);
+	kfree(m);
+	imp_dom_put(dom); /* a failure, or shared: the mapping holds one already */
+	return ret;
+}
+
 static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 {
 	struct upcie_iommu_map_pa_map req;
-	struct imp_mapping *m = NULL, *old;
+	struct imp_map_op op = { .f = f };
 	struct iommu_domain *d;
 	struct imp_handle *h;
-	struct imp_dom *dom = NULL, *lockdom;
 	struct imp_func *tf;
-	bool same = false;
 	u64 size, *pages;
-	int prot;
 	long ret;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
@@ -855,7 +1123,6 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		return -EINVAL;
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
-	prot = imp_prot(req.prot);
 
 	pages = kvmalloc_array(req.npages, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
@@ -888,20 +1155,20 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		h->sf = NULL;
 		goto abort;
 	}
-	ret = imp_check_pages(h->sf->pdev, pages, req.npages, req.page_size);
-	if (ret)
-		goto abort;
 	tf = imp_func_get(&req.pci);
 	if (IS_ERR(tf)) {
 		ret = PTR_ERR(tf);
 		goto abort;
 	}
 	h->tf = tf;
+	/* registered first: a source that goes from here on tears the handle down (h->torn) */
 	ret = imp_source_register(h);
+	if (!ret)
+		ret = imp_check_pages(h->sf->pdev, pages, req.npages, req.page_size);
 	if (ret)
 		goto abort;
 
-	mutex_lock(&tf->lock); /* the driver (vfio-pci) stays bound, the domain stays current */
+	mutex_lock(&tf->lock); /* the driver (vfio-pci) stays bound: its unbind waits for this */
 	if (h->torn) {
 		/* the source's driver changed since it was registered: its memory is not ours */
 		ret = -ENODEV;
@@ -911,77 +1178,45 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_USER:
 		ret = imp_owner_check(tf->pdev, h->owner);
 		if (ret)
-			pci_info(tf->pdev, "iommu_map_pa: owner_fd is not its open vfio device\n");
+			pci_info_ratelimited(tf->pdev,
+					     "iommu_map_pa: owner_fd is not its open vfio "
+					     "device with access granted\n");
 		break;
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_NONE:
-		pci_info(tf->pdev, "iommu_map_pa: no IOMMU translates this function\n");
+		pci_info_ratelimited(tf->pdev, "iommu_map_pa: no IOMMU translates this function\n");
 		ret = -ENODEV;
 		break;
 	default:
-		pci_info(tf->pdev,
-			 "iommu_map_pa: its DMA domain is not user-owned (driver: %s); refused\n",
-			 tf->pdev->dev.driver ? tf->pdev->dev.driver->name : "none");
+		pci_info_ratelimited(tf->pdev,
+				     "iommu_map_pa: its DMA domain is not user-owned (driver: %s); "
+				     "refused\n",
+				     tf->pdev->dev.driver ? tf->pdev->dev.driver->name : "none");
 		ret = -EPERM;
 		break;
 	}
 	/* a driver leaving waits for the files this module holds: nothing new until it is gone */
 	if (!ret && (tf->dying || tf->unbinding))
 		ret = -ENODEV;
-	if (!ret && (!d->pgsize_bitmap || req.page_size < imp_min_page(d)))
-		ret = -EINVAL;
-	if (!ret)
-		ret = imp_check_range(tf->pdev, d, req.iova, size);
-	if (!ret) {
-		dom = imp_dom_get(d);
-		if (!dom)
-			ret = -ENOMEM;
-	}
 	if (ret)
 		goto unlock;
-
-	lockdom = dom;
-	mutex_lock(&lockdom->lock);
-	old = imp_overlap(f, dom, req.iova, size, req.page_size, prot, &same);
-	if (old && !same) {
-		ret = -EEXIST;
-	} else if (same) {
-		ret = imp_scan(d, req.iova, size, pages, req.page_size, 0, true);
-	} else {
-		ret = imp_scan(d, req.iova, size, NULL, 0, 0, false);
-		if (ret == -EEXIST)
-			pci_info(tf->pdev, "iommu_map_pa: [%#llx, +%#llx) is already mapped\n",
-				 req.iova, size);
-		if (!ret) {
-			m = kzalloc(sizeof(*m), GFP_KERNEL);
-			ret = m ? imp_map_pages(d, req.iova, pages, req.npages, req.page_size, prot)
-				: -ENOMEM;
-		}
-	}
-	if (!ret && same) {
-		old->refs++;
-		h->m = old;
-		req.shared = 1;
-	} else if (!ret) {
-		*m = (struct imp_mapping){ .dom = dom,
-					   .iova = req.iova,
-					   .size = size,
-					   .page_size = req.page_size,
-					   .first_phys = pages[0],
-					   .prot = prot,
-					   .refs = 1,
-					   .installed = true };
-		WRITE_ONCE(h->m, m);
-		dom = NULL; /* the mapping holds it */
-		m = NULL;
-		req.shared = 0;
-	}
-	mutex_unlock(&lockdom->lock);
-	kfree(m);
+	ret = imp_check_resv(tf->pdev, req.iova, size);
 	if (ret)
 		goto unlock;
+	op.h = h;
+	op.d = d;
+	op.pages = pages;
+	op.iova = req.iova;
+	op.size = size;
+	op.npages = req.npages;
+	op.page_size = req.page_size;
+	op.prot = imp_prot(req.prot);
+	/* the checks against the domain and the mapping itself: under the group's lock */
+	ret = imp_with_group(tf->pdev, imp_map_fn, &op);
+	if (ret)
+		goto unlock;
+	req.shared = op.shared;
 	list_add_tail(&h->tnode, &tf->handles);
 	mutex_unlock(&tf->lock);
-	imp_dom_put(dom); /* the shared case: the mapping already held one */
 	kvfree(pages);
 	ret = imp_handle_publish(f, h, uarg, &req, sizeof(req), &req.handle);
 	if (ret) {
@@ -994,7 +1229,6 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 
 unlock:
 	mutex_unlock(&tf->lock);
-	imp_dom_put(dom);
 abort:
 	kvfree(pages);
 	imp_handle_abort(f, h);
@@ -1016,13 +1250,82 @@ static bool imp_in_host_window(struct pci_dev *pdev, u64 bus, u64 size)
 	return false;
 }
 
+/* What one MAP_BAR does inside its target's group lock. */
+struct imp_bar_op {
+	struct imp_handle *h;
+	struct iommu_domain *d;
+	struct pci_dev *src;
+	u64 bus, phys, len;
+	u32 flags, bar;
+	int prot;
+	bool share; /* out */
+};
+
+static int imp_map_bar_fn(struct iommu_domain *cur, void *arg)
+{
+	struct imp_bar_op *op = arg;
+	struct pci_dev *pdev = op->h->tf->pdev;
+	struct iommu_domain *d = op->d;
+	struct imp_mapping *m;
+	struct imp_dom *dom, *lockdom;
+	int ret;
+
+	if (cur != d) {
+		pci_info_ratelimited(pdev, "iommu_map_pa: its domain changed during MAP_BAR\n");
+		return -EAGAIN;
+	}
+	ret = imp_check_range(pdev, d, op->bus, op->len);
+	if (ret)
+		return ret;
+	dom = imp_dom_get(d);
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!dom || !m) {
+		kfree(m);
+		imp_dom_put(dom);
+		return -ENOMEM;
+	}
+	lockdom = dom;
+	mutex_lock(&lockdom->lock);
+	ret = imp_scan(d, op->bus, op->len, NULL, 0, 0, false);
+	op->share = false;
+	if (ret == -EEXIST && (op->flags & UPCIE_IOMMU_MAP_PA_F_SHARE)) {
+		ret = imp_scan(d, op->bus, op->len, NULL, 0, op->phys, true);
+		op->share = !ret;
+	}
+	if (ret == -EEXIST)
+		pci_info_ratelimited(
+		    pdev, "iommu_map_pa: %#llx+%#llx of %s BAR%u is taken in this domain\n",
+		    op->bus, op->len, pci_name(op->src), op->bar);
+	if (!ret && !op->share)
+		ret = imp_iommu_map(d, op->bus, op->phys, op->len, op->prot);
+	if (!ret) {
+		*m = (struct imp_mapping){ .dom = dom,
+					   .iova = op->bus,
+					   .size = op->len,
+					   .page_size = PAGE_SIZE,
+					   .first_phys = op->phys,
+					   .last_phys = op->phys + op->len - PAGE_SIZE,
+					   .prot = op->prot,
+					   .refs = 1,
+					   .installed = !op->share };
+		op->h->dom = dom;
+		WRITE_ONCE(op->h->m, m);
+		list_add_tail(&op->h->dnode, &dom->handles);
+		m = NULL;
+		dom = NULL;
+	}
+	mutex_unlock(&lockdom->lock);
+	kfree(m);
+	imp_dom_put(dom);
+	return ret;
+}
+
 static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 {
 	struct upcie_iommu_map_pa_map_bar req;
+	struct imp_bar_op op = { 0 };
 	struct iommu_domain *d;
 	struct imp_handle *h;
-	struct imp_mapping *m = NULL;
-	struct imp_dom *dom = NULL, *lockdom;
 	struct imp_func *tf;
 	struct pci_dev *src;
 	u64 len, phys, bus;
@@ -1072,16 +1375,16 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 		goto abort;
 	}
 	req.length = PAGE_ALIGN(req.length);
-	ret = imp_check_memory(src, phys, req.length);
-	if (ret)
-		goto abort;
 	tf = imp_func_get(&req.target);
 	if (IS_ERR(tf)) {
 		ret = PTR_ERR(tf);
 		goto abort;
 	}
 	h->tf = tf;
+	/* registered before the check: a source that goes from here on tears the handle down */
 	ret = imp_source_register(h);
+	if (!ret)
+		ret = imp_check_memory(src, phys, req.length);
 	if (ret)
 		goto abort;
 	req.iova = bus;
@@ -1107,8 +1410,9 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_DMA:
 		break;
 	default:
-		pci_info(tf->pdev,
-			 "iommu_map_pa: MAP_BAR needs a kernel DMA domain (DMA or DMA-FQ)\n");
+		pci_info_ratelimited(tf->pdev,
+				     "iommu_map_pa: MAP_BAR needs a kernel DMA domain (DMA "
+				     "or DMA-FQ)\n");
 		ret = -EPERM;
 		goto unlock;
 	}
@@ -1122,52 +1426,30 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 	 */
 	if (!(req.result_flags & UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW) &&
 	    !(req.flags & UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW)) {
-		pci_info(tf->pdev,
-			 "iommu_map_pa: %#llx+%#llx is outside its host-bridge windows, where the "
-			 "kernel's own DMA mappings for it may go; refused\n",
-			 bus, req.length);
+		pci_info_ratelimited(
+		    tf->pdev,
+		    "iommu_map_pa: %#llx+%#llx is outside its host-bridge windows, "
+		    "where the kernel's own DMA mappings for it may go; refused\n",
+		    bus, req.length);
 		ret = -ERANGE;
 		goto unlock;
 	}
-	ret = imp_check_range(tf->pdev, d, bus, req.length);
+	ret = imp_check_resv(tf->pdev, bus, req.length);
 	if (ret)
 		goto unlock;
-	dom = imp_dom_get(d);
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!dom || !m) {
-		ret = -ENOMEM;
-		goto unlock;
-	}
-	lockdom = dom;
-	mutex_lock(&lockdom->lock);
-	ret = imp_scan(d, bus, req.length, NULL, 0, 0, false);
-	share = false;
-	if (ret == -EEXIST && (req.flags & UPCIE_IOMMU_MAP_PA_F_SHARE)) {
-		ret = imp_scan(d, bus, req.length, NULL, 0, phys, true);
-		share = !ret;
-	}
-	if (ret == -EEXIST)
-		pci_info(tf->pdev,
-			 "iommu_map_pa: %#llx+%#llx of %s BAR%u is taken in this domain\n", bus,
-			 req.length, pci_name(src), req.bar);
-	if (!ret && !share)
-		ret = imp_iommu_map(d, bus, phys, req.length, prot);
-	if (!ret) {
-		*m = (struct imp_mapping){ .dom = dom,
-					   .iova = bus,
-					   .size = req.length,
-					   .page_size = PAGE_SIZE,
-					   .first_phys = phys,
-					   .prot = prot,
-					   .refs = 1,
-					   .installed = !share };
-		h->m = m;
-		m = NULL;
-		dom = NULL;
-	}
-	mutex_unlock(&lockdom->lock);
+	op.h = h;
+	op.d = d;
+	op.bus = bus;
+	op.phys = phys;
+	op.len = req.length;
+	op.flags = req.flags;
+	op.prot = prot;
+	op.src = src;
+	op.bar = req.bar;
+	ret = imp_with_group(tf->pdev, imp_map_bar_fn, &op);
 	if (ret)
 		goto unlock;
+	share = op.share;
 	req.result = share ? UPCIE_IOMMU_MAP_PA_BAR_BORROWED : UPCIE_IOMMU_MAP_PA_BAR_MAPPED;
 	list_add_tail(&h->tnode, &tf->handles);
 	mutex_unlock(&tf->lock);
@@ -1183,8 +1465,6 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 unlock:
 	mutex_unlock(&tf->lock);
 abort:
-	kfree(m);
-	imp_dom_put(dom);
 	imp_handle_abort(f, h);
 	return ret;
 }
@@ -1211,6 +1491,24 @@ static long imp_ioc_unmap(struct imp_file *f, void __user *uarg)
 	if (!found)
 		return -ENOENT;
 	imp_handle_end(found);
+	return 0;
+}
+
+struct imp_xlate_op {
+	struct iommu_domain *d;
+	struct upcie_iommu_map_pa_translate *req;
+};
+
+static int imp_xlate_fn(struct iommu_domain *cur, void *arg)
+{
+	struct imp_xlate_op *op = arg;
+
+	if (cur != op->d)
+		return -EAGAIN; /* changed since it was looked at: nothing is read */
+	op->req->phys = iommu_iova_to_phys(cur, op->req->iova);
+	op->req->aperture_start = cur->geometry.aperture_start;
+	op->req->aperture_end = cur->geometry.aperture_end;
+	op->req->pgsize_bitmap = cur->pgsize_bitmap;
 	return 0;
 }
 
@@ -1249,10 +1547,10 @@ static long imp_ioc_translate(void __user *uarg)
 	else
 		readable = d && (d->type & __IOMMU_DOMAIN_PAGING);
 	if (readable) {
-		req.phys = iommu_iova_to_phys(d, req.iova);
-		req.aperture_start = d->geometry.aperture_start;
-		req.aperture_end = d->geometry.aperture_end;
-		req.pgsize_bitmap = d->pgsize_bitmap;
+		struct imp_xlate_op op = { .d = d, .req = &req };
+
+		/* read under the group's lock, only if it is still attached */
+		imp_with_group(tf->pdev, imp_xlate_fn, &op);
 	}
 	mutex_unlock(&tf->lock);
 	imp_func_put(tf);
@@ -1342,8 +1640,32 @@ static int imp_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/*
+ * Readable (EPOLLIN | EPOLLPRI) while a handle of this file was taken down by the module (its
+ * function's driver changed or it was removed, or its memory's source did): user space learns
+ * of it without a request, then UNMAPs those handles (the only request they still answer).
+ */
+static __poll_t imp_poll(struct file *file, struct poll_table_struct *wait)
+{
+	struct imp_file *f = file->private_data;
+	struct imp_handle *h;
+	__poll_t mask = 0;
+
+	poll_wait(file, &imp_poll_wq, wait);
+	mutex_lock(&f->lock);
+	list_for_each_entry(h, &f->handles, node) {
+		if (READ_ONCE(h->gone)) {
+			mask = EPOLLIN | EPOLLRDNORM | EPOLLPRI;
+			break;
+		}
+	}
+	mutex_unlock(&f->lock);
+	return mask;
+}
+
 static const struct file_operations imp_fops = {
 	.owner = THIS_MODULE,
+	.poll = imp_poll,
 	.open = imp_open,
 	.release = imp_release,
 	.unlocked_ioctl = imp_ioctl,
@@ -1395,7 +1717,7 @@ static void imp_notify_dev(struct device *dev, const char *why, bool dying, bool
 	list_for_each_entry(h, &func->shandles, snode)
 		n++;
 	if (n)
-		src = kmalloc_array(n, sizeof(*src), GFP_KERNEL | __GFP_NOFAIL);
+		src = kvmalloc_array(n, sizeof(*src), GFP_KERNEL | __GFP_NOFAIL);
 	list_for_each_entry(h, &func->shandles, snode) {
 		kref_get(&h->ref);
 		src[i++] = h;
@@ -1416,7 +1738,7 @@ static void imp_notify_dev(struct device *dev, const char *why, bool dying, bool
 		kref_put(&h->ref, imp_handle_free);
 		cond_resched();
 	}
-	kfree(src);
+	kvfree(src);
 	imp_func_put(func);
 }
 
@@ -1449,17 +1771,10 @@ static int imp_pci_notify(struct notifier_block *nb, unsigned long action, void 
 		imp_notify_dev(dev, "function removed", true, false);
 		break;
 	case BUS_NOTIFY_REMOVED_DEVICE:
-		mutex_lock(&imp_lock);
-		func = imp_func_find_locked(dev);
-		if (func)
-			kref_get(&func->ref);
-		mutex_unlock(&imp_lock);
-		if (func) {
-			mutex_lock(&func->lock);
-			func->dying = false;
-			mutex_unlock(&func->lock);
-			imp_func_put(func);
-		}
+		/*
+		 * dying stays set: the pci_dev is gone for good (a rescan makes a new one, with a
+		 * record of its own), and a record that still exists must refuse everything.
+		 */
 		break;
 	}
 	return NOTIFY_DONE;

@@ -23,11 +23,14 @@
  * Usage: t_kmod_iommu NVME0_BDF NVME1_BDF VRAM_BDF   (modules iommu_map_pa, dmabuf_import,
  * vfio-pci, uio_pci_generic, vgem loaded; 16 hugepages)
  */
+// testbed-ldflags: -lpthread
 #include <upcie/base/feature.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <upcie/kmod/dmabuf_import.h>
@@ -155,6 +159,172 @@ static void tw_owner(struct upcie_iommu_map_pa_map *m)
 {
 	m->owner_fd = owner_fd_;
 }
+/* Is the module's file readable now (poll, no wait)? */
+static int readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLPRI };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLPRI));
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * A second process opens c0's vfio cdev without binding it (vfio lets any process do that,
+ * whoever owns the device) and names it as owner: that proves nothing, MAP must be EACCES.
+ */
+static void test_unbound_cdev(struct upcie_kmod_iommu_map_pa *ctx, uint64_t iova,
+			      const uint64_t *pages, const char *how)
+{
+	char name[32], path[64];
+	int status = -1;
+	pid_t pid;
+
+	if (upcie_vfio_cdev_find(&c0, name, sizeof(name)) ||
+	    snprintf(path, sizeof(path), "/dev/vfio/devices/%s", name) >= (int)sizeof(path) ||
+	    access(path, F_OK)) {
+		SKIPPED("no vfio cdev on this kernel",
+			"a second process with %s's vfio cdev open, not bound (%s)", n0, how);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_RDWR), r;
+
+		if (fd < 0)
+			_exit(2);
+		owner_fd_ = fd;
+		r = raw_map(ctx, &c0, iova, pages, 4, 4096, tw_owner);
+		_exit(r == -EACCES ? 0 : r == 0 ? 3 : 4);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	TAP(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "a second process opens %s (%s's cdev; %s) without binding it and names it as owner: "
+	    "MAP is EACCES (child exit %d: 0 refused, 3 mapped)",
+	    path, n0, how, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* A MAP made in a thread, timed. */
+struct long_map {
+	struct upcie_kmod_iommu_map_pa *ctx;
+	struct upcie_iommu_map_pa_map m;
+	volatile int started;
+	double t0, t1;
+	int ret;
+};
+
+static void *long_map_fn(void *arg)
+{
+	struct long_map *l = arg;
+
+	l->started = 1;
+	l->t0 = now_s();
+	l->ret = tk_ioctl(l->ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP, &l->m);
+	l->t1 = now_s();
+	return NULL;
+}
+
+/*
+ * The owner detaches its device (and so destroys the page table iommufd made for it) while a
+ * long MAP runs into that page table: the module holds the group's mutex while it uses the
+ * domain, so the detach waits for the MAP to end (or goes first, and the MAP is refused); the
+ * module never writes into a freed page table. Afterwards the mapping's domain is gone and
+ * UNMAP does not touch it. The pages: one vram page named n times (n separate iommu_map()s).
+ * The detach starts later in each round until one lands while the MAP runs.
+ */
+static void test_detach_during_map(struct upcie_kmod_iommu_map_pa *ctx,
+				   struct upcie_vfio_device *dev, struct upcie_vfio_ioas *ioas,
+				   uint64_t iova, uint64_t page)
+{
+	enum { N = 262144 };
+	static const unsigned delay_ms[] = { 5, 30, 100, 300, 800, 2000 };
+	struct long_map l;
+	uint64_t *pages = malloc(N * sizeof(*pages));
+	double d0 = 0, d1 = 0;
+	bool raced = false, ok = true, unmapped = true;
+	unsigned type = 99, round;
+	pthread_t t;
+	int err = 0;
+
+	if (!pages) {
+		TAP(0, "iommufd: pages for the long MAP");
+		return;
+	}
+	for (int i = 0; i < N; i++)
+		pages[i] = page;
+	for (round = 0; round < sizeof(delay_ms) / sizeof(delay_ms[0]) && !raced; round++) {
+		if (round && (err = upcie_vfio_cdev_attach(dev, ioas)))
+			break;
+		memset(&l, 0, sizeof(l));
+		l.ctx = ctx;
+		l.m.pci.segment = c0.domain;
+		l.m.pci.bus = c0.bus;
+		l.m.pci.devfn = (uint8_t)(c0.dev << 3 | c0.fn);
+		l.m.source.segment = vram.domain;
+		l.m.source.bus = vram.bus;
+		l.m.source.devfn = (uint8_t)(vram.dev << 3 | vram.fn);
+		l.m.owner_fd = dev->fd;
+		l.m.iova = iova;
+		l.m.page_size = 4096;
+		l.m.npages = N;
+		l.m.pages = (uint64_t)(uintptr_t)pages;
+		l.m.lifetime_fd = -1;
+		err = pthread_create(&t, NULL, long_map_fn, &l);
+		if (err)
+			break;
+		while (!l.started)
+			usleep(100);
+		usleep(delay_ms[round] * 1000);
+		d0 = now_s();
+		err = upcie_vfio_cdev_detach(dev);
+		d1 = now_s();
+		pthread_join(t, NULL);
+		INFO("detach_during_map",
+		     "round %u: map 0.000..%.3f s ret %d, detach %.3f..%.3f s ret %d", round,
+		     l.t1 - l.t0, l.ret, d0 - l.t0, d1 - l.t0, err);
+		if (err)
+			break;
+		if (!l.ret && d0 < l.t1) {
+			raced = true;
+			ok = d1 >= l.t1; /* the detach waited for the MAP */
+		} else if (l.ret && l.ret != -EPERM) {
+			ok = false; /* refused for another reason than the domain being gone */
+			raced = true;
+		}
+		if (!l.ret) {
+			tk_sh("dmesg -c >/dev/null");
+			unmapped =
+			    unmapped && !upcie_kmod_iommu_map_pa_unmap(ctx, l.m.handle) &&
+			    !tk_sh("dmesg | grep -q 'is no longer attached; nothing to unmap'");
+		}
+	}
+	if (err) {
+		TAP(0, "iommufd: detach/attach/thread for the long-MAP race (%d)", err);
+	} else if (!raced) {
+		SKIPPED("no round's detach landed while the MAP ran",
+			"iommufd: the owner detaches %s during a long MAP", n0);
+	} else {
+		TAP(ok,
+		    "iommufd: the owner detaches %s (its page table destroyed with it) while a MAP "
+		    "of %d pages runs: the detach waits for the MAP (MAP %d after %.3f s, detach "
+		    "%.3f..%.3f s)",
+		    n0, N, l.ret, l.t1 - l.t0, d0 - l.t0, d1 - l.t0);
+	}
+	TAP(unmapped, "iommufd: UNMAP after the detach returns 0 and leaves the destroyed page "
+		      "table alone (the kernel log says it is no longer attached)");
+	TAP(xlate(ctx, &c0, iova, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_BLOCKED,
+	    "iommufd: %s detached: its DMA is blocked (TRANSLATE: kind %u)", n0, type);
+	free(pages);
+}
+
 static struct upcie_pci_bdf source_;
 static void tw_source(struct upcie_iommu_map_pa_map *m)
 {
@@ -318,6 +488,7 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	owner_fd_ = ctx->fd;
 	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EACCES,
 	    "MAP into %s with the module's own file as owner: EACCES", n0);
+	test_unbound_cdev(ctx, win_free, pages, "its type1 group owns it");
 	/* what the pages may be */
 	source_ = c0;
 	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_source) == -EPERM,
@@ -486,6 +657,7 @@ static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	const uint64_t db = bar0->phys + UPCIE_KMOD_NVME_DOORBELL_OFFSET;
 	uint64_t was = live(ctx), msix = 0;
 	unsigned type, bir = 9;
+	int polled_before;
 	int err;
 
 	/* c0 has 2 I/O queue pairs and CAP.DSTRD 0 under QEMU: one doorbell page */
@@ -515,6 +687,28 @@ static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && xlate(ctx, &vram, db, NULL) == 0,
 	    "unmapping the owner's handle removes it");
 	TAP(upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) == -ENOENT, "unmap again: -ENOENT");
+	{
+		/* the lender closes: the borrower is told (poll), its handle only unmaps */
+		struct upcie_kmod_iommu_map_pa lender;
+		int before = readable(ctx->fd);
+
+		err = upcie_kmod_iommu_map_pa_open(&lender);
+		if (!err)
+			err = upcie_kmod_iommu_map_pa_map_bar(&lender, &vram, &c0, 0, 0x1000,
+							      0x1000, 0, &b3);
+		if (!err)
+			err = upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0x1000, 0x1000,
+							      UPCIE_KMOD_BAR_SHARE, &b2);
+		TAP(!err && b2.result == UPCIE_IOMMU_MAP_PA_BAR_BORROWED && !before &&
+			!readable(ctx->fd),
+		    "a second file maps the doorbell page, this one borrows it: not readable");
+		upcie_kmod_iommu_map_pa_close(&lender);
+		TAP(!err && xlate(ctx, &vram, db, NULL) == 0 && readable(ctx->fd),
+		    "the lender's file closed: the mapping is gone and the borrower's file is "
+		    "readable (poll)");
+		TAP(!err && !upcie_kmod_iommu_map_pa_unmap(ctx, b2.handle) && !readable(ctx->fd),
+		    "the borrowed handle unmaps; the file is no longer readable");
+	}
 	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &c1, &c0, 0, 0x1000, 0x1000, 0, &b2) == -EPERM,
 	    "MAP_BAR into %s (vfio: user-owned domain): -EPERM", n1);
 	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 6, 0, 0, 0, &b2) == -EINVAL &&
@@ -538,10 +732,14 @@ static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	}
 
 	/* the target's driver binding changes under a live mapping */
+	polled_before = readable(ctx->fd);
 	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm);
 	TAP(!err && upcie_pci_driver_bind(&vram, "vfio-pci") == 0 && live(ctx) == was + 1 &&
 		xlate(ctx, &vram, db, &type) == 0,
 	    "%s bound to vfio-pci while mapped: the mapping went with its DMA domain", nv);
+	TAP(!polled_before && readable(ctx->fd),
+	    "the module's file: not readable (poll) before, readable now that handles were taken "
+	    "down");
 	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && live(ctx) == was,
 	    "its handle unmaps (once)");
 	upcie_pci_driver_unbind(&vram);
@@ -809,6 +1007,14 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	if (err)
 		goto out_win;
 	{
+		uint64_t refuse[4];
+
+		for (int i = 0; i < 4; i++)
+			refuse[i] = vbar->phys + V_REFUSE + (uint64_t)i * 4096;
+		test_unbound_cdev(ctx, win.base + 16 * MiB, refuse,
+				  "bound to iommufd by its owner");
+	}
+	{
 		/*
 		 * ALLOW_IOVAS steers the kernel's own IOVA choices (and refuses devices whose
 		 * reserved regions would cut into the rest); a fixed IOVA is the owner's business.
@@ -869,6 +1075,8 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 		}
 		upcie_vfio_region_unmap(&bar0);
 		upcie_dmamem_destroy(&m);
+		test_detach_during_map(ctx, &dev, &ioas, win.base + 1024 * MiB,
+				       vbar->phys + V_REFUSE);
 	}
 	upcie_dmamem_destroy(&host);
 out_win:
