@@ -56,6 +56,7 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/poll.h>
 #include <linux/scatterlist.h>
 #include <linux/security.h>
 #include <linux/slab.h>
@@ -66,7 +67,7 @@
 
 #include "uapi/dmabuf_import.h"
 
-#define DBI_VERSION "1.0.0"
+#define DBI_VERSION "1.1.0"
 
 /* The namespace argument became a string literal in 6.13. */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
@@ -119,8 +120,14 @@ static bool test_ignore_revocation;
 module_param(test_ignore_revocation, bool, 0644);
 MODULE_PARM_DESC(test_ignore_revocation, "test builds only: do not stop or unmap on revocation");
 #define dbi_ignore_revocation() READ_ONCE(test_ignore_revocation)
+/* The negative control of the stop before a teardown: the function is left mastering. */
+static bool test_no_stop;
+module_param(test_no_stop, bool, 0644);
+MODULE_PARM_DESC(test_no_stop, "test builds only: do not stop a function before its teardown");
+#define dbi_no_stop() READ_ONCE(test_no_stop)
 #else
 #define dbi_ignore_revocation() false
+#define dbi_no_stop()		false
 #endif
 
 struct dbi_file {
@@ -178,6 +185,8 @@ static bool dbi_ready;			/* set once the module is complete */
 static atomic64_t dbi_live = ATOMIC64_INIT(0);
 static atomic64_t dbi_bytes = ATOMIC64_INIT(0);
 static struct miscdevice dbi_misc;
+/* an attachment was revoked or taken down: files' poll() looks again */
+static DECLARE_WAIT_QUEUE_HEAD(dbi_poll_wq);
 /* The own device: dma-direct, no IOMMU, no segment limits (see dbi_mask_get()). */
 static struct device_dma_parameters dbi_dma_parms = {
 	.max_segment_size = UINT_MAX,
@@ -359,8 +368,8 @@ static int dbi_sibling_ok(struct device *d, void *data)
 
 	if (d == data || dbi_sibling_driver_ok(drv))
 		return 0;
-	dev_info(d, "dmabuf_import: %s shares the IOMMU group (driver %s); refused\n",
-		 dev_name(data), drv->name);
+	dev_info_ratelimited(d, "dmabuf_import: %s shares the IOMMU group (driver %s); refused\n",
+			     dev_name(data), drv->name);
 	return -EBUSY;
 }
 
@@ -378,8 +387,9 @@ static int dbi_group_ok(struct pci_dev *pdev, struct iommu_group *group)
 	dom = iommu_get_domain_for_dev(&pdev->dev);
 	if (dom && dom->type != IOMMU_DOMAIN_DMA && dom->type != IOMMU_DOMAIN_DMA_FQ &&
 	    dom->type != IOMMU_DOMAIN_IDENTITY) {
-		pci_info(pdev, "dmabuf_import: not in a kernel DMA domain (type %#x); refused\n",
-			 dom->type);
+		pci_info_ratelimited(
+		    pdev, "dmabuf_import: not in a kernel DMA domain (type %#x); refused\n",
+		    dom->type);
 		return -EBUSY;
 	}
 	return 0;
@@ -411,11 +421,11 @@ static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_
 		goto out;
 	}
 	if (!dbi_driver_ok(drv)) {
-		pci_info(pdev, "dmabuf_import: %s %s; refused\n",
-			 to_pci_driver(pdev->dev.driver)->driver_managed_dma
-			     ? "hands DMA to user space:"
-			     : "bound to kernel driver",
-			 drv->name);
+		pci_info_ratelimited(pdev, "dmabuf_import: %s %s; refused\n",
+				     to_pci_driver(pdev->dev.driver)->driver_managed_dma
+					 ? "hands DMA to user space:"
+					 : "bound to kernel driver",
+				     drv->name);
 		ret = -EBUSY;
 		goto out;
 	}
@@ -437,7 +447,8 @@ static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_
 	if (!ret) {
 		ret = dbi_mask_get(func, att);
 		if (ret)
-			pci_info(pdev, "dmabuf_import: cannot set a 64-bit DMA mask (%d)\n", ret);
+			pci_info_ratelimited(
+			    pdev, "dmabuf_import: cannot set a 64-bit DMA mask (%d)\n", ret);
 	}
 	if (!ret) {
 		att->func = func;
@@ -468,6 +479,33 @@ static void dbi_func_setup_done(struct dbi_att *att)
 /* attachments */
 
 /*
+ * Stop `pdev` mastering the bus before the addresses it was given go away: clear Bus Master
+ * Enable, then read the command register back. The read is a non-posted request on the path of
+ * the function's own posted writes upstream, which PCIe ordering does not let it pass, so by its
+ * completion every write the function issued before the clear has reached the root complex (and
+ * memory behind it). Not covered: writes the function routed peer to peer through a switch below
+ * the root port to another device (they leave through another port of the switch, off the path of
+ * the completion); the peer's own ordering (a read of that peer's BAR through the same switch)
+ * flushes those. The module's users map host memory or a GPU's BAR seen through the root complex.
+ */
+static void dbi_stop(struct pci_dev *pdev, const char *why)
+{
+	u16 cmd;
+
+	if (dbi_no_stop()) {
+		pci_warn(pdev, "test: not stopped before a teardown (%s)\n", why);
+		return;
+	}
+	pci_clear_master(pdev);
+	pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+	if (cmd & PCI_COMMAND_MASTER)
+		dev_warn_ratelimited(&pdev->dev,
+				     "dmabuf_import: bus mastering still on after clearing it\n");
+	else
+		pci_info_ratelimited(pdev, "dmabuf_import: bus mastering off (%s)\n", why);
+}
+
+/*
  * The exporter moves or revokes the buffer (the reservation lock is held). Before the mapping
  * exists (an early move during ATTACH) there is nothing to do: the mapping made afterwards is
  * the new one. With a mapping, a pinned buffer is never moved, so this is a revocation: the
@@ -480,12 +518,12 @@ static void dbi_invalidate(struct dma_buf_attachment *attach)
 {
 	struct dbi_att *att = attach->importer_priv;
 	struct pci_dev *pdev = att->func ? att->func->pdev : NULL;
-	u16 cmd;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (!att->sgt || att->revoked)
 		return;
 	WRITE_ONCE(att->revoked, true);
+	wake_up_all(&dbi_poll_wq);
 	if (dbi_ignore_revocation()) {
 		pr_warn("test: revocation of %s buffer ignored\n", attach->dmabuf->exp_name);
 		return;
@@ -496,9 +534,7 @@ static void dbi_invalidate(struct dma_buf_attachment *attach)
 		       attach->dmabuf->exp_name);
 		return;
 	}
-	pci_clear_master(pdev);
-	/* a completion does not pass the function's posted writes: they have landed now */
-	pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+	dbi_stop(pdev, "revocation");
 	dma_buf_unmap_attachment(attach, att->sgt, DMA_BIDIRECTIONAL);
 	att->sgt = NULL;
 	if (att->pinned) {
@@ -625,9 +661,18 @@ static int dbi_att_setup(struct dbi_att *att, struct device *dev)
 		return ret;
 	if (dmabuf->ops->pin) {
 		ret = dma_buf_pin(attach);
-		if (ret)
+		if (ret == -EOPNOTSUPP && att->func) {
+			/*
+			 * A pin op that cannot pin (vfio-pci's BAR dma-bufs had one answering
+			 * EOPNOTSUPP before 7.1) is no pin: such a buffer may be revoked, which the
+			 * named function's attachment is made for (it is stopped then).
+			 */
+			ret = 0;
+		} else if (ret) {
 			goto unlock;
-		att->pinned = true;
+		} else {
+			att->pinned = true;
+		}
 	}
 	sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
 	if (IS_ERR(sgt)) {
@@ -915,6 +960,28 @@ static int dbi_release(struct inode *inode, struct file *file)
 	mutex_lock(&f->lock);
 	list_splice_init(&f->atts, &atts);
 	mutex_unlock(&f->lock);
+	/*
+	 * The file goes (its process closed it or died) with attachments live: the functions they
+	 * were made for stop first, since nothing tells whether they still use the memory. (DETACH is
+	 * the caller saying that the device is done with it.)
+	 */
+	list_for_each_entry(att, &atts, node) {
+		struct dbi_att *prev;
+		bool seen = false;
+
+		if (!att->func || READ_ONCE(att->torn))
+			continue;
+		list_for_each_entry(prev, &atts, node) {
+			if (prev == att)
+				break;
+			if (prev->func == att->func && !READ_ONCE(prev->torn)) {
+				seen = true;
+				break;
+			}
+		}
+		if (!seen)
+			dbi_stop(att->func->pdev, "its file closed with attachments live");
+	}
 	list_for_each_entry_safe(att, tmp, &atts, node) {
 		list_del_init(&att->node);
 		dbi_att_end(att);
@@ -925,8 +992,32 @@ static int dbi_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/*
+ * Readable (EPOLLIN | EPOLLPRI) while an attachment of this file was revoked by its exporter
+ * (GET: ESTALE) or taken down by the module (GET: ENODEV): user space learns of it without a
+ * request, and DETACHes those handles.
+ */
+static __poll_t dbi_poll(struct file *file, struct poll_table_struct *wait)
+{
+	struct dbi_file *f = file->private_data;
+	struct dbi_att *att;
+	__poll_t mask = 0;
+
+	poll_wait(file, &dbi_poll_wq, wait);
+	mutex_lock(&f->lock);
+	list_for_each_entry(att, &f->atts, node) {
+		if (READ_ONCE(att->gone) || READ_ONCE(att->revoked)) {
+			mask = EPOLLIN | EPOLLRDNORM | EPOLLPRI;
+			break;
+		}
+	}
+	mutex_unlock(&f->lock);
+	return mask;
+}
+
 static const struct file_operations dbi_fops = {
 	.owner = THIS_MODULE,
+	.poll = dbi_poll,
 	.open = dbi_open,
 	.release = dbi_release,
 	.unlocked_ioctl = dbi_ioctl,
@@ -961,7 +1052,7 @@ static void dbi_func_teardown(struct dbi_func *func, const char *why, bool resto
 	list_for_each_entry(att, &func->atts, fnode)
 		n++;
 	if (n)
-		atts = kmalloc_array(n, sizeof(*atts), GFP_KERNEL | __GFP_NOFAIL);
+		atts = kvmalloc_array(n, sizeof(*atts), GFP_KERNEL | __GFP_NOFAIL);
 	i = 0;
 	/* the gone ones too: they may still hold a DMA-mask reference */
 	list_for_each_entry(att, &func->atts, fnode) {
@@ -969,6 +1060,17 @@ static void dbi_func_teardown(struct dbi_func *func, const char *why, bool resto
 		atts[i++] = att;
 	}
 	mutex_unlock(&dbi_lock);
+	/*
+	 * The function stops before any of its addresses goes: the next driver of it or of a
+	 * sibling gets this domain's IOVAs (or, without an IOMMU, the memory goes back to its
+	 * exporter), and user space that drove it through uio does not know yet.
+	 */
+	for (i = 0; i < n; i++) {
+		if (!READ_ONCE(atts[i]->torn)) {
+			dbi_stop(func->pdev, why);
+			break;
+		}
+	}
 	for (i = 0; i < n; i++) {
 		if (!READ_ONCE(atts[i]->gone))
 			pci_info(func->pdev, "dmabuf_import: %s; detaching handle %llu\n", why,
@@ -983,7 +1085,9 @@ static void dbi_func_teardown(struct dbi_func *func, const char *why, bool resto
 		kref_put(&atts[i]->ref, dbi_att_free);
 		cond_resched();
 	}
-	kfree(atts);
+	kvfree(atts);
+	if (n)
+		wake_up_all(&dbi_poll_wq);
 }
 
 /* A driver binds to `dev`: attachments of its IOMMU group end unless it is uio_pci_generic. */
@@ -1005,7 +1109,7 @@ static void dbi_notify_bind(struct device *dev)
 		n += &func->pdev->dev == dev ||
 		     (group && func->group == group && !dbi_sibling_driver_ok(dev->driver));
 	if (n)
-		funcs = kmalloc_array(n, sizeof(*funcs), GFP_KERNEL | __GFP_NOFAIL);
+		funcs = kvmalloc_array(n, sizeof(*funcs), GFP_KERNEL | __GFP_NOFAIL);
 	list_for_each_entry(func, &dbi_funcs, node) {
 		if (&func->pdev->dev == dev ||
 		    (group && func->group == group && !dbi_sibling_driver_ok(dev->driver))) {
@@ -1021,7 +1125,7 @@ static void dbi_notify_bind(struct device *dev)
 				  &funcs[i]->pdev->dev == dev);
 		dbi_func_put(funcs[i]);
 	}
-	kfree(funcs);
+	kvfree(funcs);
 	iommu_group_put(group);
 }
 

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -696,10 +697,29 @@ static int find_group_pair(struct upcie_pci_bdf *a, struct upcie_pci_bdf *b)
 	return -ENOENT;
 }
 
+/* PCI_COMMAND's Bus Master Enable of `b`: 1, 0, or -1 when unreadable. */
+static int master_bit(const struct upcie_pci_bdf *b)
+{
+	uint16_t cmd;
+
+	return upcie_pci_config_read16(b, 4, &cmd) ? -1 : (cmd & 4) != 0;
+}
+
+/* Is the module's file readable now (poll, no wait)? */
+static int readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLPRI };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLPRI));
+}
+
 /*
  * The IOMMU group, not just the function: a sibling under vfio-pci owns the group's DMA, so an
  * attachment for the other function is refused, and a sibling binding vfio-pci later ends the
- * attachments (before vfio-pci probes).
+ * attachments (before vfio-pci probes), stopping the function first: its Bus Master Enable is
+ * clear afterwards (negative control: the module parameter test_no_stop leaves it set). The
+ * file is readable (poll) while it has a handle the module took down. A file closed with
+ * attachments live stops their function too.
  */
 static void test_group(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf *b)
 {
@@ -725,12 +745,64 @@ static void test_group(struct upcie_kmod_dmabuf_import *ctx, const struct tk_buf
 	err = upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h);
 	TAP(!err, "%s (its group's other functions unbound) as importer (%d)", fn_name, err);
 	if (!err) {
+		int before = readable(ctx->fd);
+
+		upcie_pci_bus_master_set(&fn, true, NULL);
+		TAP(master_bit(&fn) == 1, "%s mastering the bus (Bus Master Enable set)", fn_name);
 		err = upcie_pci_driver_bind(&sib, "vfio-pci");
 		TAP(!err && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got) == -ENODEV,
 		    "%s of the same IOMMU group bound to vfio-pci: %s's attachment torn down, the "
 		    "handle answers -ENODEV (%d)",
 		    sib_name, fn_name, err);
-		TAP(!upcie_kmod_dmabuf_detach(ctx, h) && live(ctx) == was, "its handle detaches");
+		TAP(master_bit(&fn) == 0,
+		    "... and %s was stopped first: its PCI_COMMAND Bus Master Enable reads 0",
+		    fn_name);
+		TAP(!before && readable(ctx->fd),
+		    "the module's file: not readable before, readable (poll) with the handle taken "
+		    "down");
+		TAP(!upcie_kmod_dmabuf_detach(ctx, h) && live(ctx) == was && !readable(ctx->fd),
+		    "its handle detaches; the file is no longer readable");
+		upcie_pci_driver_unbind(&sib);
+		tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", sib_name);
+		/* the negative control: the stop removed, the bit stays set */
+		err = upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h);
+		if (!err)
+			err = tk_sh("echo 1 > /sys/module/dmabuf_import/parameters/test_no_stop");
+		upcie_pci_bus_master_set(&fn, true, NULL);
+		if (!err)
+			err = upcie_pci_driver_bind(&sib, "vfio-pci");
+		TAP(!err && upcie_kmod_dmabuf_segs(ctx, h, 0, segs, 1024, &got) == -ENODEV &&
+			master_bit(&fn) == 1,
+		    "negative control (test_no_stop=1): torn down the same way, Bus Master Enable "
+		    "stays 1 (%d)",
+		    err);
+		tk_sh("echo 0 > /sys/module/dmabuf_import/parameters/test_no_stop");
+		upcie_kmod_dmabuf_detach(ctx, h);
+		upcie_pci_driver_unbind(&sib);
+		tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", sib_name);
+		/* a file closed with an attachment live */
+		{
+			struct upcie_kmod_dmabuf_import c2 = { .fd = -1 };
+
+			err = upcie_kmod_dmabuf_import_open(&c2);
+			if (!err)
+				err = upcie_kmod_dmabuf_attach_pci(&c2, &fn, b->fd, segs, 1024, &n,
+								   &h);
+			upcie_pci_bus_master_set(&fn, true, NULL);
+			if (!err && master_bit(&fn) == 1) {
+				upcie_kmod_dmabuf_import_close(&c2);
+				TAP(master_bit(&fn) == 0 && live(ctx) == was,
+				    "a second file with an attachment for %s closed: %s stopped "
+				    "(Bus "
+				    "Master Enable 0), the attachment gone",
+				    fn_name, fn_name);
+			} else {
+				TAP(0, "a second file with an attachment for %s (%d)", fn_name,
+				    err);
+				upcie_kmod_dmabuf_import_close(&c2);
+			}
+		}
+		upcie_pci_bus_master_set(&fn, false, NULL);
 	}
 	err = upcie_pci_driver_bind(&sib, "vfio-pci");
 	TAP(!err && upcie_kmod_dmabuf_attach_pci(ctx, &fn, b->fd, segs, 1024, &n, &h) == -EBUSY &&
