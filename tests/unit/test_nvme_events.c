@@ -563,6 +563,35 @@ static void t_create_cleanup(void)
 	rig_teardown(&r);
 }
 
+/* Interrupt queues never share an MSI-X vector (one eventfd, two waiters lose wakeups). */
+static void t_vectors_not_shared(void)
+{
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_ioq a, b;
+	struct rig r;
+	int err, e2;
+
+	rig_setup(&r);
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	r.c.irqs.count = 3; /* as if three vectors were enabled (the model has no MSI-X) */
+	memset(&qo, 0, sizeof(qo));
+	qo.irq = true;
+	qo.vector = 1;
+	if (!err)
+		err = upcie_nvme_ioq_create(&a, &r.c, &qo);
+	e2 = upcie_nvme_ioq_create(&b, &r.c, &qo);
+	CHECK(err == 0 && e2 == -EBUSY && !b.live && r.cm.n_create_cq == 1,
+	      "a second interrupt queue on vector 1: -EBUSY, nothing sent (%d, %d)", err, e2);
+	qo.vector = 2;
+	e2 = upcie_nvme_ioq_create(&b, &r.c, &qo);
+	CHECK_EQ(e2, 0, "on vector 2 it is created");
+	upcie_nvme_ioq_delete(&b);
+	upcie_nvme_ioq_delete(&a);
+	r.c.irqs.count = 0;
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -574,5 +603,6 @@ int main(void)
 	t_callbacks_use_ctrl();
 	t_close_flushes_full();
 	t_create_cleanup();
+	t_vectors_not_shared();
 	return check_done();
 }

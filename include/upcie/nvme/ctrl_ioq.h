@@ -172,7 +172,9 @@ static inline int upcie_nvme_ioq_cmb_check_(const struct upcie_nvme_ioq *q)
 /*
  * Create an I/O queue pair on `c` as `opts` says (NULL: defaults): memory for SQ, CQ and the
  * per-CID list pages from the given heaps, CQ then SQ created on the controller, the queue pair
- * ready for commands (nvme/ns.h). The caller's thread owns `q` afterwards. Returns 0; -EINVAL
+ * ready for commands (nvme/ns.h). The caller's thread owns `q` afterwards. An interrupt queue
+ * (`irq`) needs a vector of its own: two queues waiting on one eventfd would take each other's
+ * wakeups. Returns 0; -EBUSY (the vector wakes another queue already); -EINVAL
  * (depth beyond CAP.MQES + 1, a queue too big for one granule of its memory, an interrupt
  * vector that is not enabled, a CQ heap without CPU view); -EOPNOTSUPP (SGLs asked for but not
  * supported, an admin-only controller); -ENOSPC (every granted queue identifier in use, or the
@@ -258,6 +260,18 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 					     c->nqueues);
 		goto fail;
 	}
+	for (uint32_t k = 1; q->irq && k <= c->nslots; k++)
+		if (c->ioqs[k] && c->ioqs[k]->irq && c->ioqs[k]->vector == q->vector) {
+			/* one eventfd, two waiters: one would drain the wakeup the other needs */
+			err =
+			    UPCIE_FAIL(-EBUSY,
+				       "nvme %s: MSI-X vector %u already wakes queue %u: give each "
+				       "interrupt queue its own vector",
+				       c->name, q->vector, k);
+			pthread_mutex_unlock(&c->lock);
+			memset(q, 0, sizeof(*q));
+			return err;
+		}
 	c->ioqs[q->qid] = q; /* claims the identifier */
 	err = upcie_heap_alloc_array(q->cq_heap, 1, (uint64_t)q->depth * 16, page, &q->cqb);
 	if (err)
