@@ -6,7 +6,8 @@
  * it by one buffer object's rounding only), the LUT granule picked from a scatter list,
  * hipError_t to errno, what opening the provider answers without a GPU (-ENODEV with the HIP
  * error logged) and, for IMPORT translation, without ROCm 7.0 (-EOPNOTSUPP), and the queue and
- * mirror calls on a closed provider. Nothing here claims GPU behaviour.
+ * mirror calls on a closed provider, the payload placement rule's verdict on the attributes the
+ * runtime reports. Nothing here claims GPU behaviour.
  */
 #include <upcie/gpu/heap_hip.h>
 #include <upcie/gpuq/cqmirror_host_hip.h>
@@ -116,6 +117,34 @@ int main(void)
 		CHECK(upcie_gpu_hip_polled_alloc(&gpu, 4096, 0, &pm) == -EINVAL && !pm.ptr,
 		      "polled device memory on a closed provider: -EINVAL");
 		upcie_gpu_hip_polled_free(&gpu, &pm);
+	}
+	/* The payload placement rule on the attributes the runtime would report */
+	{
+		hipPointerAttribute_t pa;
+		static char buf[64];
+
+		memset(&pa, 0, sizeof(pa));
+		pa.memoryType = hipMemoryTypeHost;
+		CHECK_EQ(upcie_gpu_hip_payload_verdict(&pa, buf, "payload"), -EXDEV,
+			 "payload in host memory: -EXDEV (completion and data take two paths)");
+		pa.memoryType = hipMemoryTypeDevice;
+		pa.allocationFlags = 0;
+		g_last[0] = 0;
+		CHECK(upcie_gpu_hip_payload_verdict(&pa, buf, "payload") == -EOPNOTSUPP &&
+			  strstr(g_last, "coarse-grained"),
+		      "payload in coarse-grained VRAM (hipMalloc): -EOPNOTSUPP, says why");
+		pa.allocationFlags = UPCIE_GPU_HIP_MALLOC_FINEGRAINED;
+		CHECK_EQ(upcie_gpu_hip_payload_verdict(&pa, buf, "payload"), 0,
+			 "payload in fine-grained VRAM: accepted");
+		pa.allocationFlags = UPCIE_GPU_HIP_MALLOC_UNCACHED;
+		CHECK_EQ(upcie_gpu_hip_payload_verdict(&pa, buf, "payload"), 0,
+			 "payload in uncached VRAM: accepted");
+		pa.isManaged = 1;
+		CHECK_EQ(upcie_gpu_hip_payload_verdict(&pa, buf, "payload"), -EOPNOTSUPP,
+			 "managed memory, whatever its flags: -EOPNOTSUPP");
+		err = upcie_gpu_hip_payload_check(buf, "payload");
+		CHECK(err < 0, "payload_check without a GPU (the runtime cannot say): refused (%d)",
+		      err);
 	}
 	printf("1..%d\n", check_n_);
 	return check_failed_ ? 1 : 0;

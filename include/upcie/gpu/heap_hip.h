@@ -870,6 +870,34 @@ static inline int upcie_gpu_hip_iomem_unmap(struct upcie_gpu_hip *gpu, volatile 
 	return 0;
 }
 
+/* The verdict of upcie_gpu_hip_payload_check() on the attributes the runtime reported for `ptr`:
+ * 0, -EXDEV, -EOPNOTSUPP (see there). */
+static inline int upcie_gpu_hip_payload_verdict(const hipPointerAttribute_t *attr, const void *ptr,
+						const char *what)
+{
+	hipPointerAttribute_t a = *attr;
+
+	if (a.memoryType == hipMemoryTypeHost)
+		return UPCIE_FAIL(
+		    -EXDEV,
+		    "gpu: %s at %p is host memory: a GPU-side completion does not vouch "
+		    "for it",
+		    what, ptr);
+	if (a.memoryType != hipMemoryTypeDevice || a.isManaged)
+		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: %s at %p: not plain device memory (type %d)",
+				  what, ptr, (int)a.memoryType);
+	if (a.allocationFlags != UPCIE_GPU_HIP_MALLOC_UNCACHED &&
+	    a.allocationFlags != UPCIE_GPU_HIP_MALLOC_FINEGRAINED)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "gpu: %s at %p is coarse-grained VRAM (allocation flags 0x%x): the "
+		    "GPU's L2 may serve it stale after a completion; allocate it with "
+		    "hipExtMallocWithFlags(hipDeviceMallocUncached or "
+		    "hipDeviceMallocFinegrained)",
+		    what, ptr, a.allocationFlags);
+	return 0;
+}
+
 /*
  * Whether GPU code that acquires after a completion reads fresh payload at `ptr`. The HIP acquire
  * (base/arch_hip.h) invalidates L0/L1 but the L2 only for lines it does not keep coherent
@@ -893,25 +921,7 @@ static inline int upcie_gpu_hip_payload_check(const void *ptr, const char *what)
 	r = hipPointerGetAttributes(&a, ptr);
 	if (r != hipSuccess)
 		return UPCIE_GPU_HIP_FAIL(r, "hipPointerGetAttributes", "%s at %p", what, ptr);
-	if (a.memoryType == hipMemoryTypeHost)
-		return UPCIE_FAIL(
-		    -EXDEV,
-		    "gpu: %s at %p is host memory: a GPU-side completion does not vouch "
-		    "for it",
-		    what, ptr);
-	if (a.memoryType != hipMemoryTypeDevice || a.isManaged)
-		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: %s at %p: not plain device memory (type %d)",
-				  what, ptr, (int)a.memoryType);
-	if (a.allocationFlags != UPCIE_GPU_HIP_MALLOC_UNCACHED &&
-	    a.allocationFlags != UPCIE_GPU_HIP_MALLOC_FINEGRAINED)
-		return UPCIE_FAIL(
-		    -EOPNOTSUPP,
-		    "gpu: %s at %p is coarse-grained VRAM (allocation flags 0x%x): the "
-		    "GPU's L2 may serve it stale after a completion; allocate it with "
-		    "hipExtMallocWithFlags(hipDeviceMallocUncached or "
-		    "hipDeviceMallocFinegrained)",
-		    what, ptr, a.allocationFlags);
-	return 0;
+	return upcie_gpu_hip_payload_verdict(&a, ptr, what);
 }
 
 /*
