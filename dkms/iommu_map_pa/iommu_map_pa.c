@@ -726,8 +726,9 @@ static void imp_tell_borrowers(struct imp_dom *dom, const struct imp_mapping *m)
 
 struct imp_rm {
 	struct imp_handle *h;
-	bool freed; /* the last handle of the mapping: it was removed */
-	bool wait;  /* may wait for a reset to end */
+	bool freed;			/* the last handle of the mapping: it was removed */
+	bool wait;			/* may wait for a reset to end */
+	struct iommu_domain *group_dom; /* the group's domain, looked at before (compared only) */
 };
 
 static int imp_teardown_fn(struct iommu_domain *cur, void *arg)
@@ -739,10 +740,11 @@ static int imp_teardown_fn(struct iommu_domain *cur, void *arg)
 	mutex_lock(&dom->lock);
 	/*
 	 * A function being reset (7.x: pci_dev_reset_iommu_prepare()) sits in the blocking domain
-	 * for the reset while its own domain stays the group's: wait for it to come back.
+	 * for the reset while its own domain stays the group's: wait for it to come back. A
+	 * function whose owner detached it has the blocking domain as the group's: no wait.
 	 */
 	if (r->wait && m->refs == 1 && m->installed && cur != dom->domain && cur &&
-	    cur->type == IOMMU_DOMAIN_BLOCKED) {
+	    cur->type == IOMMU_DOMAIN_BLOCKED && r->group_dom == dom->domain) {
 		mutex_unlock(&dom->lock);
 		return -EAGAIN;
 	}
@@ -771,6 +773,8 @@ static void imp_handle_teardown_locked(struct imp_handle *h, bool async)
 	h->torn = true;
 	list_del_init(&h->tnode);
 	if (m) {
+		/* the group's domain (not the function's during a reset): compared, never used */
+		r.group_dom = iommu_get_domain_for_dev(&h->tf->pdev->dev);
 		while (imp_with_group(h->tf->pdev, imp_teardown_fn, &r) == -EAGAIN) {
 			if (++tries >= 100)
 				r.wait = false; /* 1 s: the domain is not coming back */

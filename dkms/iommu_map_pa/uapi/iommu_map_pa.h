@@ -74,8 +74,10 @@ struct upcie_iommu_map_pa_pci {
  * read and write. `lifetime_fd` >= 0 names a dma-buf the module keeps a reference to while the
  * mapping exists (the exporter cannot free the memory behind the pages), -1 none.
  * Errors: EPERM (function not owned by user space; a page outside the source's BARs or in its
- * MSI-X structures), EBADF (owner_fd not open), EACCES (owner_fd is not this function's vfio
- * device), ENODEV (no such function, or no IOMMU translates it), EINVAL (alignment, sizes,
+ * MSI-X structures; the domain is the blocking one: the owner detached the device), EBADF
+ * (owner_fd not open), EACCES (owner_fd is not this function's vfio device, or one vfio has not
+ * granted access to: a cdev opened but not bound), EAGAIN (another domain was attached while the
+ * request ran: nothing mapped), ENODEV (no such function, or no IOMMU translates it), EINVAL (alignment, sizes,
  * flags, reserved fields), E2BIG (npages above max_map_pages, or the range above
  * max_map_bytes), ERANGE (outside the aperture, or a reserved region), EEXIST (a page is already
  * translated, or overlaps a mapping of this file), EMFILE (the file holds max_mappings), ENFILE
@@ -122,7 +124,8 @@ struct upcie_iommu_map_pa_map {
  * flags), EPERM (the target's domain is not a kernel DMA domain: user-owned or blocked; the
  * range covers the source's MSI-X table or pending bits, or system RAM), ERANGE (outside the
  * target's host-bridge windows without F_OUTSIDE_WINDOW, outside the aperture, in a reserved
- * region), EEXIST (taken, see above), EMFILE, ENFILE, ENOMEM, and what iommu_map answers.
+ * region), EEXIST (taken, see above), EAGAIN (another domain was attached while the request
+ * ran), EMFILE, ENFILE, ENOMEM, and what iommu_map answers.
  */
 struct upcie_iommu_map_pa_map_bar {
 	struct upcie_iommu_map_pa_pci target; /* in: the function whose domain gets the mapping */

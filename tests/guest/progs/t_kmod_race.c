@@ -310,7 +310,7 @@ struct mapper {
 
 static void *i_mapper(void *arg)
 {
-	static const int ok[] = { -ENOENT, -EPERM, -EBADF, -EACCES, -EEXIST, -ENODEV, 0 };
+	static const int ok[] = { -ENOENT, -EPERM, -EBADF, -EACCES, -EEXIST, -ENODEV, -EAGAIN, 0 };
 	struct mapper *m = arg;
 	struct upcie_deadline dl;
 
@@ -361,7 +361,7 @@ static void *i_guesser(void *arg)
 
 static void *i_doorbell(void *arg)
 {
-	static const int ok[] = { -ENOENT, -EPERM, -EEXIST, -ENODEV, 0 };
+	static const int ok[] = { -ENOENT, -EPERM, -EEXIST, -ENODEV, -EAGAIN, 0 };
 	struct upcie_deadline dl;
 	unsigned i = 0;
 
