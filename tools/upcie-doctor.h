@@ -378,8 +378,9 @@ static inline void upcie_doctor_vfio(struct upcie_doctor *d, const char *rel)
 		upcie_doctor_add(d, "vfio", "iommufd", UPCIE_DOCTOR_INFO,
 				 "a kernel >= 6.6 with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV",
 				 "no /dev/iommu and no iommufd module");
-	if (upcie_doctor_sys_exists_("class/vfio-dev") ||
-	    upcie_doctor_dev_exists_("/dev/vfio/devices"))
+	/* /dev/vfio/devices, not /sys/class/vfio-dev: 6.1 has that class (a struct device per
+	 * vfio device) but no cdevs, which came with 6.6 */
+	if (upcie_doctor_dev_exists_("/dev/vfio/devices"))
 		upcie_doctor_add(d, "vfio", "cdev", UPCIE_DOCTOR_OK, NULL,
 				 "vfio device cdevs (/dev/vfio/devices) present");
 	else

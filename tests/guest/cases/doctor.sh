@@ -7,7 +7,10 @@
 # udmabuf on 7.x; hugepages a warning at 0 and ok once reserved; every NVMe function with its
 # driver; upcie's modules not loaded, then loaded (with their ABI identity where the modules
 # carry one); no GPU. Facts the guest cannot give (no /boot/config) must read unknown. --json
-# carries the same lines.
+# carries the same lines. The verdicts per path: with no hugepages nothing can run (exit 3, the
+# host paths say hugepages decided it); once hugepages are reserved and c1 is on the
+# configuration's driver, that path (A uio, B vfio type1, C vfio cdev + iommufd) is ready and
+# the exit status is no longer 3; uio is "no" under a translating IOMMU.
 #
 # configs: A B C
 # timeout: 120
@@ -54,14 +57,36 @@ case $TB_KERNEL in
 	;;
 esac
 
+# verdicts per path: nothing can run without hugepages
+case $TB_CONFIG in
+A) p=uio ;;
+B) p=vfio-type1 ;;
+*) p=vfio-iommufd ;;
+esac
+upcie-setup doctor >/dev/null 2>&1
+tap_is "$?" 3 "no hugepages: exit 3 (nothing can run here)"
+if printf '%s\n' "$out" | grep -Eq "^path: $p +no +hugepages: none reserved.* -> upcie-setup hugepages reserve"; then
+	tap_ok "path $p: no, decided by the hugepages, with the fix"
+else
+	tap_fail "path $p: no because of the hugepages" "$(printf '%s\n' "$out" | grep '^path:')"
+fi
+
 echo 32 >/proc/sys/vm/nr_hugepages
 tb_modprobe uio_pci_generic dmabuf_import iommu_map_pa
 [ "$TB_IOMMU" = 1 ] && tb_modprobe vfio-pci
 [ "$TB_OOT" = 1 ] && tb_modprobe iommufd
-tb_bind "$TB_C1_BDF" "$([ "$TB_IOMMU" = 1 ] && echo vfio-pci || echo uio_pci_generic)"
+drv=$([ "$TB_IOMMU" = 1 ] && echo vfio-pci || echo uio_pci_generic)
+tb_bind "$TB_C1_BDF" "$drv"
 out=$(doc)
 printf '%s\n' "$out" | grep -E "hugepages|module|vfio|driver|map-file" | sed 's/^/# /'
 want ok hugepages "" "32 reserved in all" "hugepages reserved: ok"
+# vfio device cdevs: only the 7.x kernel with the rebuilt vfio has them (6.1 has
+# /sys/class/vfio-dev, but no cdev)
+if [ "$TB_OOT" = 1 ]; then
+	want ok vfio "cdev" "vfio device cdevs" "C: vfio device cdevs"
+else
+	want info vfio "cdev" "no vfio device cdevs" "no vfio device cdevs on $TB_KERNEL"
+fi
 if [ "$TB_IOMMU" = 1 ]; then
 	want ok vfio "type1" "/dev/vfio/vfio" "vfio type1 ready"
 	want ok driver "$TB_C1_BDF" "vfio-pci: ready" "c1 with vfio-pci: ready"
@@ -83,12 +108,30 @@ for m in dmabuf_import iommu_map_pa; do
 		want fail module "$m" "without upcie's identity" "$m loaded without an identity: said so"
 	fi
 done
+upcie-setup doctor >/dev/null 2>&1
+rc=$?
+paths=$(printf '%s\n' "$out" | grep '^path:')
+printf '%s\n' "$paths" | sed 's/^/# /'
+if printf '%s\n' "$paths" | grep -Eq "^path: $p +ready " && [ "$rc" != 3 ]; then
+	tap_ok "hugepages and c1 on $drv: path $p ready, exit $rc"
+else
+	tap_fail "path $p ready once hugepages and c1 are there" "exit $rc" "$paths"
+fi
+if [ "$TB_IOMMU" = 1 ]; then
+	if printf '%s\n' "$paths" | grep -Eq "^path: uio +no "; then
+		tap_ok "translating IOMMU: path uio no"
+	else
+		tap_fail "translating IOMMU: path uio no" "$paths"
+	fi
+fi
 json=$(upcie-setup doctor --json 2>&1)
 nt=$(printf '%s\n' "$out" | grep -Ec '^(ok|info|warn|fail|unknown) ')
 nj=$(printf '%s\n' "$json" | grep -c '"check": ')
 tap_is "$nj" "$nt" "--json carries as many lines as the text ($nt)"
-if printf '%s\n' "$json" | grep -q '"summary": {"ok": '; then
-	tap_ok "--json has the summary"
+if printf '%s\n' "$json" | grep -q '"summary": {"ok": ' &&
+	printf '%s\n' "$json" | grep -q "\"path\": \"$p\", \"subject\": \"\", \"state\": \"ready\"" &&
+	printf '%s\n' "$json" | grep -q '"exit": [01]'; then
+	tap_ok "--json has the summary, path $p ready, the exit status"
 else
 	tap_fail "--json has the summary" "$(printf '%s\n' "$json" | tail -n 3)"
 fi
