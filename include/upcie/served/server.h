@@ -330,8 +330,8 @@ fail:
 }
 
 /* The per-uid record of `uid` (made when `make`), or NULL. */
-static inline struct upcie_served_uid_ *upcie_served_uid_(struct upcie_served *s, uid_t uid,
-							  bool make)
+static inline struct upcie_served_uid_ *upcie_served_uid_get_(struct upcie_served *s, uid_t uid,
+							      bool make)
 {
 	struct upcie_served_uid_ *fr = NULL;
 
@@ -482,7 +482,7 @@ static inline int upcie_served_qp_drop_(struct upcie_served *s, struct upcie_ser
 		m->nqp--;
 	cn->nqp--;
 	s->nqp_all--;
-	u = upcie_served_uid_(s, cn->uid, false);
+	u = upcie_served_uid_get_(s, cn->uid, false);
 	if (u)
 		u->nqp--;
 	pthread_mutex_unlock(&s->lock);
@@ -503,7 +503,7 @@ static inline void upcie_served_mem_drop_(struct upcie_served *s, struct upcie_s
 	close(m->fd);
 	cn->bytes -= m->size;
 	cn->nmem--;
-	u = upcie_served_uid_(s, cn->uid, false);
+	u = upcie_served_uid_get_(s, cn->uid, false);
 	if (u)
 		u->bytes -= m->size;
 	memset(m, 0, sizeof(*m));
@@ -534,7 +534,7 @@ static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 			upcie_served_mem_drop_(s, cn, &cn->mems[m]);
 	s->conns[i] = NULL;
 	s->nconns--;
-	u = upcie_served_uid_(s, cn->uid, false);
+	u = upcie_served_uid_get_(s, cn->uid, false);
 	if (u)
 		u->nconn--;
 	pthread_mutex_unlock(&s->lock);
@@ -607,7 +607,7 @@ static inline void upcie_served_accept_(struct upcie_served *s)
 		close(fd);
 		return;
 	}
-	u = upcie_served_uid_(s, cr.uid, false);
+	u = upcie_served_uid_get_(s, cr.uid, false);
 	for (uint32_t i = 0; i < s->o.max_clients && slot == UINT32_MAX; i++)
 		if (!s->conns[i])
 			slot = i;
@@ -660,7 +660,7 @@ static inline void upcie_served_accept_(struct upcie_served *s)
 			cn->grant[cn->ngrant++] = &s->grants[i];
 	cn->relay->slot[0].state = UPCIE_SERVED_SLOT_LIVE;
 	pthread_mutex_lock(&s->lock);
-	u = upcie_served_uid_(s, cr.uid, true);
+	u = upcie_served_uid_get_(s, cr.uid, true);
 	u->nconn++;
 	s->conns[slot] = cn;
 	s->nconns++;
@@ -696,7 +696,7 @@ static inline int upcie_served_do_mem_reg_(struct upcie_served *s, struct upcie_
 					   struct upcie_served_rsp *rp, size_t *extra)
 {
 	uint64_t size = rq->u.mem_reg.size;
-	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
+	struct upcie_served_uid_ *u = upcie_served_uid_get_(s, cn->uid, false);
 	struct upcie_served_mem_ *m = NULL;
 	struct stat st;
 	int seals, err;
@@ -813,7 +813,7 @@ static inline bool upcie_served_contig_(const struct upcie_served_mem_ *m, uint6
 static inline int upcie_served_qp_room_(struct upcie_served *s, struct upcie_served_conn_ *cn,
 					uint32_t *slot)
 {
-	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
+	struct upcie_served_uid_ *u = upcie_served_uid_get_(s, cn->uid, false);
 	uint32_t nq = s->c->nqueues;
 
 	*slot = 0;
@@ -840,7 +840,7 @@ static inline int upcie_served_qp_room_(struct upcie_served *s, struct upcie_ser
 /* Count a queue pair made (lock held). */
 static inline void upcie_served_qp_count_(struct upcie_served *s, struct upcie_served_conn_ *cn)
 {
-	struct upcie_served_uid_ *u = upcie_served_uid_(s, cn->uid, false);
+	struct upcie_served_uid_ *u = upcie_served_uid_get_(s, cn->uid, false);
 
 	cn->nqp++;
 	s->nqp_all++;
