@@ -102,7 +102,10 @@ struct nvme_cmodel {
 	uint32_t oaes;
 	uint8_t lpa;
 	uint32_t effects[256];
-	uint16_t temp_k;       /* composite temperature (K); 0: 300 */
+	uint16_t temp_k; /* composite temperature (K); 0: 300 */
+	/* NVM command set Identify Controller (CNS 06h): WZSL, DMRL, DMRSL; 0: no limit */
+	uint8_t wzsl, dmrl;
+	uint32_t dmrsl;
 	struct nvme_nsm *nsm;  /* namespaces of any NSID, format, PI, zones; NULL: ns 1 */
 	nvme_model_dma_fn dma; /* DMA observer of every queue */
 	void *dma_ctx;
@@ -416,6 +419,11 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		buf[0] = UPCIE_NVME_NIDT_CSI;
 		buf[1] = 1;
 		buf[4] = UPCIE_NVME_CSI_NVM;
+	} else if (cns == UPCIE_NVME_CNS_CS_CTRL && (sqe->cdw11 >> 24) == UPCIE_NVME_CSI_NVM) {
+		/* the NVM command set's limits: WZSL, DMRL, DMRSL */
+		buf[1] = cm->wzsl;
+		buf[3] = cm->dmrl;
+		memcpy(buf + 4, &cm->dmrsl, sizeof(cm->dmrsl));
 	} else {
 		return UPCIE_NVME_SC_INVALID_FIELD;
 	}

@@ -592,6 +592,55 @@ static void t_vectors_not_shared(void)
 	rig_teardown(&r);
 }
 
+/* Write Zeroes and Dataset Management limits of the NVM command set's Identify Controller
+ * (CNS 06h): refused before anything is sent. */
+static void t_nvm_limits(void)
+{
+	struct upcie_nvme_dsm_range *rg;
+	struct upcie_nvme_ns ns;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_req req;
+	struct rig r;
+	uint64_t io0;
+	int err, e2, e3, e4;
+
+	rig_setup(&r);
+	r.cm.oncs = UPCIE_NVME_ONCS_WRITE_ZEROES | UPCIE_NVME_ONCS_DSM;
+	r.cm.wzsl = 1;	 /* 2 minimum pages: 8 KiB */
+	r.cm.dmrl = 2;	 /* ranges per command */
+	r.cm.dmrsl = 64; /* blocks per range */
+	rig_start(&r);
+	err = rig_ctrl(&r, NULL);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	CHECK(err == 0 && r.c.wz_max_bytes == 8192 && r.c.dmrl == 2 && r.c.dmrsl == 64,
+	      "CNS 06h read at bring-up: Write Zeroes up to 8 KiB, 2 DSM ranges of 64 blocks (%d)",
+	      err);
+	io0 = r.cm.q[1].m.fetched;
+	memset(&req, 0, sizeof(req));
+	err = upcie_nvme_ioq_write_zeroes(&q, &ns, 0, 17, 0, &req);
+	rg = (struct upcie_nvme_dsm_range *)r.data_va;
+	memset(rg, 0, 3 * sizeof(*rg));
+	rg[0].nlb = rg[1].nlb = rg[2].nlb = 8;
+	e2 = upcie_nvme_ioq_dsm(&q, &ns, &r.data, 0, 3, UPCIE_NVME_DSM_AD, &req);
+	rg[1].nlb = 65;
+	e3 = upcie_nvme_ioq_dsm(&q, &ns, &r.data, 0, 2, UPCIE_NVME_DSM_AD, &req);
+	CHECK(err == -EINVAL && e2 == -EINVAL && e3 == -EINVAL && r.cm.q[1].m.fetched == io0,
+	      "17 blocks of Write Zeroes, 3 ranges, a range of 65 blocks: refused, nothing sent "
+	      "(%d %d %d)",
+	      err, e2, e3);
+	err = upcie_nvme_ioq_sync(&q, upcie_nvme_ioq_write_zeroes(&q, &ns, 0, 16, 0, &req), &req, 0,
+				  NULL);
+	rg[1].nlb = 64;
+	e4 = upcie_nvme_ioq_sync(
+	    &q, upcie_nvme_ioq_dsm(&q, &ns, &r.data, 0, 2, UPCIE_NVME_DSM_AD, &req), &req, 0, NULL);
+	CHECK(err == 0 && e4 == 0, "within the limits both go through (%d, %d)", err, e4);
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -604,5 +653,6 @@ int main(void)
 	t_close_flushes_full();
 	t_create_cleanup();
 	t_vectors_not_shared();
+	t_nvm_limits();
 	return check_done();
 }

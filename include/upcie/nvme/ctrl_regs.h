@@ -221,6 +221,10 @@ struct upcie_nvme_ctrl {
 	bool sgl_dword;		    /* ... with dword-aligned data blocks */
 	bool vwc;		    /* a volatile write cache is present */
 	uint32_t nn;		    /* highest namespace ID (NN, at most 0xfffffffe) */
+	/* NVM command set limits (Identify CNS 06h, CSI 0; 0: none reported) */
+	uint64_t wz_max_bytes; /* Write Zeroes: 2^WZSL minimum memory pages */
+	uint32_t dmrl;	       /* Dataset Management: ranges per command */
+	uint32_t dmrsl;	       /* ... logical blocks per range */
 	uint32_t nbad_id;   /* Identify fields out of range: each logged, then clamped or refused */
 	uint32_t nssr_seen; /* NVM subsystem resets seen (CSTS.NSSRO at bring-up or reset) */
 	/* I/O queues: granted by Set Features, identifiers 1..nqueues */

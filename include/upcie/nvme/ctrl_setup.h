@@ -94,10 +94,32 @@ static inline int upcie_nvme_ctrl_id_apply_(struct upcie_nvme_ctrl *c)
 static inline int upcie_nvme_ctrl_identify_ctrl_(struct upcie_nvme_ctrl *c)
 {
 	int err = upcie_nvme_ctrl_identify(c, UPCIE_NVME_CNS_CTRL, 0, &c->id);
+	uint8_t *nvm;
 
 	if (err)
 		return UPCIE_FAIL(err, "nvme %s: Identify Controller failed", c->name);
-	return upcie_nvme_ctrl_id_apply_(c);
+	err = upcie_nvme_ctrl_id_apply_(c);
+	if (err)
+		return err;
+	/*
+	 * The NVM command set's own Identify Controller (NVMe 2.0; earlier controllers answer it
+	 * with an error, and have no such limits): VSL, WZSL, WUSL, DMRL at bytes 0..3, DMRSL at
+	 * 4, DMSL at 8. Known up front, so a request is refused before it is sent, never halfway.
+	 */
+	if (upcie_nvme_cc_css(c->cc) != UPCIE_NVME_CC_CSS_IOCS && c->vs < UPCIE_NVME_VS(2, 0, 0))
+		return 0; /* no I/O command set specific Identify before those */
+	nvm = (uint8_t *)calloc(1, 4096);
+	if (nvm &&
+	    !upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_CTRL, 0, UPCIE_NVME_CSI_NVM, nvm)) {
+		unsigned min_shift = upcie_nvme_cap_mpsmin_shift(c->cap);
+
+		c->wz_max_bytes =
+		    nvm[1] && nvm[1] + min_shift < 64 ? UINT64_C(1) << (nvm[1] + min_shift) : 0;
+		c->dmrl = nvm[3];
+		memcpy(&c->dmrsl, nvm + 4, sizeof(c->dmrsl));
+	}
+	free(nvm);
+	return 0;
 }
 
 /*

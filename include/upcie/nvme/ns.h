@@ -538,6 +538,12 @@ static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
 	/* with PI, the controller writes valid protection information for the zeroes */
 	if (ns->pi)
 		flags |= UPCIE_NVME_RW_PRACT;
+	if (ns->ctrl->wz_max_bytes && (uint64_t)nlb * ns->lba_bytes > ns->ctrl->wz_max_bytes)
+		return UPCIE_FAIL(
+		    -EINVAL,
+		    "nvme %s: write zeroes of %u blocks (%" PRIu64
+		    " bytes) above the controller's limit of %" PRIu64 " bytes (WZSL)",
+		    ns->ctrl->name, nlb, (uint64_t)nlb * ns->lba_bytes, ns->ctrl->wz_max_bytes);
 	err = upcie_nvme_cmd_write_zeroes(&sqe, ns->nsid, slba, nlb, flags);
 	if (err)
 		return UPCIE_FAIL(err, "nvme: write zeroes: %u blocks (1..65536)", nlb);
@@ -566,6 +572,23 @@ static inline int upcie_nvme_ioq_dsm(struct upcie_nvme_ioq *q, const struct upci
 	if (!(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_DSM))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Dataset Management not supported (ONCS)",
 				  ns->ctrl->name);
+	if (ns->ctrl->dmrl && nr > ns->ctrl->dmrl)
+		return UPCIE_FAIL(
+		    -EINVAL, "nvme %s: dsm: %u ranges above the controller's limit of %u (DMRL)",
+		    ns->ctrl->name, nr, ns->ctrl->dmrl);
+	if (ns->ctrl->dmrsl && mem && mem->vaddr && off + (uint64_t)nr * 16 <= mem->size)
+		for (uint32_t i = 0; i < nr; i++) {
+			const struct upcie_nvme_dsm_range *rg =
+			    (const struct upcie_nvme_dsm_range *)((const uint8_t *)mem->vaddr +
+								  off) +
+			    i;
+
+			if (rg->nlb > ns->ctrl->dmrsl)
+				return UPCIE_FAIL(-EINVAL,
+						  "nvme %s: dsm: range %u of %u blocks above the "
+						  "controller's limit of %u (DMRSL)",
+						  ns->ctrl->name, i, rg->nlb, ns->ctrl->dmrsl);
+		}
 	err = upcie_nvme_cmd_dsm(&sqe, ns->nsid, nr, attrs);
 	if (err)
 		return UPCIE_FAIL(err, "nvme: dsm: %u ranges (1..256)", nr);
