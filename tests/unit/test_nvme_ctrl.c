@@ -539,6 +539,12 @@ static void t_abort(void)
 	      err);
 	r.cm.hold_opc = 0;
 
+	/* the driver keeps its AERs: the caller's are refused */
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = UPCIE_NVME_ADMIN_ASYNC_EVENT;
+	err = upcie_nvme_ctrl_admin(&r.c, &sqe, NULL, 0, SHORT_WAIT, NULL);
+	CHECK_EQ(err, -EINVAL, "a caller's AER while the driver keeps its own: refused");
+
 	/* an admin command that never completes (held by the controller) */
 	r.cm.abort_aborts = true;
 	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_GET_FEATURES;

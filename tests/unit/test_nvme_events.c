@@ -641,6 +641,30 @@ static void t_nvm_limits(void)
 	rig_teardown(&r);
 }
 
+/* opts.aers = UPCIE_NVME_CTRL_AERS_OFF: the driver sends none; a caller's AER goes through. */
+static void t_aers_off(void)
+{
+	struct upcie_nvme_ctrl_opts o;
+	struct upcie_nvme_sqe sqe;
+	struct rig r;
+	int err, e2;
+
+	rig_setup(&r);
+	r.cm.aerl = 3;
+	rig_start(&r);
+	memset(&o, 0, sizeof(o));
+	o.aers = UPCIE_NVME_CTRL_AERS_OFF;
+	err = rig_ctrl(&r, &o);
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = UPCIE_NVME_ADMIN_ASYNC_EVENT;
+	e2 = upcie_nvme_ctrl_admin(&r.c, &sqe, NULL, 0, 20 * UPCIE_NSEC_PER_MSEC, NULL);
+	CHECK(err == 0 && r.c.aer_want == 0 && r.cm.n_aer_fetched == 1 && e2 == -ETIMEDOUT,
+	      "AERs off: none from the driver; the caller's own is sent (and, never answered, "
+	      "times out: %d, %d)",
+	      err, e2);
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -654,5 +678,6 @@ int main(void)
 	t_create_cleanup();
 	t_vectors_not_shared();
 	t_nvm_limits();
+	t_aers_off();
 	return check_done();
 }

@@ -341,10 +341,11 @@ static inline int upcie_nvme_ctrl_admin(struct upcie_nvme_ctrl *c, const struct 
 
 	if (!c || !c->lock_live || !sqe)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: controller not open or NULL command");
-	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT && c->aer_opt != UPCIE_NVME_CTRL_AERS_OFF)
 		return UPCIE_FAIL(-EINVAL,
 				  "nvme %s: Asynchronous Event Requests are the driver's: "
-				  "register a handler (upcie_nvme_ctrl_set_event_handler())",
+				  "register a handler (upcie_nvme_ctrl_set_event_handler()), or "
+				  "open with opts.aers = UPCIE_NVME_CTRL_AERS_OFF",
 				  c->name);
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ctrl_admin_locked_(c, sqe, data, nsegs, timeout_ns, cqe);
@@ -371,7 +372,8 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	struct upcie_nvme_dseg seg;
 	int err;
 
-	if (c && sqe && sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
+	if (c && sqe && sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT &&
+	    c->aer_opt != UPCIE_NVME_CTRL_AERS_OFF)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: Asynchronous Event Requests are the "
 					   "driver's: register a handler");
 	if (!c || !c->lock_live || !sqe || (len && !buf) || len > UPCIE_NVME_CTRL_SCRATCH)

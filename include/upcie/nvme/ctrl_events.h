@@ -86,6 +86,10 @@ static inline void upcie_nvme_ctrl_events_setup_(struct upcie_nvme_ctrl *c)
 	c->aer_want = (uint32_t)c->id.aerl + 1;
 	if (c->aer_want > UPCIE_NVME_CTRL_AERS)
 		c->aer_want = UPCIE_NVME_CTRL_AERS;
+	if (c->aer_opt == UPCIE_NVME_CTRL_AERS_OFF)
+		c->aer_want = 0;
+	else if (c->aer_opt && c->aer_opt < c->aer_want)
+		c->aer_want = c->aer_opt;
 	c->aer_out = 0;
 	upcie_nvme_ctrl_aer_fill_locked_(c);
 	pthread_mutex_unlock(&c->lock);

@@ -84,7 +84,13 @@ struct upcie_nvme_ctrl_opts {
 	uint32_t irq_vectors;		/* MSI-X vectors to enable (vfio paths); 0: none */
 	uint64_t
 	    abort_timeout_ns; /* after an Abort, how long the command may take to end; 0: 2 s */
+	uint32_t aers;	      /* Asynchronous Event Requests the driver keeps: 0: min(AERL + 1, 4);
+			  UPCIE_NVME_CTRL_AERS_OFF: none (the caller may send its own) */
 };
+
+/* opts.aers: the driver sends no AERs and handles no events; upcie_nvme_ctrl_admin() then
+ * passes the caller's Asynchronous Event Requests through. */
+#define UPCIE_NVME_CTRL_AERS_OFF UINT32_MAX
 
 /* The controller memory buffer once enabled (upcie_nvme_ctrl_cmb_enable()). */
 struct upcie_nvme_cmb {
@@ -247,6 +253,7 @@ struct upcie_nvme_ctrl {
 	/* asynchronous admin commands and events (nvme/ctrl_events.h); under `lock` */
 	struct upcie_nvme_admin_rec_ *arec; /* admin_depth records */
 	uint32_t aer_want;		    /* AERs to keep outstanding: min(AERL + 1, 4) */
+	uint32_t aer_opt;		    /* opts.aers */
 	uint32_t aer_out;		    /* outstanding now */
 	uint32_t aen_config;		    /* Asynchronous Event Configuration set (0: none) */
 	uint32_t ev_dw0[UPCIE_NVME_CTRL_EVENTS]; /* events completed, not yet handled */
