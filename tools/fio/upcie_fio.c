@@ -450,6 +450,11 @@ static int ufio_init(struct thread_data *td)
 		return 1;
 	}
 	t->q_live = true;
+	/* which job drives which queue pair (and how), once per job */
+	log_info("upcie: job %s (thread %d): %s qid %u, %u entries, %" PRIu64
+		 " bytes per command, %s path\n",
+		 td->o.name, td->thread_number, c->name, t->q.qid, qo.depth, xfer,
+		 upcie_nvme_path_name(c->dev.path));
 	/* trims carry their range in DMA memory of their own: fio allocates no buffers for a
 	 * job that only trims */
 	if (td_trim(td)) {
