@@ -15,6 +15,29 @@
 
 #define KiB 1024u
 
+/* Bring-up, an I/O queue, namespace `nsid` open. */
+static int up(struct rig *r, struct upcie_nvme_ioq *q, struct upcie_nvme_ns *ns, uint32_t nsid)
+{
+	int err = rig_ctrl(r, NULL);
+
+	if (!err)
+		err = upcie_nvme_ioq_create(q, &r->c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(ns, &r->c, nsid);
+	return err;
+}
+
+/* Namespace 1 of 8192 blocks of 512 bytes, with a second format of 4 KiB (set before start). */
+static struct nvme_nsm_ns *add_fmt_ns(struct rig *r)
+{
+	struct nvme_nsm_ns *n = nvme_nsm_add(&r->nsm, 1, 8192, 512, 0, false, 0, 0);
+
+	n->nlbaf = 1;
+	n->fmt_bytes[1] = 4096;
+	rig_use_nsm(r);
+	return n;
+}
+
 static bool until_true(bool (*f)(struct rig *), struct rig *r, uint64_t ns)
 {
 	uint64_t t0 = upcie_time_ns();
@@ -74,16 +97,9 @@ static void t_stale_geometry(void)
 	int err;
 
 	rig_setup(&r);
-	n = nvme_nsm_add(&r.nsm, 1, 8192, 512, 0, false, 0, 0);
-	n->nlbaf = 1;
-	n->fmt_bytes[1] = 4096;
-	rig_use_nsm(&r);
+	n = add_fmt_ns(&r);
 	rig_start(&r);
-	err = rig_ctrl(&r, NULL);
-	if (!err)
-		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
-	if (!err)
-		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	err = up(&r, &q, &ns, 1);
 	CHECK(err == 0 && ns.lba_bytes == 512 && ns.rec, "namespace 1 open: 512-byte blocks (%d)",
 	      err);
 	err = read_at(&q, &ns, 0, &r, B, 128 * KiB);
@@ -134,27 +150,19 @@ static void t_format_through_driver(void)
 	struct upcie_nvme_ns ns, ns2;
 	struct upcie_nvme_ioq q;
 	struct upcie_nvme_sqe sqe;
-	struct nvme_nsm_ns *n;
 	struct rig r;
 	int err;
 
 	for (int effects = 0; effects < 3; effects++) {
 		rig_setup(&r);
-		n = nvme_nsm_add(&r.nsm, 1, 8192, 512, 0, false, 0, 0);
-		n->nlbaf = 1;
-		n->fmt_bytes[1] = 4096;
-		rig_use_nsm(&r);
+		add_fmt_ns(&r);
 		if (effects) {
 			r.cm.lpa = 2; /* Commands Supported and Effects log */
 			/* CSUPP, and LBCC (logical block content change) in the first run */
 			r.cm.effects[UPCIE_NVME_ADMIN_FORMAT_NVM] = effects == 1 ? 0x3u : 0x1u;
 		}
 		rig_start(&r);
-		err = rig_ctrl(&r, NULL);
-		if (!err)
-			err = upcie_nvme_ioq_create(&q, &r.c, NULL);
-		if (!err)
-			err = upcie_nvme_ns_open(&ns, &r.c, 1);
+		err = up(&r, &q, &ns, 1);
 		memset(&sqe, 0, sizeof(sqe));
 		sqe.opc = UPCIE_NVME_ADMIN_FORMAT_NVM;
 		sqe.nsid = 1;
@@ -315,11 +323,7 @@ static void t_ns_detach(void)
 	rig_use_nsm(&r);
 	r.cm.oaes = UPCIE_NVME_AEC_NS_ATTR;
 	rig_start(&r);
-	err = rig_ctrl(&r, NULL);
-	if (!err)
-		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
-	if (!err)
-		err = upcie_nvme_ns_open(&ns1, &r.c, 1);
+	err = up(&r, &q, &ns1, 1);
 	if (!err)
 		err = upcie_nvme_ns_open(&ns2, &r.c, 2);
 	CHECK(err == 0 && (r.cm.aec & UPCIE_NVME_AEC_NS_ATTR),
@@ -456,11 +460,7 @@ static void t_callbacks_use_ctrl(void)
 		rig_setup(&r);
 		u.r = &r;
 		rig_start(&r);
-		err = rig_ctrl(&r, NULL);
-		if (!err)
-			err = upcie_nvme_ioq_create(&q, &r.c, NULL);
-		if (!err)
-			err = upcie_nvme_ns_open(&ns, &r.c, 1);
+		err = up(&r, &q, &ns, 1);
 		r.cm.hold_opc = UPCIE_NVME_NVM_READ;
 		r.cm.abort_on_sq_delete = true;
 		u.req.cb = uses_ctrl_cb;
@@ -610,11 +610,7 @@ static void t_nvm_limits(void)
 	r.cm.dmrl = 2;	 /* ranges per command */
 	r.cm.dmrsl = 64; /* blocks per range */
 	rig_start(&r);
-	err = rig_ctrl(&r, NULL);
-	if (!err)
-		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
-	if (!err)
-		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	err = up(&r, &q, &ns, 1);
 	CHECK(err == 0 && r.c.wz_max_bytes == 8192 && r.c.dmrl == 2 && r.c.dmrsl == 64,
 	      "CNS 06h read at bring-up: Write Zeroes up to 8 KiB, 2 DSM ranges of 64 blocks (%d)",
 	      err);
