@@ -663,6 +663,77 @@ static void t_aers_off(void)
 	rig_teardown(&r);
 }
 
+/* An escalation in one thread (an admin command with data that no Abort ends resets the
+ * controller) is seen at once by another thread's wait, not at its own deadline. */
+struct esc {
+	struct rig *r;
+	int err;
+};
+
+static void *escalate_thread(void *arg)
+{
+	struct esc *e = (struct esc *)arg;
+	uint8_t *id = (uint8_t *)malloc(4096);
+
+	e->err = id ? upcie_nvme_ctrl_identify(&e->r->c, UPCIE_NVME_CNS_CTRL, 0, id) : -ENOMEM;
+	free(id);
+	return NULL;
+}
+
+static void t_escalation_seen(void)
+{
+	struct upcie_nvme_ctrl_opts o;
+	struct upcie_nvme_ns ns;
+	struct upcie_nvme_ioq q;
+	struct esc e;
+	struct one w;
+	struct rig r;
+	pthread_t t;
+	uint64_t t0, took;
+	int err;
+
+	memset(&w, 0, sizeof(w));
+	rig_setup(&r);
+	rig_start(&r);
+	memset(&o, 0, sizeof(o));
+	o.admin_timeout_ns = 50 * UPCIE_NSEC_PER_MSEC;
+	o.abort_timeout_ns = 50 * UPCIE_NSEC_PER_MSEC;
+	err = rig_ctrl(&r, &o);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns, &r.c, 1);
+	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
+	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_IDENTIFY;
+	r.cm.abort_aborts = false; /* and no Abort ends it */
+	w.req.cb = one_cb;
+	w.req.ctx = &w;
+	if (!err)
+		err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, 0, 4096, &w.req);
+	e.r = &r;
+	e.err = 0;
+	t0 = upcie_time_ns();
+	if (!err)
+		err = pthread_create(&t, NULL, escalate_thread, &e) ? -EAGAIN : 0;
+	if (!err)
+		err = upcie_nvme_ioq_wait(&q, &w.req, 10 * UPCIE_NSEC_PER_SEC);
+	took = upcie_time_ns() - t0;
+	pthread_join(t, NULL);
+	r.cm.hold_opc = 0;
+	r.cm.hold_admin_opc = 0;
+	CHECK(err == -ECANCELED && w.calls == 1 && e.err == -ETIMEDOUT && r.c.stopped &&
+		  took < 5 * UPCIE_NSEC_PER_SEC,
+	      "the other thread's escalation ends the wait in %llu ms (deadline 10 s), the read "
+	      "once with -ECANCELED (%d, %d)",
+	      (unsigned long long)(took / UPCIE_NSEC_PER_MSEC), err, e.err);
+	err = upcie_nvme_ctrl_reset(&r.c);
+	if (!err)
+		err = read_at(&q, &ns, 0, &r, 0, 4096);
+	CHECK_EQ(err, 0, "after the reset the queue reads again");
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -677,5 +748,6 @@ int main(void)
 	t_vectors_not_shared();
 	t_nvm_limits();
 	t_aers_off();
+	t_escalation_seen();
 	return check_done();
 }

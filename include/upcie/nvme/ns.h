@@ -646,7 +646,7 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 				       uint64_t timeout_ns, bool escalate)
 {
 	struct upcie_deadline dl;
-	bool timed_out = false;
+	bool timed_out = false, stopped = false;
 	int err;
 
 	if (!q || !q->live || !r)
@@ -657,6 +657,11 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 			continue;
 		if (r->done)
 			break;
+		/* an escalation elsewhere (another thread reset the controller): seen at once */
+		if (!(spins & 15) && __atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
+			stopped = true;
+			break;
+		}
 		if (!(spins & 15) && upcie_deadline_passed(&dl)) {
 			timed_out = true;
 			break;
@@ -665,6 +670,12 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));
 		else
 			upcie_cpu_relax();
+	}
+	if (stopped) {
+		/* the controller let go of everything: what is left of the request ends here */
+		upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+		upcie_nvme_ioq_end_req_(q, r, false);
+		return r->done ? r->err : -ECANCELED;
 	}
 	if (!timed_out)
 		return r->err;
