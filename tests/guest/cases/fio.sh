@@ -80,6 +80,15 @@ run_fio "c1: three queues at once (two jobs on c1n3 512 B, one on c1n1), crc32c"
 	--offset_increment=4M --iodepth=8 --verify=crc32c --do_verify=1 \
 	--name=q3 --filename="$C1/1" --numjobs=1 --rw=write --bs=128k --size=4M --offset=28M \
 	--iodepth=4 --verify=crc32c --do_verify=1
+# the engine says which job drives which queue pair: two clones of one job, two queue pairs
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=map --filename="$C1/3" \
+	--numjobs=2 --rw=read --bs=4k --size=64k --iodepth=2 2>&1)
+qids=$(printf '%s\n' "$out" | sed -n "s/^upcie: job map (thread [0-9]*): $TB_C1_BDF qid \([0-9]*\), [0-9]* entries, .* path$/\1/p" | sort -u)
+if [ "$(printf '%s\n' "$qids" | grep -c .)" = 2 ]; then
+	tap_ok "numjobs=2: each job names its queue pair (qids $(echo $qids))"
+else
+	tap_fail "numjobs=2: each job names its queue pair" "$(printf '%s\n' "$out" | grep '^upcie' | head -n 5)"
+fi
 run_fio "c0n1: random trims (Dataset Management)" rc \
 	--name=trim --filename="$C0/1" --rw=randtrim --bs=64k --size=2M --offset=28M --iodepth=8
 
