@@ -690,6 +690,7 @@ static void t_escalation_seen(void)
 	struct rig r;
 	pthread_t t;
 	uint64_t t0, took;
+	bool started;
 	int err;
 
 	memset(&w, 0, sizeof(w));
@@ -715,10 +716,12 @@ static void t_escalation_seen(void)
 	t0 = upcie_time_ns();
 	if (!err)
 		err = pthread_create(&t, NULL, escalate_thread, &e) ? -EAGAIN : 0;
+	started = !err;
 	if (!err)
 		err = upcie_nvme_ioq_wait(&q, &w.req, 10 * UPCIE_NSEC_PER_SEC);
 	took = upcie_time_ns() - t0;
-	pthread_join(t, NULL);
+	if (started)
+		pthread_join(t, NULL);
 	r.cm.hold_opc = 0;
 	r.cm.hold_admin_opc = 0;
 	CHECK(err == -ECANCELED && w.calls == 1 && e.err == -ETIMEDOUT && r.c.stopped &&
