@@ -244,6 +244,35 @@ static inline int upcie_nvme_ctrl_admin_deliver_(struct upcie_nvme_ctrl *c)
 	return total;
 }
 
+/*
+ * An Asynchronous Event Request of the caller's: refused (-EINVAL) while the driver keeps its own
+ * (opts.aers), passed through (0) when it keeps none and `off_ok`.
+ */
+static inline int upcie_nvme_admin_aer_check_(const struct upcie_nvme_ctrl *c, uint8_t opc,
+					      bool off_ok)
+{
+	if (opc != UPCIE_NVME_ADMIN_ASYNC_EVENT ||
+	    (off_ok && c->aer_opt == UPCIE_NVME_CTRL_AERS_OFF))
+		return 0;
+	return UPCIE_FAIL(-EINVAL,
+			  "nvme %s: Asynchronous Event Requests are the driver's: register a "
+			  "handler (upcie_nvme_ctrl_set_event_handler()), or open with "
+			  "opts.aers = UPCIE_NVME_CTRL_AERS_OFF",
+			  c->name);
+}
+
+/*
+ * After a synchronous admin command, lock released: the asynchronous completions reaped
+ * meanwhile go to their callbacks, and a command that succeeded and may have changed a
+ * namespace is followed by a revalidation.
+ */
+static inline void upcie_nvme_admin_after_(struct upcie_nvme_ctrl *c, uint8_t opc, int err)
+{
+	upcie_nvme_ctrl_admin_deliver_(c);
+	if (!err && upcie_nvme_admin_changes_ns_(c, opc))
+		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
+}
+
 /* Submit `sqe` on the admin queue to complete through a record (lock held). */
 static inline int upcie_nvme_admin_submit_rec_locked_(struct upcie_nvme_ctrl *c,
 						      struct upcie_nvme_sqe *cmd, bool aer,
@@ -298,11 +327,9 @@ static inline int upcie_nvme_ctrl_admin_async(struct upcie_nvme_ctrl *c,
 	if (!c || !c->lock_live || !sqe || !cb || (nsegs && !data))
 		return UPCIE_FAIL(-EINVAL, "nvme: admin async: controller not open, NULL command "
 					   "or callback");
-	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT)
-		return UPCIE_FAIL(-EINVAL,
-				  "nvme %s: Asynchronous Event Requests are the driver's: "
-				  "register a handler (upcie_nvme_ctrl_set_event_handler())",
-				  c->name);
+	err = upcie_nvme_admin_aer_check_(c, sqe->opc, false);
+	if (err)
+		return err;
 	cmd = *sqe;
 	if (nsegs) {
 		memset(&none, 0, sizeof(none));
@@ -341,18 +368,13 @@ static inline int upcie_nvme_ctrl_admin(struct upcie_nvme_ctrl *c, const struct 
 
 	if (!c || !c->lock_live || !sqe)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: controller not open or NULL command");
-	if (sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT && c->aer_opt != UPCIE_NVME_CTRL_AERS_OFF)
-		return UPCIE_FAIL(-EINVAL,
-				  "nvme %s: Asynchronous Event Requests are the driver's: "
-				  "register a handler (upcie_nvme_ctrl_set_event_handler()), or "
-				  "open with opts.aers = UPCIE_NVME_CTRL_AERS_OFF",
-				  c->name);
+	err = upcie_nvme_admin_aer_check_(c, sqe->opc, true);
+	if (err)
+		return err;
 	pthread_mutex_lock(&c->lock);
 	err = upcie_nvme_ctrl_admin_locked_(c, sqe, data, nsegs, timeout_ns, cqe);
 	pthread_mutex_unlock(&c->lock);
-	upcie_nvme_ctrl_admin_deliver_(c);
-	if (!err && upcie_nvme_admin_changes_ns_(c, sqe->opc))
-		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
+	upcie_nvme_admin_after_(c, sqe->opc, err);
 	return err;
 }
 
@@ -372,10 +394,8 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	struct upcie_nvme_dseg seg;
 	int err;
 
-	if (c && sqe && sqe->opc == UPCIE_NVME_ADMIN_ASYNC_EVENT &&
-	    c->aer_opt != UPCIE_NVME_CTRL_AERS_OFF)
-		return UPCIE_FAIL(-EINVAL, "nvme: admin: Asynchronous Event Requests are the "
-					   "driver's: register a handler");
+	if (c && sqe && upcie_nvme_admin_aer_check_(c, sqe->opc, true))
+		return -EINVAL;
 	if (!c || !c->lock_live || !sqe || (len && !buf) || len > UPCIE_NVME_CTRL_SCRATCH)
 		return UPCIE_FAIL(-EINVAL, "nvme: admin: bad buffer (%zu bytes, at most %zu)", len,
 				  (size_t)UPCIE_NVME_CTRL_SCRATCH);
@@ -397,9 +417,7 @@ static inline int upcie_nvme_ctrl_admin_buf(struct upcie_nvme_ctrl *c,
 	if (!err && len && dir == UPCIE_NVME_XFER_FROM_DEV)
 		memcpy(buf, c->scratch.vaddr, len);
 	pthread_mutex_unlock(&c->lock);
-	upcie_nvme_ctrl_admin_deliver_(c);
-	if (!err && upcie_nvme_admin_changes_ns_(c, sqe->opc))
-		upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
+	upcie_nvme_admin_after_(c, sqe->opc, err);
 	return err;
 }
 

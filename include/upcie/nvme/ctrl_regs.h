@@ -422,6 +422,28 @@ struct upcie_nvme_ioq_ext {
 	uint16_t qid; /* 0: the lowest free identifier */
 };
 
+/*
+ * Arm every I/O queue of `c` (lock held): room for all their commands with callbacks reserved
+ * first. Returns 0 or -ENOMEM (nothing armed).
+ */
+static inline int upcie_nvme_defer_arm_all_locked_(struct upcie_nvme_defer_ *d,
+						   struct upcie_nvme_ctrl *c)
+{
+	uint32_t n = 0;
+	int err;
+
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+		if (c->ioqs[q])
+			n += upcie_nvme_defer_count_(&c->ioqs[q]->qp);
+	err = upcie_nvme_defer_reserve_(d, n);
+	if (err)
+		return err;
+	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
+		if (c->ioqs[q])
+			upcie_nvme_defer_arm_(d, &c->ioqs[q]->qp);
+	return 0;
+}
+
 /* Register access. 64-bit registers as two 32-bit halves (low first), as every controller
  * accepts. */
 static inline uint32_t upcie_nvme_ctrl_rd32(const struct upcie_nvme_ctrl *c, size_t off)

@@ -155,24 +155,17 @@ static inline int upcie_nvme_ctrl_shutdown(struct upcie_nvme_ctrl *c)
 static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 {
 	struct upcie_nvme_defer_ d;
-	uint32_t n = 0;
 	int err;
 
 	if (!c || !c->lock_live)
 		return UPCIE_FAIL(-EINVAL, "nvme: reset: controller not open");
 	memset(&d, 0, sizeof(d));
 	pthread_mutex_lock(&c->lock);
-	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
-		if (c->ioqs[q])
-			n += upcie_nvme_defer_count_(&c->ioqs[q]->qp);
-	if (upcie_nvme_defer_reserve_(&d, n)) {
+	/* the callbacks of what ends here run after the lock, once the queues are back */
+	if (upcie_nvme_defer_arm_all_locked_(&d, c)) {
 		pthread_mutex_unlock(&c->lock);
 		return -ENOMEM; /* nothing done */
 	}
-	/* the callbacks of what ends here run after the lock, once the queues are back */
-	for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
-		if (c->ioqs[q])
-			upcie_nvme_defer_arm_(&d, &c->ioqs[q]->qp);
 	err = upcie_nvme_ctrl_halt_locked_(c);
 	if (err) {
 		c->state = UPCIE_NVME_CTRL_FAILED;
@@ -323,20 +316,13 @@ static inline int upcie_nvme_ctrl_close(struct upcie_nvme_ctrl *c)
 		return 0;
 	if (c->lock_live) {
 		struct upcie_nvme_defer_ d;
-		uint32_t n = 0;
 
 		upcie_nvme_ctrl_events_stop(c);
 		eflush = upcie_nvme_ctrl_flush_(c);
 		memset(&d, 0, sizeof(d));
 		pthread_mutex_lock(&c->lock);
-		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
-			if (c->ioqs[q])
-				n += upcie_nvme_defer_count_(&c->ioqs[q]->qp);
 		/* no memory for it: the callbacks run under the lock, as they must end */
-		if (!upcie_nvme_defer_reserve_(&d, n))
-			for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
-				if (c->ioqs[q])
-					upcie_nvme_defer_arm_(&d, &c->ioqs[q]->qp);
+		upcie_nvme_defer_arm_all_locked_(&d, c);
 		for (uint32_t q = 1; c->ioqs && q <= c->nslots; q++)
 			if (c->ioqs[q] && upcie_nvme_ioq_delete_locked_(c->ioqs[q]) == -EBUSY)
 				upcie_nvme_ioq_release_(c->ioqs[q], false);
