@@ -133,16 +133,16 @@ static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t 
 		return 0;
 	}
 	memset(&sqe, 0, sizeof(sqe));
-	upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
-	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	err = upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
+	if (!err)
+		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
 	if (err)
 		return err;
-	upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
-	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err) {
-		upcie_nvme_cmd_delete_io_cq(&sqe, qid);
+	err = upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
+	if (!err)
+		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (err && !upcie_nvme_cmd_delete_io_cq(&sqe, qid))
 		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	}
 	return err;
 }
 
@@ -154,10 +154,10 @@ static void queue_del(struct target *t, uint16_t qid)
 	if (t->null)
 		return; /* the null controller is stopped before any queue memory goes */
 	memset(&sqe, 0, sizeof(sqe));
-	upcie_nvme_cmd_delete_io_sq(&sqe, qid);
-	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	upcie_nvme_cmd_delete_io_cq(&sqe, qid);
-	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
+		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
+		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
 }
 
 static uint16_t qid_of(struct target *t, unsigned i)

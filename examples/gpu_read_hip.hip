@@ -105,16 +105,16 @@ static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t 
 	int err;
 
 	memset(&sqe, 0, sizeof(sqe));
-	upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
-	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	err = upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
+	if (!err)
+		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
 	if (err)
 		return err;
-	upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
-	err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err) {
-		upcie_nvme_cmd_delete_io_cq(&sqe, qid);
+	err = upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
+	if (!err)
+		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (err && !upcie_nvme_cmd_delete_io_cq(&sqe, qid))
 		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	}
 	return err;
 }
 
@@ -124,10 +124,10 @@ static void queue_del(struct target *t, uint16_t qid)
 	struct upcie_nvme_sqe sqe;
 
 	memset(&sqe, 0, sizeof(sqe));
-	upcie_nvme_cmd_delete_io_sq(&sqe, qid);
-	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	upcie_nvme_cmd_delete_io_cq(&sqe, qid);
-	upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
+		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
+		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
 }
 
 /* ---- part 1: GPU-issued reads, one thread per queue pair ---- */

@@ -505,6 +505,17 @@ static int pg_main_null(const struct perf_opts *o, struct perf_out *out)
 	return failed ? 1 : 0;
 }
 
+/* The controller forgets queue pair qid (SQ first, then its CQ): before the memory goes. */
+static void pg_queue_delete(struct upcie_nvme_ctrl *c, uint16_t qid)
+{
+	struct upcie_nvme_sqe sqe;
+
+	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
+		upcie_nvme_ctrl_admin(c, &sqe, NULL, 0, 0, NULL);
+	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
+		upcie_nvme_ctrl_admin(c, &sqe, NULL, 0, 0, NULL);
+}
+
 /* Against a real controller: GPU-resident queues created on it by admin commands. */
 static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 {
@@ -643,24 +654,26 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 								perf_fail(&res, err, why);
 								break;
 							}
-							upcie_nvme_cmd_create_io_cq(
+							err = upcie_nvme_cmd_create_io_cq(
 							    &sqe, qid, depth, gq[i].cq_iova, false,
 							    0);
-							err = upcie_nvme_ctrl_admin(&c, &sqe, NULL,
-										    0, 0, NULL);
-							if (!err) {
-								upcie_nvme_cmd_create_io_sq(
-								    &sqe, qid, depth, gq[i].sq_iova,
-								    qid, 0);
+							if (!err)
 								err = upcie_nvme_ctrl_admin(
 								    &c, &sqe, NULL, 0, 0, NULL);
-								if (err) {
-									upcie_nvme_cmd_delete_io_cq(
-									    &sqe, qid);
+							if (!err) {
+								err = upcie_nvme_cmd_create_io_sq(
+								    &sqe, qid, depth, gq[i].sq_iova,
+								    qid, 0);
+								if (!err)
+									err = upcie_nvme_ctrl_admin(
+									    &c, &sqe, NULL, 0, 0,
+									    NULL);
+								if (err &&
+								    !upcie_nvme_cmd_delete_io_cq(
+									&sqe, qid))
 									upcie_nvme_ctrl_admin(
 									    &c, &sqe, NULL, 0, 0,
 									    NULL);
-								}
 							}
 							if (err) {
 								snprintf(
@@ -692,15 +705,8 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 						}
 						/* SQ, then CQ, deleted before the memory goes */
 						for (unsigned i = 0; i < made; i++) {
-							struct upcie_nvme_sqe sqe;
-							uint16_t qid = (uint16_t)(c.nqueues - i);
-
-							upcie_nvme_cmd_delete_io_sq(&sqe, qid);
-							upcie_nvme_ctrl_admin(&c, &sqe, NULL, 0, 0,
-									      NULL);
-							upcie_nvme_cmd_delete_io_cq(&sqe, qid);
-							upcie_nvme_ctrl_admin(&c, &sqe, NULL, 0, 0,
-									      NULL);
+							pg_queue_delete(&c,
+									(uint16_t)(c.nqueues - i));
 							upcie_nvme_gqp_destroy(&gq[i]);
 						}
 						if (res.err || res.errors)
