@@ -98,6 +98,7 @@ note "hygiene"
 tap "headers compile alone (C11/C++17)" scripts/check-headers.sh
 tap "clang-format" scripts/check-format.sh
 tap "public names prefixed" scripts/check-names.sh
+tap "man pages describe every long option (with its negative control)" scripts/check-man.sh
 tap "doc C excerpts compile (gcc, clang)" scripts/check-doc-snippets.sh
 tap "UAPI definitions vs newer kernel headers" scripts/check-uapi.sh
 tap "CUDA sources compile (nvcc sm_90)" scripts/check-cuda.sh
