@@ -11,6 +11,8 @@
 
 #include <upcie/base/feature.h>
 
+#include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +78,23 @@ static inline int rig_start(struct rig *r)
 static inline int rig_ctrl(struct rig *r, const struct upcie_nvme_ctrl_opts *o)
 {
 	return upcie_nvme_ctrl_init(&r->c, r->cm.regs, r->cm.regs_size, &r->host, o);
+}
+
+/*
+ * Wait (up to 1 s) until the model holds every Asynchronous Event Request the driver keeps
+ * outstanding: bring-up submits them without waiting, so until then the model may still be
+ * fetching admin commands. False on the timeout.
+ */
+static inline bool rig_admin_settled(struct rig *r)
+{
+	uint64_t t0 = upcie_time_ns();
+
+	while (__atomic_load_n(&r->cm.admin.nheld, __ATOMIC_ACQUIRE) != r->c.aer_out) {
+		if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
+			return false;
+		sched_yield();
+	}
+	return true;
 }
 
 static inline void rig_teardown(struct rig *r)
