@@ -2,7 +2,15 @@
 /*
  * Served queue pairs, the server: one process owns the controller (any path: uio, vfio type1,
  * vfio cdev + iommufd) and hands I/O queue pairs to client processes over a Unix socket
- * (served/client.h). Two kinds (served/proto.h):
+ * (served/client.h). This header is about 1,300 lines, over the toolkit's 1,200, on purpose:
+ * what is left here after the state (served/server_state.h) and the poller
+ * (served/server_poll.h) went to their own headers is one piece, the connection lifecycle and
+ * the request handlers, each checking hostile input against the same per-connection and
+ * per-uid accounts and unwinding into the same drop paths (qp_drop_, mem_drop_, conn_drop_);
+ * splitting the handlers from those paths would put a request's checks and its unwinding in
+ * different files.
+ *
+ * Two kinds (served/proto.h):
  *
  * - Isolated (the default for every client the server does not trust): the client writes
  *   requests (struct upcie_served_sub) into a ring the server made; a poller thread per
@@ -52,13 +60,6 @@
  *
  * The server's own death: see served/client.h (clients notice it through a pidfd, after
  * the kernel has released the device, which stops it).
- *
- * Size: about 1,300 lines, over the toolkit's 1,200, on purpose. What is left here after the
- * state (served/server_state.h) and the poller (served/server_poll.h) went to their own headers
- * is one piece: the connection lifecycle and the request handlers, each checking hostile input
- * against the same per-connection and per-uid accounts and unwinding into the same drop paths
- * (qp_drop_, mem_drop_, conn_drop_). Splitting the handlers from those paths would put a
- * request's checks and its unwinding in different files.
  */
 #ifndef UPCIE_SERVED_SERVER_H
 #define UPCIE_SERVED_SERVER_H
