@@ -505,15 +505,20 @@ static int pg_main_null(const struct perf_opts *o, struct perf_out *out)
 	return failed ? 1 : 0;
 }
 
-/* The controller forgets queue pair qid (SQ first, then its CQ): before the memory goes. */
-static void pg_queue_delete(struct upcie_nvme_ctrl *c, uint16_t qid)
+/*
+ * The controller lets go of a GPU queue before its memory goes: a queue it may still have
+ * (-EBUSY, or -ENOMEM: nothing done) keeps its memory.
+ */
+static void pg_queue_drop(struct upcie_nvme_ioq *hq, struct upcie_nvme_gqp_host *gq)
 {
-	struct upcie_nvme_sqe sqe;
+	int err = upcie_nvme_ioq_delete(hq);
 
-	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
-		upcie_nvme_ctrl_admin(c, &sqe, NULL, 0, 0, NULL);
-	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
-		upcie_nvme_ctrl_admin(c, &sqe, NULL, 0, 0, NULL);
+	if (err == -EBUSY || err == -ENOMEM) {
+		fprintf(stderr, "upcie-perf-cuda: queue not deleted (%s): its GPU memory is kept\n",
+			strerror(-err));
+		return;
+	}
+	upcie_nvme_gqp_destroy(gq);
 }
 
 /* Against a real controller: GPU-resident queues created on it by admin commands. */
@@ -528,6 +533,7 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 	struct upcie_pci_bdf bdf;
 	enum upcie_nvme_path path = UPCIE_NVME_PATH_AUTO;
 	struct upcie_nvme_gqp_host gq[PERF_MAX_Q];
+	struct upcie_nvme_ioq hq[PERF_MAX_Q]; /* the controller's side of each GPU queue */
 	struct upcie_nvme_gqp **dqs;
 	unsigned run = 0, nruns = o->queues.n * o->qd.n * o->bs.n * o->pattern.n * o->mix.n;
 	cudaStream_t s;
@@ -628,7 +634,7 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 						}
 						for (unsigned i = 0; i < nq && !err; i++) {
 							struct upcie_nvme_gqp_cfg cfg;
-							struct upcie_nvme_sqe sqe;
+							struct upcie_nvme_ioq_ext ext;
 							uint16_t qid = (uint16_t)(c.nqueues - i);
 
 							memset(&cfg, 0, sizeof(cfg));
@@ -654,27 +660,13 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 								perf_fail(&res, err, why);
 								break;
 							}
-							err = upcie_nvme_cmd_create_io_cq(
-							    &sqe, qid, depth, gq[i].cq_iova, false,
-							    0);
-							if (!err)
-								err = upcie_nvme_ctrl_admin(
-								    &c, &sqe, NULL, 0, 0, NULL);
-							if (!err) {
-								err = upcie_nvme_cmd_create_io_sq(
-								    &sqe, qid, depth, gq[i].sq_iova,
-								    qid, 0);
-								if (!err)
-									err = upcie_nvme_ctrl_admin(
-									    &c, &sqe, NULL, 0, 0,
-									    NULL);
-								if (err &&
-								    !upcie_nvme_cmd_delete_io_cq(
-									&sqe, qid))
-									upcie_nvme_ctrl_admin(
-									    &c, &sqe, NULL, 0, 0,
-									    NULL);
-							}
+							memset(&ext, 0, sizeof(ext));
+							ext.depth = depth;
+							ext.sq_iova = gq[i].sq_iova;
+							ext.cq_iova = gq[i].cq_iova;
+							ext.qid = qid;
+							err = upcie_nvme_ioq_create_ext(&hq[i], &c,
+											&ext);
 							if (err) {
 								snprintf(
 								    why, sizeof(why),
@@ -683,7 +675,12 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 								    "%s",
 								    qid, strerror(-err));
 								perf_fail(&res, err, why);
-								upcie_nvme_gqp_destroy(&gq[i]);
+								/* -EBUSY: the controller may
+								 * still have the CQ, its memory
+								 * stays */
+								if (err != -EBUSY)
+									upcie_nvme_gqp_destroy(
+									    &gq[i]);
 								break;
 							}
 							dq[i] = gq[i].dq;
@@ -703,12 +700,8 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 								res.q[i].qid =
 								    (unsigned)(c.nqueues - i);
 						}
-						/* SQ, then CQ, deleted before the memory goes */
-						for (unsigned i = 0; i < made; i++) {
-							pg_queue_delete(&c,
-									(uint16_t)(c.nqueues - i));
-							upcie_nvme_gqp_destroy(&gq[i]);
-						}
+						for (unsigned i = 0; i < made; i++)
+							pg_queue_drop(&hq[i], &gq[i]);
 						if (res.err || res.errors)
 							failed = true;
 						perf_emit(out, &res);
