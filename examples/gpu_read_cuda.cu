@@ -93,6 +93,7 @@ struct target {
 	/* a drive */
 	struct upcie_nvme_ctrl c;
 	struct upcie_nvme_ns ns_;
+	struct upcie_nvme_ioq ioq[MAXQ]; /* the controller's side of each queue, by slot */
 };
 
 /* The doorbells of queue `qid` as the CPU (host) and GPU (dev) write them. */
@@ -113,8 +114,7 @@ static void doorbells(struct target *t, uint16_t qid, volatile uint32_t **sq_hos
 /* Tell the controller about queue `qid`: Create I/O CQ and SQ, or the null controller's table. */
 static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova)
 {
-	struct upcie_nvme_sqe sqe;
-	int err;
+	struct upcie_nvme_ioq_ext x;
 
 	if (t->null) {
 		struct nullctl_queue *q = &t->nc.q[qid - 1];
@@ -132,32 +132,29 @@ static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t 
 			t->nc.nq = qid;
 		return 0;
 	}
-	memset(&sqe, 0, sizeof(sqe));
-	err = upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
-	if (!err)
-		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err)
-		return err;
-	err = upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
-	if (!err)
-		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err && !upcie_nvme_cmd_delete_io_cq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	return err;
+	memset(&x, 0, sizeof(x));
+	x.depth = DEPTH;
+	x.sq_iova = sq_iova;
+	x.cq_iova = cq_iova;
+	x.qid = qid;
+	return upcie_nvme_ioq_create_ext(&t->ioq[t->c.nqueues - qid], &t->c, &x);
 }
 
-/* The controller forgets the queue (SQ first): before its memory goes. */
-static void queue_del(struct target *t, uint16_t qid)
+/* The controller forgets the queue before its memory goes; false: it may still have it, the
+ * memory stays. */
+static bool queue_del(struct target *t, uint16_t qid)
 {
-	struct upcie_nvme_sqe sqe;
+	int err;
 
 	if (t->null)
-		return; /* the null controller is stopped before any queue memory goes */
-	memset(&sqe, 0, sizeof(sqe));
-	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+		return true; /* the null controller is stopped before any queue memory goes */
+	err = upcie_nvme_ioq_delete(&t->ioq[t->c.nqueues - qid]);
+	if (err == -EBUSY || err == -ENOMEM) {
+		fprintf(stderr, "queue %u not deleted (%s): its memory is kept\n", qid,
+			strerror(-err));
+		return false;
+	}
+	return true;
 }
 
 static uint16_t qid_of(struct target *t, unsigned i)
@@ -322,10 +319,9 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t rounds, uint8_t *dst
 		if (bad[0] || bad[1])
 			err = -EIO;
 	}
-	for (unsigned i = 0; i < made; i++) {
-		queue_del(t, qid_of(t, i));
-		upcie_nvme_gqp_destroy(&gq[i]);
-	}
+	for (unsigned i = 0; i < made; i++)
+		if (queue_del(t, qid_of(t, i)))
+			upcie_nvme_gqp_destroy(&gq[i]);
 	upcie_gpu_cuda_xlate_destroy(&t->gpu, &a.x);
 	CK(cudaFree(qs));
 	return err;
@@ -368,6 +364,7 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 	static struct mq q[MAXQ];
 	uint64_t per_q = (uint64_t)32 * rounds, bytes = nq * per_q * BS, t0;
 	unsigned made = 0;
+	bool gone[MAXQ];
 	unsigned long long failed = 0;
 	int err = 0;
 
@@ -469,10 +466,12 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t rounds, uint8_t *
 	}
 	/* the controller drops the queue first; what is still outstanding ends cancelled */
 	for (unsigned i = 0; i < made; i++)
-		queue_del(t, qid_of(t, i));
+		gone[i] = queue_del(t, qid_of(t, i));
 	ctl_stop(t);
 	for (unsigned i = 0; i < made; i++) {
 		upcie_nvme_qpair_fini(&q[i].qp);
+		if (!gone[i])
+			continue;
 		upcie_gpu_cuda_host_free(&t->gpu, &q[i].sq);
 		upcie_nvme_cqmirror_detach(&q[i].m);
 	}

@@ -72,6 +72,7 @@ struct target {
 	hipStream_t s;
 	uint8_t *marker; /* host: `bytes` of MARKER */
 	unsigned long long *bad_dev;
+	struct upcie_nvme_ioq ioq[MAXQ]; /* the controller's side of each queue, by slot */
 };
 
 /* Copies in and out on our stream (hipFree and device-wide waits would wait for the mirror). */
@@ -101,33 +102,29 @@ static uint16_t qid_of(struct target *t, unsigned i)
 /* Create I/O CQ, then SQ; on failure nothing stays created. */
 static int queue_add(struct target *t, uint16_t qid, uint64_t sq_iova, uint64_t cq_iova)
 {
-	struct upcie_nvme_sqe sqe;
-	int err;
+	struct upcie_nvme_ioq_ext x;
 
-	memset(&sqe, 0, sizeof(sqe));
-	err = upcie_nvme_cmd_create_io_cq(&sqe, qid, DEPTH, cq_iova, false, 0);
-	if (!err)
-		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err)
-		return err;
-	err = upcie_nvme_cmd_create_io_sq(&sqe, qid, DEPTH, sq_iova, qid, 0);
-	if (!err)
-		err = upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (err && !upcie_nvme_cmd_delete_io_cq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	return err;
+	memset(&x, 0, sizeof(x));
+	x.depth = DEPTH;
+	x.sq_iova = sq_iova;
+	x.cq_iova = cq_iova;
+	x.qid = qid;
+	return upcie_nvme_ioq_create_ext(&t->ioq[t->c.nqueues - qid], &t->c, &x);
 }
 
-/* SQ first, then CQ: before the queue's memory goes. */
-static void queue_del(struct target *t, uint16_t qid)
+/* The controller forgets the queue before its memory goes; false: it may still have it, the
+ * memory stays. */
+static bool queue_del(struct target *t, uint16_t qid)
 {
-	struct upcie_nvme_sqe sqe;
+	int err;
 
-	memset(&sqe, 0, sizeof(sqe));
-	if (!upcie_nvme_cmd_delete_io_sq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
-	if (!upcie_nvme_cmd_delete_io_cq(&sqe, qid))
-		upcie_nvme_ctrl_admin(&t->c, &sqe, NULL, 0, 0, NULL);
+	err = upcie_nvme_ioq_delete(&t->ioq[t->c.nqueues - qid]);
+	if (err == -EBUSY || err == -ENOMEM) {
+		fprintf(stderr, "queue %u not deleted (%s): its memory is kept\n", qid,
+			strerror(-err));
+		return false;
+	}
+	return true;
 }
 
 /* ---- part 1: GPU-issued reads, one thread per queue pair ---- */
@@ -258,10 +255,9 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		if (bad[0] || bad[1])
 			err = -EIO;
 	}
-	for (unsigned i = 0; i < made; i++) {
-		queue_del(t, qid_of(t, i));
-		upcie_nvme_gqp_hip_destroy(&gq[i]);
-	}
+	for (unsigned i = 0; i < made; i++)
+		if (queue_del(t, qid_of(t, i)))
+			upcie_nvme_gqp_hip_destroy(&gq[i]);
 	CK(hipFree(cpl));
 	CK(hipFree(qs));
 	return err;
@@ -397,8 +393,11 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *d
 			err = -EIO;
 	}
 	for (unsigned i = 0; i < made; i++) {
-		queue_del(t, qid_of(t, i)); /* the controller drops the queue first */
+		bool gone = queue_del(t, qid_of(t, i)); /* the controller drops the queue first */
+
 		upcie_nvme_qpair_fini(&q[i].qp);
+		if (!gone)
+			continue;
 		upcie_gpu_hip_host_free(&t->gpu, &q[i].sq);
 		upcie_nvme_cqmirror_hip_detach(&q[i].m);
 	}
