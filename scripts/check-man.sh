@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Every long option a tool accepts (its getopt_long table in tools/<tool>.c) is described in its
-# man page (packaging/man/<tool>.1). Prints TAP; a missing option is named. With --self-test, a
-# negative control: an option removed from a copy of a man page must be reported.
+# man page (packaging/man/<tool>.1). Prints TAP; a missing option is named. Then a negative
+# control: an option removed from a copy of a man page must be reported.
 set -u
 cd "$(dirname "$0")/.."
 
