@@ -81,15 +81,14 @@ static inline int rig_ctrl(struct rig *r, const struct upcie_nvme_ctrl_opts *o)
 }
 
 /*
- * Wait (up to 1 s) until the model holds every Asynchronous Event Request the driver keeps
- * outstanding: bring-up submits them without waiting, so until then the model may still be
- * fetching admin commands. False on the timeout.
+ * Wait (up to 1 s) until the model holds `n` admin commands it has not completed (the
+ * Asynchronous Event Requests the driver keeps, and any held on purpose). False on the timeout.
  */
-static inline bool rig_admin_settled(struct rig *r)
+static inline bool rig_admin_held(struct rig *r, uint32_t n)
 {
 	uint64_t t0 = upcie_time_ns();
 
-	while (__atomic_load_n(&r->cm.admin.nheld, __ATOMIC_ACQUIRE) != r->c.aer_out) {
+	while (__atomic_load_n(&r->cm.admin.nheld, __ATOMIC_ACQUIRE) != n) {
 		if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
 			return false;
 		sched_yield();

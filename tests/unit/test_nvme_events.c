@@ -217,18 +217,6 @@ static void on_event(void *ctx, struct upcie_nvme_ctrl *c, const struct upcie_nv
 	l->n++;
 }
 
-static bool aers_out(struct rig *r, uint32_t n)
-{
-	uint64_t t0 = upcie_time_ns();
-
-	while (__atomic_load_n(&r->cm.admin.nheld, __ATOMIC_ACQUIRE) != n) {
-		if (upcie_time_ns() - t0 > UPCIE_NSEC_PER_SEC)
-			return false;
-		sched_yield();
-	}
-	return true;
-}
-
 static int poll_for(struct rig *r, struct evlog *l, int want)
 {
 	uint64_t t0 = upcie_time_ns();
@@ -256,7 +244,7 @@ static void t_aer_smart(void)
 	r.cm.temp_k = 310;
 	rig_start(&r);
 	err = rig_ctrl(&r, NULL);
-	CHECK(err == 0 && aers_out(&r, 4) && r.c.aer_out == 4 && r.cm.n_aec == 1 &&
+	CHECK(err == 0 && rig_admin_held(&r, 4) && r.c.aer_out == 4 && r.cm.n_aec == 1 &&
 		  (r.cm.aec & 0xff) == 0xff,
 	      "bring-up: 4 AERs outstanding (AERL 5), SMART warnings enabled (%d, AEC 0x%x)", err,
 	      r.cm.aec);
@@ -273,7 +261,7 @@ static void t_aer_smart(void)
 	      "no lock held (%d events)",
 	      l.log0[0], l.n);
 	CHECK(r.cm.n_get_log == logs + 1 && r.cm.last_log_lid == 2 && r.cm.last_log_rae == 0 &&
-		  aers_out(&r, 4),
+		  rig_admin_held(&r, 4),
 	      "the log read with RAE clear (unmasks), the AER sent again: 4 outstanding");
 
 	/* two SMART events: the second waits, masked, until the first one's log is read */
@@ -412,7 +400,7 @@ static void t_admin_async(void)
 	upcie_nvme_cmd_get_num_queues(&sqe);
 	err = upcie_nvme_ctrl_admin_async(&r.c, &sqe, NULL, 0, admin_cb, &b, NULL);
 	/* held once the model fetched it: the AER and it */
-	CHECK(err == 0 && aers_out(&r, 2), "a held async Get Features (%d)", err);
+	CHECK(err == 0 && rig_admin_held(&r, 2), "a held async Get Features (%d)", err);
 	upcie_nvme_ctrl_admin_poll(&r.c);
 	CHECK_EQ(b.calls, 0, "no callback yet");
 	err = upcie_nvme_ctrl_reset(&r.c);
