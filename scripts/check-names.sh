@@ -39,5 +39,18 @@ bad=$(cat "${headers[@]}" | awk '/^(typedef )?enum [a-z_]* ?\{/ {e=1; next} e &&
 	grep -oE '^[[:space:]]+[A-Za-z_][A-Za-z0-9_]*' | tr -d '[:space:]' | tr '\n' ' ' | tr ' ' '\n' |
 	grep -v '^UPCIE_' | grep -v '^$' | sort -u | tr '\n' ' ' || true)
 report "enumerators" "$bad"
+# preserve_most functions (UPCIE_COLD_CALL, base/compiler.h) return void: clang before 17 restores
+# RAX on their return. The control: a non-void one in a scratch copy is caught.
+cold_bad() {
+	grep -hE '^UPCIE_COLD_CALL' "$@" | grep -vE '\bstatic void$' |
+		sed -E 's/.*static //' | tr '\n' ' ' || true
+}
+bad=$(cold_bad "${headers[@]}")
+ncold=$(cat "${headers[@]}" | grep -cE '^UPCIE_COLD_CALL' || true)
+[ "$ncold" -gt 0 ] || bad="no UPCIE_COLD_CALL function found (pattern stale?)"
+report "UPCIE_COLD_CALL functions return void ($ncold)" "$bad"
+printf 'UPCIE_COLD_CALL __attribute__((noinline)) static int\n' >"$tmp/cold.h"
+ctl=$(cold_bad "$tmp/cold.h")
+report "control: a non-void UPCIE_COLD_CALL function is caught" "$([ -n "$ctl" ] || echo missed)"
 echo "1..$n"
 [ "$fail" -eq 0 ]

@@ -43,7 +43,9 @@
  * the function preserves the general-purpose registers but r11 for its caller (calling
  * convention preserve_most), so the mere presence of the call does not make the loop keep its
  * values in callee-saved registers, or spill them to the stack, on the common path. Empty
- * elsewhere (gcc has no such convention).
+ * elsewhere (gcc has no such convention). Such a function returns void and answers, if at all,
+ * through a pointer: clang before 17 restores RAX on its return, so a returned value is lost
+ * (scripts/check-names.sh refuses a non-void one).
  */
 #if defined(__clang__) && defined(__x86_64__) && !defined(__CUDA_ARCH__) &&                        \
     !defined(__HIP_DEVICE_COMPILE__)

@@ -382,30 +382,37 @@ static inline int upcie_nvme_ctrl_ns_revalidate(struct upcie_nvme_ctrl *c, uint3
 }
 
 /*
- * Whether I/O on `ns` may go out: 0, or -ESTALE (the namespace changed since it was opened:
- * re-open it), -ENODEV (it is gone), logged. Handles without a record pass.
+ * Why I/O on `ns` may not go out, into `*err`: 0, or -ESTALE (the namespace changed since it was
+ * opened: re-open it), -ENODEV (it is gone), logged. The answer goes through memory, not the
+ * return value: clang before 17 restores RAX on return from a preserve_most function
+ * (nvme/ctrl_ns.h's check got a stray value back), so UPCIE_COLD_CALL functions return void.
  */
-UPCIE_COLD_CALL __attribute__((noinline, cold, unused)) static int
-upcie_nvme_ns_stale_(const struct upcie_nvme_ns *ns)
+UPCIE_COLD_CALL __attribute__((noinline, cold, unused)) static void
+upcie_nvme_ns_stale_(const struct upcie_nvme_ns *ns, int *err)
 {
 	const struct upcie_nvme_ns_rec_ *r = ns->rec;
 
 	if (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) == ns->gen)
-		return 0;
-	if (r->gone)
-		return UPCIE_FAIL(-ENODEV, "nvme: namespace %u is gone: I/O refused", ns->nsid);
-	return UPCIE_FAIL(-ESTALE,
-			  "nvme: namespace %u changed since it was opened (format, size or "
-			  "command set): I/O refused; open it again",
-			  ns->nsid);
+		*err = 0;
+	else if (r->gone)
+		*err = UPCIE_FAIL(-ENODEV, "nvme: namespace %u is gone: I/O refused", ns->nsid);
+	else
+		*err = UPCIE_FAIL(-ESTALE,
+				  "nvme: namespace %u changed since it was opened (format, size or "
+				  "command set): I/O refused; open it again",
+				  ns->nsid);
 }
 
-/* The I/O check of every call: one load and compare when nothing changed. */
+/* The I/O check of every call: one load and compare when nothing changed. Handles without a
+ * record pass. */
 static inline int upcie_nvme_ns_check_(const struct upcie_nvme_ns *ns)
 {
+	int err;
+
 	if (UPCIE_LIKELY(!ns->rec || __atomic_load_n(&ns->rec->gen, __ATOMIC_RELAXED) == ns->gen))
 		return 0;
-	return upcie_nvme_ns_stale_(ns);
+	upcie_nvme_ns_stale_(ns, &err);
+	return err;
 }
 
 /* Free the namespace records (close). Lock held or the controller going away. */
