@@ -502,10 +502,11 @@ int main(int argc, char **argv)
 		       " gone=%" PRIu64 " qp_made=%" PRIu64 " qp_gone=%" PRIu64 " qp_lost=%" PRIu64
 		       " kept=%" PRIu64 " bad=%" PRIu64 " resets=%" PRIu64 " relayed=%" PRIu64
 		       " dropped=%" PRIu64 " timeouts=%" PRIu64 " iso_ok=%" PRIu64
-		       " iso_bad=%" PRIu64 " faults=%" PRIu64 "\n",
+		       " iso_bad=%" PRIu64 " faults=%" PRIu64 " naps=%" PRIu64 " nap_us=%" PRIu64
+		       "\n",
 		       o->name, st.clients, st.refused, st.gone, st.qp_made, st.qp_gone, st.qp_lost,
 		       st.kept, st.bad, st.resets, st.relayed, st.dropped, st.timeouts, st.iso_ok,
-		       st.iso_bad, st.faults);
+		       st.iso_bad, st.faults, st.naps, st.nap_us);
 		if (o->err)
 			failed++;
 	close:

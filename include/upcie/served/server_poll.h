@@ -383,8 +383,11 @@ static inline void *upcie_served_relay_main_(void *arg)
 		} else if (upcie_time_ns() - last > s->o.relay_spin_ns) {
 			/* idle: nap, longer each time up to 1 ms (a doorbell then waits that long) */
 			struct timespec ts = { 0, (long)nap };
+			uint64_t t0 = upcie_time_ns();
 
 			nanosleep(&ts, NULL);
+			s->st.naps++;
+			s->st.nap_us += (upcie_time_ns() - t0) / 1000;
 			if (nap < 1000000)
 				nap *= 2;
 		} else {

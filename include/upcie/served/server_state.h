@@ -157,6 +157,8 @@ struct upcie_served_stats {
 	uint64_t iso_ok;   /* isolated submissions sent to the controller */
 	uint64_t iso_bad;  /* isolated submissions refused */
 	uint64_t faults;   /* isolated queues faulted (ring protocol broken) */
+	uint64_t naps;	   /* the poller slept (nothing to do for relay_spin_ns) */
+	uint64_t nap_us;   /* microseconds it slept */
 };
 
 struct upcie_served_mem_ {
