@@ -22,14 +22,16 @@
  * a process or an fd number; the file's release detaches everything it holds. An open file
  * holds a module reference (misc device fops owner), so the module cannot be unloaded while an
  * attachment exists. A PCI function named as importer (struct dbi_func) is referenced while it
- * has attachments; it must stay fit for it: no driver but uio_pci_generic on it or on any
- * function of its IOMMU group, and the group in a kernel DMA domain. A bus notifier tears its
- * attachments down when any function of the group binds another driver, when the function's own
- * driver unbinds (mappings belong to the bound driver: the DMA API's checks count any left as a
- * leak) and when the function is removed (before the IOMMU core releases it); the handles then
- * answer ENODEV. Its DMA mask
- * is raised to 64 bits while it has attachments and restored after the last one (or before
- * another driver probes it).
+ * has attachments; it must stay fit for it: uio_pci_generic bound to it (a driver that uses
+ * the DMA API is what keeps the group's kernel DMA domain from being replaced: unbound, a write
+ * of the group's sysfs type frees it with no notification), no driver but uio_pci_generic or
+ * pcieport on any other function of its IOMMU group, and the group in a kernel DMA domain. The
+ * checks run under the function's device_lock, so no probe or unbind is in flight. A bus
+ * notifier tears its attachments down when any function of the group binds another driver,
+ * when the function's own driver unbinds (mappings belong to the bound driver: the DMA API's
+ * checks count any left as a leak) and when the function is removed (before the IOMMU core
+ * releases it); the handles then answer ENODEV. Its DMA mask is raised to 64 bits while it has
+ * attachments and restored after the last one (or before another driver probes it).
  *
  * Locking. dbi_lock (global, held briefly: never across a wait, a mapping or a user copy)
  * protects the lists of files and functions, each function's attachment list and in-flight
@@ -67,7 +69,7 @@
 
 #include "uapi/dmabuf_import.h"
 
-#define DBI_VERSION "1.1.0"
+#define DBI_VERSION "1.2.0"
 
 /* The namespace argument became a string literal in 6.13. */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
@@ -343,16 +345,23 @@ static bool dbi_pci_added(const struct pci_dev *pdev)
 	return test_bit(0, &pdev->priv_flags);
 }
 
-/* May this driver be bound to a function named as importer? */
+/*
+ * May this driver be bound to a function named as importer? Only uio_pci_generic: a driver
+ * that uses the kernel's DMA API (not driver_managed_dma) holds the group's default domain for
+ * as long as it is bound (the driver core's iommu_device_use_default_domain(): the group's
+ * owner count, which refuses a write of /sys/kernel/iommu_groups/N/type), and its unbinding is
+ * seen by the bus notifier. An unbound function has no such anchor: the type write frees its
+ * domain under the attachment, with no notification.
+ */
 static bool dbi_driver_ok(const struct device_driver *drv)
 {
-	return !drv || !strcmp(drv->name, "uio_pci_generic");
+	return drv && !strcmp(drv->name, "uio_pci_generic");
 }
 
-/* ... or to another function of its IOMMU group (pcieport does no DMA of its own)? */
+/* ... or to another function of its IOMMU group (unbound; pcieport does no DMA of its own)? */
 static bool dbi_sibling_driver_ok(const struct device_driver *drv)
 {
-	return dbi_driver_ok(drv) || !strcmp(drv->name, "pcieport");
+	return !drv || dbi_driver_ok(drv) || !strcmp(drv->name, "pcieport");
 }
 
 /*
@@ -418,6 +427,12 @@ static int dbi_func_begin(struct dbi_att *att, const struct upcie_dmabuf_import_
 	drv = pdev->dev.driver;
 	if (!dbi_pci_added(pdev)) {
 		ret = -ENODEV; /* being added or removed */
+		goto out;
+	}
+	if (!drv) {
+		pci_info_ratelimited(pdev, "dmabuf_import: no driver bound (bind uio_pci_generic: "
+					   "nothing else keeps its DMA domain); refused\n");
+		ret = -ENODEV;
 		goto out;
 	}
 	if (!dbi_driver_ok(drv)) {

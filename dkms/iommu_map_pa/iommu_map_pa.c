@@ -24,7 +24,9 @@
  * for a user domain the owner's vfio device file (held from MAP until the mapping goes: a type1
  * container's domains live while one of its devices is open, vfio_group_ioctl_unset_container()
  * refuses with EBUSY; an iommufd device keeps its attachment until its own file detaches it),
- * for a kernel DMA domain the binding of the target's driver, which the bus notifier watches.
+ * for a kernel DMA domain the binding of the target's driver (MAP_BAR and TRANSLATE refuse a
+ * target with no driver bound, MAP_BAR one whose driver manages DMA itself, and hold the
+ * target's device_lock while they run: see imp_target_lock()), which the bus notifier watches.
  * Before each use the domain is compared with the function's current one; a mapping is only
  * removed while it still translates its first page to the address it was made with. Mappings
  * belong to the open file that made them; its release unmaps them, and an open file holds a
@@ -37,10 +39,10 @@
  * A function's mutex (struct imp_func) serializes everything that reads or changes what the
  * function's domain holds on this module's behalf: MAP, MAP_BAR, UNMAP, TRANSLATE and the bus
  * notifier; a domain's mutex (struct imp_dom) serializes this module's changes to one domain
- * shared by several functions; a file's mutex its handle list. Order: a function's mutex, a
- * domain's mutex, a file's mutex, imp_lock. No device_lock is taken by this module (the
- * notifier is called with one held), none of these is held across a copy to or from user space,
- * and long loops reschedule.
+ * shared by several functions; a file's mutex its handle list. Order: the target's device_lock
+ * (MAP_BAR, TRANSLATE; the notifier is called with it held), a function's mutex, a domain's
+ * mutex, a file's mutex, imp_lock. No other device_lock is taken, none of these is held across
+ * a copy to or from user space, and long loops reschedule.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -71,7 +73,7 @@
 
 #include "uapi/iommu_map_pa.h"
 
-#define IMP_VERSION "1.1.0"
+#define IMP_VERSION "1.2.0"
 
 /* Only for dma_buf_get()/dma_buf_put() of the optional lifetime reference. */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
@@ -399,6 +401,41 @@ static int imp_with_group(struct pci_dev *pdev, int (*fn)(struct iommu_domain *,
 		iommu_group_put(group);
 	}
 	return g.ran ? g.ret : fn(NULL, arg);
+}
+
+/*
+ * Hold the binding of the target's driver for a request: its device_lock, with a driver bound.
+ * A function's kernel DMA domain lives only as long as a driver's binding anchors it (the
+ * kernel-doc of iommu_get_domain_for_dev()): a bound driver that uses the DMA API holds the
+ * group's owner count (the driver core's iommu_device_use_default_domain()), which refuses a
+ * write of /sys/kernel/iommu_groups/N/type; with no driver bound that write frees the domain
+ * and attaches a new one, and nothing notifies this module. Under the device_lock no probe,
+ * unbind or removal of the function is in flight (6.1's type change also trylocks it), and an
+ * unbind that comes after the request finds its mappings through the bus notifier. Order: the
+ * device_lock before any lock of this module (the notifier is called with it held).
+ * -ENODEV (no driver), -EINTR.
+ */
+static int imp_target_lock(struct imp_func *tf, const char *what)
+{
+	struct device *dev = &tf->pdev->dev;
+	int ret = device_lock_interruptible(dev);
+
+	if (ret)
+		return ret;
+	if (!dev->driver) {
+		device_unlock(dev);
+		pci_info_ratelimited(tf->pdev,
+				     "iommu_map_pa: %s refused: no driver is bound to it, and "
+				     "nothing else keeps its DMA domain\n",
+				     what);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static void imp_target_unlock(struct imp_func *tf)
+{
+	device_unlock(&tf->pdev->dev);
 }
 
 /*
@@ -1397,6 +1434,10 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 			       ? UPCIE_IOMMU_MAP_PA_BAR_IN_HOST_WINDOW
 			       : 0;
 
+	/* the target's binding is held until the handle is listed where its notifier looks */
+	ret = imp_target_lock(tf, "MAP_BAR");
+	if (ret)
+		goto abort;
 	mutex_lock(&tf->lock);
 	if (h->torn) {
 		ret = -ENODEV; /* the source's driver changed since it was registered */
@@ -1407,11 +1448,24 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_IDENTITY:
 		/* The target's DMA reaches the BAR untranslated already. */
 		mutex_unlock(&tf->lock);
+		imp_target_unlock(tf);
 		req.result = UPCIE_IOMMU_MAP_PA_BAR_PASSTHROUGH;
 		req.handle = 0;
 		ret = copy_to_user(uarg, &req, sizeof(req)) ? -EFAULT : 0;
 		goto abort;
 	case UPCIE_IOMMU_MAP_PA_DOMAIN_DMA:
+		/*
+		 * A driver that does its own DMA management (vfio-pci, pci-stub) does not hold the
+		 * default domain: until user space claims the group, its type can be changed.
+		 */
+		if (to_pci_driver(tf->pdev->dev.driver)->driver_managed_dma) {
+			pci_info_ratelimited(tf->pdev,
+					     "iommu_map_pa: MAP_BAR refused: its driver %s does "
+					     "not use the kernel DMA domain, which nothing keeps\n",
+					     tf->pdev->dev.driver->name);
+			ret = -EPERM;
+			goto unlock;
+		}
 		break;
 	default:
 		pci_info_ratelimited(tf->pdev,
@@ -1457,6 +1511,7 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 	req.result = share ? UPCIE_IOMMU_MAP_PA_BAR_BORROWED : UPCIE_IOMMU_MAP_PA_BAR_MAPPED;
 	list_add_tail(&h->tnode, &tf->handles);
 	mutex_unlock(&tf->lock);
+	imp_target_unlock(tf);
 	ret = imp_handle_publish(f, h, uarg, &req, sizeof(req), &req.handle);
 	if (ret) {
 		imp_handle_end(h);
@@ -1468,6 +1523,7 @@ static long imp_ioc_map_bar(struct imp_file *f, void __user *uarg)
 
 unlock:
 	mutex_unlock(&tf->lock);
+	imp_target_unlock(tf);
 abort:
 	imp_handle_abort(f, h);
 	return ret;
@@ -1523,6 +1579,7 @@ static long imp_ioc_translate(void __user *uarg)
 	struct imp_func *tf;
 	struct file *owner = NULL;
 	bool readable;
+	int ret;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
@@ -1541,6 +1598,13 @@ static long imp_ioc_translate(void __user *uarg)
 			fput(owner);
 		return PTR_ERR(tf);
 	}
+	ret = imp_target_lock(tf, "TRANSLATE");
+	if (ret) {
+		imp_func_put(tf);
+		if (owner)
+			fput(owner);
+		return ret;
+	}
 	mutex_lock(&tf->lock);
 	req.domain_type = imp_domain_kind(tf->pdev, &d);
 	req.phys = 0;
@@ -1557,6 +1621,7 @@ static long imp_ioc_translate(void __user *uarg)
 		imp_with_group(tf->pdev, imp_xlate_fn, &op);
 	}
 	mutex_unlock(&tf->lock);
+	imp_target_unlock(tf);
 	imp_func_put(tf);
 	if (owner)
 		fput(owner);

@@ -20,10 +20,12 @@
  * - with UPCIE_DMABUF_IMPORT_F_PCI the named PCI function: the exporter sees the real importer
  *   (exporters that place memory by the peer-to-peer distance between exporter and importer
  *   keep it in device memory only for a PCI importer), and the addresses are right for that
- *   function in its kernel DMA domain (IOVAs under a translating IOMMU). The function and every
- *   other function of its IOMMU group must be unbound or on uio_pci_generic (a PCIe port may be
- *   on pcieport), in a kernel DMA domain: under vfio-pci the addresses would belong to a domain
- *   the function is not attached to, under another kernel driver the domain is that driver's.
+ *   function in its kernel DMA domain (IOVAs under a translating IOMMU). The function must be
+ *   bound to uio_pci_generic (unbound, nothing keeps its DMA domain: a write of its IOMMU
+ *   group's sysfs type would free it under the attachment), every other function of its IOMMU
+ *   group unbound or on uio_pci_generic (a PCIe port may be on pcieport), in a kernel DMA
+ *   domain: under vfio-pci the addresses would belong to a domain the function is not attached
+ *   to, under another kernel driver the domain is that driver's.
  *   A driver binding later in the group, or the function's own driver unbinding, ends the
  *   attachment (GET answers ENODEV). The function's DMA mask is 64 bits while it has
  *   attachments, restored after.
@@ -79,8 +81,9 @@ struct upcie_dmabuf_import_pci {
  * Errors: EBADF (not an fd), EINVAL (not a dma-buf, reserved bits, cap without segs), EMFILE
  * (the file holds max_attachments), ENFILE (all files hold max_total_attachments), EDQUOT (all
  * attachments would pin more than max_total_mib), EBUSY (the function or its group is owned by
- * user space or a kernel driver, or not in a kernel DMA domain), ENODEV (no such function, or
- * it is being removed, or the exporter revoked the buffer meanwhile), EOPNOTSUPP (an exporter
+ * user space or a kernel driver, or not in a kernel DMA domain), ENODEV (no such function, no
+ * driver bound to it, it is being removed, or the exporter revoked the buffer meanwhile),
+ * EOPNOTSUPP (an exporter
  * that may revoke, for the module's own device; DMA to this device would bounce), and what the
  * exporter answers (e.g. EINVAL, ENOMEM, EREMOTEIO for an impossible peer-to-peer path).
  */

@@ -24,7 +24,11 @@
  *
  * MAP_BAR installs an identity mapping (IOVA = the BAR's bus address) of a range of one
  * function's BAR into the kernel DMA domain (DMA or DMA-FQ) of another, the target: how a GPU's
- * peer-to-peer writes to an NVMe doorbell get through a translating IOMMU. The BAR must be
+ * peer-to-peer writes to an NVMe doorbell get through a translating IOMMU. The target must
+ * have a driver bound that uses the kernel's DMA API (its GPU driver, uio_pci_generic): that
+ * binding is what keeps its kernel DMA domain (with no driver bound a write of the IOMMU
+ * group's sysfs type frees it, unnoticed; vfio-pci and pci-stub do not hold it), and the
+ * mapping goes when that driver unbinds (the handle then answers only UNMAP). The BAR must be
  * assigned, the range clear of the source's MSI-X table and pending bit array, and inside a
  * memory window of the target's host bridge, which the kernel's DMA IOVA allocator reserves for
  * the target (so it never hands these IOVAs out itself); outside them only with
@@ -120,9 +124,10 @@ struct upcie_iommu_map_pa_map {
 /*
  * MAP_BAR: identity-map [offset, offset + length) of BAR `bar` of function `source` into the
  * kernel DMA domain of function `target`. length 0: to the end of the BAR. offset and length
- * page aligned. Errors: ENODEV (no such function), EINVAL (not an assigned memory BAR, range,
- * flags), EPERM (the target's domain is not a kernel DMA domain: user-owned or blocked; the
- * range covers the source's MSI-X table or pending bits, or system RAM), ERANGE (outside the
+ * page aligned. Errors: ENODEV (no such function, or no driver bound to the target), EINVAL
+ * (not an assigned memory BAR, range, flags), EPERM (the target's domain is not a kernel DMA
+ * domain: user-owned or blocked; its driver manages DMA itself: vfio-pci, pci-stub; the range
+ * covers the source's MSI-X table or pending bits, or system RAM), ERANGE (outside the
  * target's host-bridge windows without F_OUTSIDE_WINDOW, outside the aperture, in a reserved
  * region), EEXIST (taken, see above), EAGAIN (another domain was attached while the request
  * ran), EMFILE, ENFILE, ENOMEM, and what iommu_map answers.
@@ -148,7 +153,8 @@ struct upcie_iommu_map_pa_map_bar {
  * TRANSLATE: what the function's current domain maps `iova` to (iommu_iova_to_phys): `phys` 0
  * when nothing; `domain_type` one of the values below. For tests and diagnostics. A domain user
  * space owns is only read with the function's open vfio device as `owner_fd` (-1: none; then
- * phys, aperture and page sizes stay 0).
+ * phys, aperture and page sizes stay 0). The function must have a driver bound (ENODEV, as for
+ * no such function): the domain is read while that binding is held.
  */
 #define UPCIE_IOMMU_MAP_PA_DOMAIN_NONE	    0 /* no IOMMU translates the function */
 #define UPCIE_IOMMU_MAP_PA_DOMAIN_BLOCKED   1

@@ -124,7 +124,8 @@ static inline const char *upcie_kmod_dmabuf_why_(int err)
 		       "its "
 		       "domain), or its domain is not a kernel DMA domain";
 	case ENODEV:
-		return "no such PCI function";
+		return "no such PCI function, or no driver is bound to it (bind uio_pci_generic: "
+		       "nothing else keeps its DMA domain)";
 	case EOPNOTSUPP:
 		return "the exporter can neither pin the buffer nor promise not to revoke it "
 		       "(attach "
@@ -207,10 +208,10 @@ static inline int upcie_kmod_dmabuf_attach(struct upcie_kmod_dmabuf_import *ctx,
 }
 
 /*
- * As upcie_kmod_dmabuf_attach(), for PCI function `bdf` (bound to uio_pci_generic or unbound):
- * the addresses are the ones that function uses (IOVAs in its kernel DMA domain under a
- * translating IOMMU). -EBUSY for a function on vfio-pci or another kernel driver, -ENODEV for
- * none.
+ * As upcie_kmod_dmabuf_attach(), for PCI function `bdf` (bound to uio_pci_generic): the
+ * addresses are the ones that function uses (IOVAs in its kernel DMA domain under a translating
+ * IOMMU). -EBUSY for a function on vfio-pci or another kernel driver, -ENODEV for none or one
+ * with no driver bound.
  */
 static inline int upcie_kmod_dmabuf_attach_pci(struct upcie_kmod_dmabuf_import *ctx,
 					       const struct upcie_pci_bdf *bdf, int dmabuf_fd,

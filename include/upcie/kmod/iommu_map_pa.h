@@ -149,7 +149,9 @@ static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
 	case ENFILE:
 		return "all files together hold the module's max_total_mappings";
 	case ENODEV:
-		return "no such PCI function, or no IOMMU translates it";
+		return bar ? "no such PCI function, or no driver is bound to the target (its DMA "
+			     "domain lives only as long as a driver's binding)"
+			   : "no such PCI function, or no IOMMU translates it";
 	case ERANGE:
 		return bar ? "outside the target's host-bridge windows (the kernel's own DMA "
 			     "mappings for it may want these IOVAs), outside its aperture, or in a "
@@ -339,7 +341,8 @@ static inline int upcie_kmod_iommu_map_pa_doorbells(struct upcie_kmod_iommu_map_
 /*
  * What the current domain of `bdf` maps at `iova`: *phys (0: nothing) and *domain_type
  * (UPCIE_IOMMU_MAP_PA_DOMAIN_*; either pointer may be NULL). A domain user space owns is read
- * only with bdf's open vfio device as owner_fd (-1: none; *phys is then 0).
+ * only with bdf's open vfio device as owner_fd (-1: none; *phys is then 0). -ENODEV when bdf
+ * does not exist or has no driver bound.
  */
 static inline int upcie_kmod_iommu_map_pa_translate(struct upcie_kmod_iommu_map_pa *ctx,
 						    const struct upcie_pci_bdf *bdf, int owner_fd,
