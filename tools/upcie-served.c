@@ -110,7 +110,8 @@ static void usage(FILE *f)
 	    "  --trusted-whole-device\n"
 	    "                        hand trusted clients the whole device's file to ring\n"
 	    "                        doorbells themselves (every register, every queue)\n"
-	    "  --relay-spin-us N     relay spins N us after the last doorbell (default 2000)\n"
+	    "  --relay-spin-us N     the poller spins N us after the last work, then sleeps until\n"
+	    "                        a client wakes it (default 50)\n"
 	    "  --dry-run             print what the options say, serve nothing\n"
 	    "  -h, --help            this text\n"
 	    "  --version             the upcie version this tool was built from\n"
@@ -503,10 +504,11 @@ int main(int argc, char **argv)
 		       " kept=%" PRIu64 " bad=%" PRIu64 " resets=%" PRIu64 " relayed=%" PRIu64
 		       " dropped=%" PRIu64 " timeouts=%" PRIu64 " iso_ok=%" PRIu64
 		       " iso_bad=%" PRIu64 " faults=%" PRIu64 " naps=%" PRIu64 " nap_us=%" PRIu64
-		       "\n",
+		       " sleeps=%" PRIu64 " woken=%" PRIu64 " sleep_timeouts=%" PRIu64 "\n",
 		       o->name, st.clients, st.refused, st.gone, st.qp_made, st.qp_gone, st.qp_lost,
 		       st.kept, st.bad, st.resets, st.relayed, st.dropped, st.timeouts, st.iso_ok,
-		       st.iso_bad, st.faults, st.naps, st.nap_us);
+		       st.iso_bad, st.faults, st.naps, st.nap_us, st.sleeps, st.woken,
+		       st.sleep_timeouts);
 		if (o->err)
 			failed++;
 	close:

@@ -6,8 +6,10 @@
  * [1024, 3072) read-write to everyone. Each input is one isolated client: HELLO, one 1 MiB
  * region, one queue pair of 16; then a sequence of steps, each a selector byte and its bytes:
  * 0: a 64-byte submission at the tail (tail advanced), 1: sq_tail set to any 32-bit value,
- * 2: cq_head set to any 32-bit value, 3: the poller swept once here. Then the client's queue
- * is deleted and it hangs up.
+ * 2: cq_head set to any 32-bit value, 3: the poller swept once here, or (selector bit 2) the
+ * relay page's poller word set to any 32-bit value and the connection's wake eventfd written
+ * (bit 3: and read empty), while the server's poller thread sleeps and wakes on its own. Then
+ * the client's queue is deleted and it hangs up.
  * Checked after every input: the namespace outside the grant is byte for byte what it was, no
  * data transfer landed outside the client's registered memory, nothing was written into memory
  * given back, every completion the server posted names a refusal it documents or the
@@ -111,11 +113,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct upcie_served_rsp rp;
 	struct sockaddr_un sa;
 	struct upcie_served_ring *ring;
+	struct upcie_served_relay *relay;
 	struct upcie_served_sub *subs;
 	const struct upcie_served_cpl *cpls;
 	uint32_t slot = UINT32_MAX, qslot, tail = 0;
 	size_t rsize;
-	int c, fd, got = -1;
+	int c, fd, got = -1, wfd = -1;
 	void *p;
 
 	if (!R) {
@@ -137,9 +140,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_HELLO;
 	rq.u.hello.version = UPCIE_SERVED_VERSION;
-	if (fz_call(c, slot, &rq, -1, &got, &rp) || !rp.u.hello.isolated)
+	if (fz_call(c, slot, &rq, -1, &got, &rp) || !rp.u.hello.isolated || got < 0)
 		abort();
+	relay = (struct upcie_served_relay *)mmap(NULL, sizeof(*relay), PROT_READ | PROT_WRITE,
+						  MAP_SHARED, got, 0);
 	close(got);
+	if (relay == MAP_FAILED)
+		abort();
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_WAKE;
+	if (fz_call(c, slot, &rq, -1, &wfd, &rp) || wfd < 0)
+		abort();
 	fd = memfd_create("fz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, 1 << 20) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK))
 		abort();
@@ -195,8 +206,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			break;
 		default:
-			take = 0;
-			fz_sweep();
+			if (!(sel & 0x4)) {
+				take = 0;
+				fz_sweep();
+				break;
+			}
+			take = size < 4 ? size : 4;
+			memcpy(&v, data, take);
+			__atomic_store_n(&relay->slot[0].poller, v, __ATOMIC_SEQ_CST);
+			{
+				uint64_t one = 1;
+
+				if (write(wfd, &one, sizeof(one)) < 0)
+					abort();
+				/* empty: the poller thread may have drained it first (EAGAIN) */
+				if (sel & 0x8 && read(wfd, &one, sizeof(one)) < 0 &&
+				    errno != EAGAIN)
+					abort();
+			}
 		}
 		data += take;
 		size -= take;
@@ -219,6 +246,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fz_call(c, slot, &rq, -1, &got, &rp))
 		abort();
 	munmap(p, rsize);
+	munmap(relay, sizeof(*relay));
+	close(wfd);
 	close(c);
 	while (upcie_served_serve_(&S, slot))
 		;

@@ -78,6 +78,7 @@ static void srv_log(enum upcie_log_level level, const char *msg, void *ctx)
 static int server_main(const char *path, const struct srv_knobs *k, int out)
 {
 	struct upcie_served_mapper map = { .map = served_win_map };
+	struct upcie_served_stats sst;
 	struct upcie_served_opts o;
 	struct upcie_served s;
 	struct rig *r = (struct rig *)calloc(1, sizeof(*r));
@@ -137,10 +138,14 @@ static int server_main(const char *path, const struct srv_knobs *k, int out)
 		     (unsigned long long)__atomic_load_n(&srv_cqlog, __ATOMIC_SEQ_CST),
 		     (unsigned long long)__atomic_load_n(&served_win_outside, __ATOMIC_SEQ_CST),
 		     err);
+	sst = s.st; /* fini zeroes s */
 	upcie_served_fini(&s);
 	/* memory given back by fini is checked too */
-	n = snprintf(line + n - 1, sizeof(line) - (size_t)n + 1, " late_after_fini=%llu\n",
-		     (unsigned long long)__atomic_load_n(&served_win_late, __ATOMIC_SEQ_CST));
+	n = snprintf(line + n - 1, sizeof(line) - (size_t)n + 1,
+		     " late_after_fini=%llu sleeps=%llu woken=%llu sleep_timeouts=%llu naps=%llu\n",
+		     (unsigned long long)__atomic_load_n(&served_win_late, __ATOMIC_SEQ_CST),
+		     (unsigned long long)sst.sleeps, (unsigned long long)sst.woken,
+		     (unsigned long long)sst.sleep_timeouts, (unsigned long long)sst.naps);
 	(void)n;
 	if (write(out, line, strlen(line)) < 0)
 		return 5;
@@ -195,7 +200,8 @@ static int server_start(struct server *sv, const char *name, const struct srv_kn
 
 struct stats {
 	unsigned long long clients, refused, gone, qp_made, qp_gone, qp_lost, kept, bad, resets,
-	    late, timeouts, iso_ok, iso_bad, faults, cqlog, outside, late_fini;
+	    late, timeouts, iso_ok, iso_bad, faults, cqlog, outside, late_fini, sleeps, woken,
+	    sleep_timeouts, naps;
 	int run;
 	bool ok;
 };
@@ -217,16 +223,16 @@ static struct stats server_stop(struct server *sv)
 		return st;
 	line[n] = 0;
 	printf("#   server: %s", line);
-	st.ok =
-	    sscanf(line,
-		   "stats clients=%llu refused=%llu gone=%llu qp_made=%llu qp_gone=%llu "
-		   "qp_lost=%llu kept=%llu bad=%llu resets=%llu late=%llu timeouts=%llu "
-		   "iso_ok=%llu iso_bad=%llu faults=%llu cqlog=%llu outside=%llu run=%d "
-		   "late_after_fini=%llu",
-		   &st.clients, &st.refused, &st.gone, &st.qp_made, &st.qp_gone, &st.qp_lost,
-		   &st.kept, &st.bad, &st.resets, &st.late, &st.timeouts, &st.iso_ok, &st.iso_bad,
-		   &st.faults, &st.cqlog, &st.outside, &st.run, &st.late_fini) == 18 &&
-	    WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	st.ok = sscanf(line,
+		       "stats clients=%llu refused=%llu gone=%llu qp_made=%llu qp_gone=%llu "
+		       "qp_lost=%llu kept=%llu bad=%llu resets=%llu late=%llu timeouts=%llu "
+		       "iso_ok=%llu iso_bad=%llu faults=%llu cqlog=%llu outside=%llu run=%d "
+		       "late_after_fini=%llu sleeps=%llu woken=%llu sleep_timeouts=%llu naps=%llu",
+		       &st.clients, &st.refused, &st.gone, &st.qp_made, &st.qp_gone, &st.qp_lost,
+		       &st.kept, &st.bad, &st.resets, &st.late, &st.timeouts, &st.iso_ok,
+		       &st.iso_bad, &st.faults, &st.cqlog, &st.outside, &st.run, &st.late_fini,
+		       &st.sleeps, &st.woken, &st.sleep_timeouts, &st.naps) == 22 &&
+		WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	return st;
 }
 
@@ -1714,6 +1720,140 @@ static void test_ring_fault(void)
 	      "server: 1 fault, nothing kept, no late DMA");
 }
 
+/*
+ * `n` reads, each after `gap_us` of quiet (long enough for the poller to go to sleep), through
+ * isolated client c; each one's latency in lat_ns[] (0: it failed). Returns how many were
+ * slower than `slow_ns`.
+ */
+static unsigned wake_rounds(struct iclient *c, unsigned n, unsigned gap_us, uint64_t slow_ns,
+			    uint64_t *lat_ns)
+{
+	unsigned slow = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct icio io;
+		uint64_t t0;
+		int err;
+
+		usleep(gap_us);
+		t0 = upcie_time_ns();
+		err = icmd(c, UPCIE_NVME_NVM_READ, 1, 700 + i * 8, 8, c->mem.id, C_DATA, 4096, &io);
+		lat_ns[i] = err ? 0 : upcie_time_ns() - t0;
+		if (err || lat_ns[i] > slow_ns)
+			slow++;
+	}
+	return slow;
+}
+
+/*
+ * The poller sleeps when idle and the client's submission wakes it (the relay page's poller
+ * word, the connection's wake eventfd): a read after 20 ms of quiet is picked up because the
+ * client woke the poller, not at the sleep's timeout (100 ms). The negative control is a client
+ * that lies: it ignores the poller word (never wakes it): its reads wait for the timeout, and
+ * only its own. Another lying client writes the poller word and floods its eventfd meanwhile:
+ * the honest client's reads stay prompt and the server sound.
+ */
+#define WAKE_N	    12u
+#define WAKE_GAP_US 20000u
+#define WAKE_SLOW   (UINT64_C(50) * 1000000) /* half the poller's sleep timeout */
+
+static void test_wake(void)
+{
+	uint64_t lat[WAKE_N], worst = 0, best = UINT64_MAX;
+	struct srv_knobs k;
+	struct server sv;
+	struct iclient a, b;
+	struct stats st;
+	unsigned slow;
+	pid_t liar;
+	int lp[2];
+
+	knobs_open(&k);
+	CHECK_EQ(server_start(&sv, "wake", &k), 0, "server up");
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	CHECK_EQ(iclient_open(&a, sv.path, C_DEPTH), 0, "isolated client a");
+	CHECK(a.cl.wake && a.cl.wake_fd >= 0, "a got its connection's wake eventfd");
+	slow = wake_rounds(&a, WAKE_N, WAKE_GAP_US, WAKE_SLOW, lat);
+	for (unsigned i = 0; i < WAKE_N; i++)
+		worst = lat[i] > worst ? lat[i] : worst;
+	CHECK(slow == 0 && a.cl.wakes >= WAKE_N / 2,
+	      "%u reads after 20 ms of quiet each: none slower than 50 ms (worst %.3f ms), a woke "
+	      "the sleeping poller %llu times",
+	      WAKE_N, (double)worst / 1e6, (unsigned long long)a.cl.wakes);
+
+	/* the negative control: b ignores the poller word */
+	CHECK_EQ(iclient_open(&b, sv.path, C_DEPTH), 0, "isolated client b");
+	b.cl.wake = false; /* b's eventfd stays open (the server polls it), b never writes it */
+	slow = wake_rounds(&b, WAKE_N, WAKE_GAP_US, WAKE_SLOW, lat);
+	for (unsigned i = 0; i < WAKE_N; i++)
+		best = lat[i] && lat[i] < best ? lat[i] : best;
+	CHECK(slow >= WAKE_N / 2 && b.cl.wakes == 0,
+	      "a lying client that never wakes the poller: %u of %u reads slower than 50 ms (the "
+	      "sleep's timeout picks them up; fastest %.3f ms)",
+	      slow, WAKE_N, (double)best / 1e6);
+	b.cl.wake = true;
+
+	/* a liar that floods its eventfd and writes the poller word, while a works with gaps */
+	if (pipe(lp))
+		lp[0] = lp[1] = -1;
+	fflush(stdout);
+	liar = fork();
+	if (!liar) {
+		struct iclient c;
+		uint64_t one = 1, t_end = upcie_time_ns() + UPCIE_NSEC_PER_SEC / 2;
+		char go = 0;
+
+		upcie_log_set_level(UPCIE_LOG_NONE);
+		memset(&c, 0, sizeof(c));
+		if (iclient_open(&c, sv.path, C_DEPTH))
+			_exit(1);
+		if (write(lp[1], &go, 1) != 1)
+			_exit(2);
+		while (upcie_time_ns() < t_end) {
+			__atomic_store_n(&c.cl.relay->slot[0].poller, 0xdeadbeefu,
+					 __ATOMIC_RELAXED);
+			if (write(c.cl.wake_fd, &one, sizeof(one)) < 0)
+				usleep(10);
+		}
+		_exit(0);
+	}
+	{
+		char go = 1;
+
+		CHECK(read(lp[0], &go, 1) == 1 && go == 0, "a liar connected");
+	}
+	slow = wake_rounds(&a, 8, 40000, WAKE_SLOW, lat);
+	CHECK_EQ(slow, 0u,
+		 "a's reads stay prompt while the liar floods its eventfd and writes "
+		 "its poller word");
+	CHECK_EQ(wait_status(liar), 0, "the liar ran");
+	close(lp[0]);
+	close(lp[1]);
+	CHECK_EQ(iclient_rounds(&a, 7, 2800, 8, 2), 0, "a's I/O verifies after it");
+	iclient_close(&a);
+	iclient_close(&b);
+	st = server_stop(&sv);
+	CHECK(st.ok && st.woken >= WAKE_N / 2 && st.sleep_timeouts >= WAKE_N / 2 && st.kept == 0 &&
+		  st.late == 0,
+	      "server: %llu sleeps, %llu ended by a client's wakeup, %llu by the timeout (b's)",
+	      st.sleeps, st.woken, st.sleep_timeouts);
+
+	/* idle with a queue: the poller sleeps until woken, it does not wake itself every ms */
+	CHECK_EQ(server_start(&sv, "wake-idle", &k), 0, "server up");
+	memset(&a, 0, sizeof(a));
+	CHECK_EQ(iclient_open(&a, sv.path, C_DEPTH), 0, "isolated client a");
+	CHECK_EQ(wake_rounds(&a, 1, 1000, WAKE_SLOW, lat), 0u, "a read");
+	usleep(500000);
+	CHECK_EQ(wake_rounds(&a, 1, 1000, WAKE_SLOW, lat), 0u, "a read after 500 ms of quiet");
+	iclient_close(&a);
+	st = server_stop(&sv);
+	CHECK(st.ok && st.naps <= 20 && st.sleep_timeouts <= 10,
+	      "server: the poller slept %llu times in 500 ms of quiet (at most 20; a poller that "
+	      "naps 1 ms at a time: about 500)",
+	      st.naps);
+}
+
 /* Isolated queues survive a controller reset another client's failure caused. */
 static void test_isolated_reset(void)
 {
@@ -1887,6 +2027,7 @@ int main(void)
 	test_pidns();
 	test_socket_path();
 	test_ring_fault();
+	test_wake();
 	test_isolated_reset();
 	test_lost_word();
 	test_direct_death();

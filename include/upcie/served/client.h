@@ -137,6 +137,10 @@ struct upcie_served_client {
 	volatile uint8_t *regs; /* direct: BAR0's register page (to stop the controller) */
 	bool stopped;		/* direct: the server is gone and the controller disabled */
 	uint8_t *buf;		/* response buffer, UPCIE_SERVED_MSG_MAX bytes */
+	bool wake;		/* wake_fd is the server's wake eventfd of this connection */
+	bool wake_asked;	/* OP_WAKE was asked (a server without it: no wake_fd) */
+	int wake_fd;
+	uint64_t wakes; /* wakeups sent to a sleeping poller */
 };
 
 struct upcie_served_mem {
@@ -211,6 +215,33 @@ static inline int upcie_served_call_(struct upcie_served_client *cl, struct upci
 		*got_fd = -1;
 	}
 	return rp->err;
+}
+
+/*
+ * The connection's wake eventfd (OP_WAKE), asked for once, before the first queue the server's
+ * poller runs for us. A server without it (-EOPNOTSUPP) polls for us on its own. Returns 0 or
+ * the request's -errno (the queue works either way: a server that handed no eventfd never says
+ * its poller sleeps).
+ */
+static inline int upcie_served_wake_get_(struct upcie_served_client *cl)
+{
+	struct upcie_served_req rq;
+	int err, fd = -1;
+
+	if (cl->wake || cl->wake_asked)
+		return 0;
+	cl->wake_asked = true;
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_WAKE;
+	err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
+	if (err || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		return err ? err : -EPROTO;
+	}
+	cl->wake_fd = fd;
+	cl->wake = true;
+	return 0;
 }
 
 /*
@@ -297,10 +328,30 @@ static inline void upcie_served_disconnect(struct upcie_served_client *cl)
 		close(cl->sock);
 	if (cl->pidfd >= 0)
 		close(cl->pidfd);
+	if (cl->wake)
+		close(cl->wake_fd);
 	free(cl->buf);
 	memset(cl, 0, sizeof(*cl));
 	cl->sock = -1;
 	cl->pidfd = -1;
+}
+
+/*
+ * After publishing work (a ring's or a relayed sq_tail): wake the server's poller when it says
+ * it sleeps (the relay page's `poller`, proto.h). A server without wake eventfds never says so.
+ */
+static inline void upcie_served_wake_(struct upcie_served_client *cl)
+{
+	uint64_t one = 1;
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the sq_tail store before the load below */
+	if (!cl->wake || __atomic_load_n(&cl->relay->slot[0].poller, __ATOMIC_RELAXED) !=
+			     UPCIE_SERVED_POLLER_ASLEEP)
+		return;
+	cl->wakes++;
+	if (write(cl->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is full, the poller has a wakeup pending anyway */
+	}
 }
 
 /*
@@ -703,6 +754,8 @@ static inline int upcie_served_qp_create(struct upcie_served_client *cl, struct 
 	if (d.cq_off > mem->size || (uint64_t)d.depth * 16 > mem->size - d.cq_off)
 		return UPCIE_FAIL(-EINVAL, "served: CQ at +0x%" PRIx64 " outside the region",
 				  d.cq_off);
+	if (!cl->db)
+		upcie_served_wake_get_(cl); /* relayed: the poller sleeps until we wake it */
 	qp->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(d.depth - 1));
 	if (!qp->tables)
 		return -ENOMEM;
@@ -880,10 +933,13 @@ static inline int upcie_served_qp_enqueue(struct upcie_served_qp *qp,
 	return upcie_nvme_qpair_enqueue(&qp->qp, &cmd, cb, ctx, NULL);
 }
 
-/* Make everything enqueued visible to the controller (one doorbell write). */
+/* Make everything enqueued visible to the controller (one doorbell write; a relayed one wakes
+ * the server's poller when it sleeps). */
 static inline void upcie_served_qp_ring(struct upcie_served_qp *qp)
 {
 	upcie_nvme_qpair_ring(&qp->qp);
+	if (!qp->cl->db)
+		upcie_served_wake_(qp->cl);
 }
 
 /*
@@ -908,7 +964,7 @@ static inline int upcie_served_qp_rw(struct upcie_served_qp *qp, uint8_t opc, ui
 	sqe.cdw12 = nlb - 1;
 	err = upcie_served_qp_enqueue(qp, &sqe, mem, off, len, cb, ctx);
 	if (!err)
-		upcie_nvme_qpair_ring(&qp->qp);
+		upcie_served_qp_ring(qp);
 	return err;
 }
 

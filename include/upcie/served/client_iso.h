@@ -62,6 +62,7 @@ static inline int upcie_served_iqp_create(struct upcie_served_client *cl,
 		depth = 64;
 	if (depth < 2 || depth > 65535)
 		return UPCIE_FAIL(-EINVAL, "served: iqp depth %u outside 2..65535", depth);
+	upcie_served_wake_get_(cl); /* the poller sleeps until we wake it */
 	memset(&rq, 0, sizeof(rq));
 	rq.op = UPCIE_SERVED_OP_IQP_CREATE;
 	rq.u.iqp_create.depth = depth;
@@ -140,13 +141,15 @@ static inline int upcie_served_iqp_submit(struct upcie_served_iqp *q,
 	return 0;
 }
 
-/* Publish what was submitted (one store; the server's poller picks it up). */
+/* Publish what was submitted (one store; the server's poller picks it up, woken through the
+ * connection's wake eventfd when it said it sleeps). */
 static inline void upcie_served_iqp_ring(struct upcie_served_iqp *q)
 {
 	if (!q->unrung)
 		return;
 	q->unrung = 0;
 	__atomic_store_n(&q->ring->sq_tail, q->sq_tail, __ATOMIC_RELEASE);
+	upcie_served_wake_(q->cl);
 }
 
 /*

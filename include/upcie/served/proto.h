@@ -61,6 +61,7 @@ enum upcie_served_op {
 	UPCIE_SERVED_OP_DOORBELLS = 7,	/* -> the whole device's fd (trusted, if the server
 					  allows it): doorbells, registers, everything */
 	UPCIE_SERVED_OP_IQP_CREATE = 8, /* depth -> slot, ring memfd (isolated queue pair) */
+	UPCIE_SERVED_OP_WAKE = 9,	/* -> the connection's wake eventfd (see the relay page) */
 };
 
 /* HELLO flags */
@@ -162,17 +163,32 @@ struct upcie_served_rsp {
 	4u /* isolated: the client broke the ring protocol (an index
 					 beyond the ring); the server serves it no more */
 
+/* The header slot's `poller` word: the server's poller is going to sleep (or sleeps). */
+#define UPCIE_SERVED_POLLER_AWAKE  0u
+#define UPCIE_SERVED_POLLER_ASLEEP 1u
+
 /*
  * One queue's relay words, a cache line each so the client and the relay do not share a line
  * with another queue. The client's queue pair writes sq_tail and cq_head as it would the
  * doorbells; the server's relay forwards them to the controller (a slot with a doorbell mapping
  * is not relayed). The server writes state.
+ *
+ * Waking the poller: a poller with nothing to do sleeps. Before it does, it writes
+ * UPCIE_SERVED_POLLER_ASLEEP into the header slot's `poller` of every client, then looks at
+ * every queue once more. A client that published work (an isolated ring's sq_tail, a relayed
+ * sq_tail) then reads `poller` (a full fence between the two) and, when it says ASLEEP, adds 1
+ * to its connection's wake eventfd (OP_WAKE). Either the poller's second look sees the work,
+ * or the client sees ASLEEP and its eventfd wakes the poller; no wakeup is lost. The server
+ * never reads `poller`: a client that writes it, or writes its eventfd without cause, or reads
+ * it empty, changes only when its own work is picked up (a spurious wakeup costs the poller one
+ * look at the queues; the eventfd is the client's own).
  */
 struct upcie_served_relay_slot {
 	volatile uint32_t sq_tail;
 	volatile uint32_t cq_head;
 	volatile uint32_t state;
-	uint32_t rsvd[13];
+	volatile uint32_t poller; /* header slot: UPCIE_SERVED_POLLER_* (server); queues: 0 */
+	uint32_t rsvd[12];
 };
 
 /* The relay page: slot 0 is the header (its state: LIVE or STOPPING), 1..63 the queues. */

@@ -111,6 +111,8 @@ static inline void upcie_served_release_(struct upcie_served *s)
 		    st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
 			unlink(s->path);
 	}
+	if (s->wake_ctl > 0)
+		close(s->wake_ctl);
 	free(s->conns);
 	free(s->uids);
 	free(s->scratch);
@@ -285,7 +287,7 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 	if (s->o.iso_max_xfer > c->max_xfer)
 		s->o.iso_max_xfer = c->max_xfer;
 	if (!s->o.relay_spin_ns)
-		s->o.relay_spin_ns = 2000000;
+		s->o.relay_spin_ns = 50000;
 	s->o.grants = NULL;
 	for (uint32_t i = 0; i < opts->ngrants; i++) {
 		bool have = false;
@@ -313,6 +315,11 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 		goto fail;
 	}
 	upcie_served_ns_refresh_(s);
+	s->wake_ctl = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->wake_ctl < 0) {
+		err = -errno;
+		goto fail;
+	}
 	err = upcie_served_listen_(s);
 	if (err)
 		goto fail;
@@ -542,6 +549,9 @@ static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 			upcie_served_mem_drop_(s, cn, &cn->mems[m]);
 	s->conns[i] = NULL;
 	s->nconns--;
+	if (cn->wake_fd >= 0)
+		close(cn->wake_fd); /* under the lock: the poller reads it only under it */
+	cn->wake_fd = -1;
 	u = upcie_served_uid_get_(s, cn->uid, false);
 	if (u)
 		u->nconn--;
@@ -625,6 +635,8 @@ static inline void upcie_served_accept_(struct upcie_served *s)
 		why = "too many connections of this uid";
 	else
 		cn = (struct upcie_served_conn_ *)calloc(1, sizeof(*cn));
+	if (cn)
+		cn->wake_fd = -1;
 	if (cn)
 		cn->mems = (struct upcie_served_mem_ *)calloc(s->o.max_mem, sizeof(*cn->mems));
 	if (cn && cn->mems) {
@@ -966,6 +978,8 @@ static inline int upcie_served_do_qp_create_(struct upcie_served *s, struct upci
 	qp->relay = !cn->direct;
 	if (qp->relay && !s->nrelay++)
 		pthread_cond_signal(&s->relay_cv);
+	if (qp->relay)
+		upcie_served_kick_(s); /* a sleeping poller tells this client too */
 	rp->u.qp_create.slot = slot;
 	rp->u.qp_create.qid = qp->q.qid;
 	goto out;
@@ -1029,6 +1043,7 @@ static inline int upcie_served_do_iqp_create_(struct upcie_served *s, struct upc
 	__atomic_store_n(&cn->relay->slot[slot].state, UPCIE_SERVED_SLOT_LIVE, __ATOMIC_RELEASE);
 	if (!s->nrelay++)
 		pthread_cond_signal(&s->relay_cv);
+	upcie_served_kick_(s); /* a sleeping poller tells this client too */
 	rp->u.iqp_create.slot = slot;
 	rp->u.iqp_create.depth = depth;
 	rp->u.iqp_create.ring_size = qp->ring_size;
@@ -1217,6 +1232,19 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 	case UPCIE_SERVED_OP_DOORBELLS:
 		err = upcie_served_do_doorbells_(s, cn, rp, &sfd);
 		break;
+	case UPCIE_SERVED_OP_WAKE:
+		/* the connection's own eventfd: what it does with it wakes or fails only itself */
+		pthread_mutex_lock(&s->lock);
+		if (cn->wake_fd < 0)
+			cn->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (cn->wake_fd < 0)
+			err = UPCIE_FAIL(-errno, "served: client %d: wake eventfd: %s",
+					 (int)cn->pid, strerror(errno));
+		else
+			sfd = cn->wake_fd;
+		pthread_mutex_unlock(&s->lock);
+		upcie_served_kick_(s);
+		break;
 	default:
 		err = UPCIE_FAIL(-EOPNOTSUPP, "served: client %d: unknown request %u", (int)cn->pid,
 				 rq.op);
@@ -1227,7 +1255,7 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 		s->st.bad++;
 	rp->err = err;
 	err = upcie_served_send_(cn->fd, rp, sizeof(*rp) + (err ? 0 : extra), err ? -1 : sfd);
-	if (sfd >= 0 && sfd != cn->relay_fd)
+	if (sfd >= 0 && sfd != cn->relay_fd && sfd != cn->wake_fd)
 		close(sfd);
 	return !err;
 }
@@ -1320,6 +1348,7 @@ static inline void upcie_served_fini(struct upcie_served *s)
 		__atomic_store_n(&s->relay_stop, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&s->relay_cv);
 		pthread_mutex_unlock(&s->lock);
+		upcie_served_kick_(s);
 		pthread_join(s->relay, NULL);
 		pthread_cond_destroy(&s->relay_cv);
 		pthread_mutex_destroy(&s->lock);

@@ -13,11 +13,13 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <upcie/base/barrier.h>
 #include <upcie/base/clock.h>
@@ -356,14 +358,128 @@ static inline unsigned upcie_served_relay_sweep_(struct upcie_served *s, bool *b
 	return n;
 }
 
+/* Wake the poller (a queue or a wake eventfd was added, or it is to stop). Any thread. */
+static inline void upcie_served_kick_(struct upcie_served *s)
+{
+	uint64_t one = 1;
+
+	if (write(s->wake_ctl, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is full, a wakeup is pending anyway */
+	}
+}
+
+/* Tell every client the poller sleeps (ASLEEP) or does not. Lock held. */
+static inline void upcie_served_poller_word_(struct upcie_served *s, uint32_t v)
+{
+	for (uint32_t i = 0; i < s->o.max_clients; i++)
+		if (s->conns[i])
+			__atomic_store_n(&s->conns[i]->relay->slot[0].poller, v, __ATOMIC_SEQ_CST);
+	s->poller_asleep = v == UPCIE_SERVED_POLLER_ASLEEP;
+}
+
+/* Largest nap of a poller that must look again on its own (commands in flight, or a client
+ * that cannot wake it), and the longest sleep of one that every client can wake (a safety
+ * net: an honest client's wakeup comes first, see proto.h's relay page). */
+#define UPCIE_SERVED_NAP_MAX_NS	  UINT64_C(1000000)
+#define UPCIE_SERVED_SLEEP_MAX_NS UINT64_C(100000000)
+
+/*
+ * Sleep until a client's wakeup, a kick (upcie_served_kick_()), or, when `busy` (commands in
+ * flight: the controller's completions are looked for, not signalled) or a client with queues
+ * on the poller has no wake eventfd, *nap ns (then doubled up to UPCIE_SERVED_NAP_MAX_NS).
+ * The relay page's `poller` protocol (proto.h): ASLEEP written, every queue looked at once
+ * more, only then the sleep; nothing a client wrote is read but its queues' indices. Lock
+ * held on entry and on return (dropped while asleep). Returns the work the second look did.
+ */
+static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd *pf, uint32_t *idx,
+					   bool busy, uint64_t *nap)
+{
+	bool timed = busy, woke = false;
+	uint64_t t0, dt, tmo;
+	struct timespec ts;
+	nfds_t n = 1;
+	unsigned work;
+	int r;
+
+	pf[0].fd = s->wake_ctl;
+	pf[0].events = POLLIN;
+	for (uint32_t i = 0; i < s->o.max_clients; i++) {
+		struct upcie_served_conn_ *cn = s->conns[i];
+
+		if (!cn)
+			continue;
+		if (cn->wake_fd >= 0) {
+			pf[n].fd = cn->wake_fd;
+			pf[n].events = POLLIN;
+			idx[n++] = i;
+		} else if (cn->nqp) {
+			timed = true; /* it would not wake us: look again on our own */
+		}
+	}
+	upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_ASLEEP);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	/* the second look: work published before a client could see ASLEEP */
+	work = upcie_served_relay_sweep_(s, &busy);
+	if (work) {
+		upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_AWAKE);
+		s->st.relayed += work;
+		return work;
+	}
+	tmo = timed ? *nap : UPCIE_SERVED_SLEEP_MAX_NS;
+	ts.tv_sec = (time_t)(tmo / UPCIE_NSEC_PER_SEC);
+	ts.tv_nsec = (long)(tmo % UPCIE_NSEC_PER_SEC);
+	pthread_mutex_unlock(&s->lock);
+	t0 = upcie_time_ns();
+	r = ppoll(pf, n, &ts, NULL);
+	dt = upcie_time_ns() - t0;
+	pthread_mutex_lock(&s->lock);
+	for (nfds_t k = 0; r > 0 && k < n; k++) {
+		uint64_t v;
+
+		if (!pf[k].revents)
+			continue;
+		/* drain it, when it is still the one polled (closed and reused meanwhile: not) */
+		if (k && (!s->conns[idx[k]] || s->conns[idx[k]]->wake_fd != pf[k].fd))
+			continue;
+		if (read(pf[k].fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && k)
+			woke = true;
+	}
+	upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_AWAKE);
+	s->st.naps++;
+	s->st.nap_us += dt / 1000;
+	if (!timed) {
+		s->st.sleeps++;
+		if (r == 0)
+			s->st.sleep_timeouts++;
+	}
+	if (woke)
+		s->st.woken++;
+	if (timed && r == 0 && *nap < UPCIE_SERVED_NAP_MAX_NS)
+		*nap *= 2;
+	return 0;
+}
+
+/*
+ * The poller: sweeps (upcie_served_relay_sweep_()) while there is work, spins relay_spin_ns
+ * after the last (a command in flight: 20 times that, at least 1 ms, since its completion is
+ * looked for, not signalled), then sleeps (upcie_served_sleep_()): until a client's wakeup
+ * when nothing is in flight, in naps of 20 us doubling to 1 ms (which a client's wakeup cuts
+ * short) while something is. Idle time is counted in sweeps that found nothing, not in time
+ * alone: a poller the scheduler kept from running was not idle.
+ */
 static inline void *upcie_served_relay_main_(void *arg)
 {
 	struct upcie_served *s = (struct upcie_served *)arg;
-	uint64_t last = upcie_time_ns(), nap = 20000;
+	uint64_t last = upcie_time_ns(), nap = 20000, spin_busy;
+	struct pollfd *pf = (struct pollfd *)calloc(s->o.max_clients + 1, sizeof(*pf));
+	uint32_t *idx = (uint32_t *)calloc(s->o.max_clients + 1, sizeof(*idx));
+	unsigned empty = 0;
 
+	spin_busy = s->o.relay_spin_ns * 20 > 1000000 ? s->o.relay_spin_ns * 20 : 1000000;
 	pthread_mutex_lock(&s->lock);
 	while (!__atomic_load_n(&s->relay_stop, __ATOMIC_ACQUIRE)) {
 		bool busy = false;
+		uint64_t now;
 		unsigned n;
 
 		if (!s->nrelay) {
@@ -374,28 +490,37 @@ static inline void *upcie_served_relay_main_(void *arg)
 		}
 		n = upcie_served_relay_sweep_(s, &busy);
 		s->st.relayed += n;
-		pthread_mutex_unlock(&s->lock);
-		if (n || busy) {
-			if (n)
-				last = upcie_time_ns();
+		if (n) {
+			last = upcie_time_ns();
 			nap = 20000;
-			upcie_cpu_relax();
-		} else if (upcie_time_ns() - last > s->o.relay_spin_ns) {
-			/* idle: nap, longer each time up to 1 ms (a doorbell then waits that long) */
-			struct timespec ts = { 0, (long)nap };
-			uint64_t t0 = upcie_time_ns();
+			empty = 0;
+		} else if (++empty >= 64 && !(empty & 15)) {
+			now = upcie_time_ns();
+			if (now - last > (busy ? spin_busy : s->o.relay_spin_ns)) {
+				if (!pf || !idx) {
+					/* no memory for the poll set: the old naps */
+					struct timespec ts = { 0, (long)nap };
 
-			nanosleep(&ts, NULL);
-			s->st.naps++;
-			s->st.nap_us += (upcie_time_ns() - t0) / 1000;
-			if (nap < 1000000)
-				nap *= 2;
-		} else {
-			upcie_cpu_relax();
+					pthread_mutex_unlock(&s->lock);
+					nanosleep(&ts, NULL);
+					pthread_mutex_lock(&s->lock);
+					if (nap < UPCIE_SERVED_NAP_MAX_NS)
+						nap *= 2;
+				} else if (upcie_served_sleep_(s, pf, idx, busy, &nap)) {
+					nap = 20000;
+				}
+				last = upcie_time_ns();
+				empty = 0;
+				continue;
+			}
 		}
+		pthread_mutex_unlock(&s->lock);
+		upcie_cpu_relax();
 		pthread_mutex_lock(&s->lock);
 	}
 	pthread_mutex_unlock(&s->lock);
+	free(pf);
+	free(idx);
 	return NULL;
 }
 

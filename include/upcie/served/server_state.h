@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -131,8 +132,8 @@ struct upcie_served_opts {
 	bool direct_whole_device;  /* trusted clients may take the whole device's file (vfio:
 					the device fd; uio: resource0) to ring doorbells
 					themselves: every register, every queue, reset */
-	uint64_t relay_spin_ns;	   /* the poller spins this long after the last work, then naps;
-				   0: 2 ms */
+	uint64_t relay_spin_ns;	   /* the poller spins this long after the last work, then
+				      sleeps until a client's wakeup (OP_WAKE); 0: 50 us */
 };
 
 #ifdef UPCIE_SERVED_TEST_HOOKS
@@ -142,23 +143,26 @@ static int upcie_served_test_unmap_first_;
 #endif
 
 struct upcie_served_stats {
-	uint64_t clients;  /* accepted */
-	uint64_t refused;  /* connections refused (credentials, limits) */
-	uint64_t gone;	   /* clients that hung up */
-	uint64_t timeouts; /* connections closed for not saying HELLO in time */
-	uint64_t qp_made;  /* queue pairs created (both kinds) */
-	uint64_t qp_gone;  /* deleted with the controller's confirmation */
-	uint64_t qp_lost;  /* taken by a controller reset */
-	uint64_t kept;	   /* regions kept mapped: a queue on them could not be deleted */
-	uint64_t bad;	   /* requests refused */
-	uint64_t resets;   /* controller resets done by the server */
-	uint64_t relayed;  /* doorbell values forwarded */
-	uint64_t dropped;  /* doorbell values refused (outside the queue) */
-	uint64_t iso_ok;   /* isolated submissions sent to the controller */
-	uint64_t iso_bad;  /* isolated submissions refused */
-	uint64_t faults;   /* isolated queues faulted (ring protocol broken) */
-	uint64_t naps;	   /* the poller slept (nothing to do for relay_spin_ns) */
-	uint64_t nap_us;   /* microseconds it slept */
+	uint64_t clients;	 /* accepted */
+	uint64_t refused;	 /* connections refused (credentials, limits) */
+	uint64_t gone;		 /* clients that hung up */
+	uint64_t timeouts;	 /* connections closed for not saying HELLO in time */
+	uint64_t qp_made;	 /* queue pairs created (both kinds) */
+	uint64_t qp_gone;	 /* deleted with the controller's confirmation */
+	uint64_t qp_lost;	 /* taken by a controller reset */
+	uint64_t kept;		 /* regions kept mapped: a queue on them could not be deleted */
+	uint64_t bad;		 /* requests refused */
+	uint64_t resets;	 /* controller resets done by the server */
+	uint64_t relayed;	 /* doorbell values forwarded */
+	uint64_t dropped;	 /* doorbell values refused (outside the queue) */
+	uint64_t iso_ok;	 /* isolated submissions sent to the controller */
+	uint64_t iso_bad;	 /* isolated submissions refused */
+	uint64_t faults;	 /* isolated queues faulted (ring protocol broken) */
+	uint64_t naps;		 /* the poller slept (nothing to do for relay_spin_ns) */
+	uint64_t nap_us;	 /* microseconds it slept */
+	uint64_t sleeps;	 /* the poller went to sleep until a client's wakeup */
+	uint64_t woken;		 /* it was woken by a client's submission (not its timeout) */
+	uint64_t sleep_timeouts; /* it woke at its sleep's timeout */
 };
 
 struct upcie_served_mem_ {
@@ -221,6 +225,7 @@ struct upcie_served_conn_ {
 	bool direct;
 	uint64_t t_accept;
 	int relay_fd;
+	int wake_fd; /* its wake eventfd (OP_WAKE), -1: none asked for */
 	struct upcie_served_relay *relay;
 	uint32_t nmem, nqp, next_id;
 	uint64_t bytes;
@@ -267,6 +272,8 @@ struct upcie_served {
 	pthread_t relay;
 	bool relay_live;
 	volatile int relay_stop;
+	int wake_ctl;	    /* eventfd: wakes the poller (stop, a new queue or wake fd) */
+	bool poller_asleep; /* the poller told the clients it sleeps (under lock) */
 	struct upcie_served_stats st;
 	uint8_t *scratch; /* message buffer */
 };
