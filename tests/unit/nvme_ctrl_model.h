@@ -103,6 +103,15 @@ struct nvme_cmodel {
 	uint8_t lpa;
 	uint32_t effects[256];
 	uint16_t temp_k; /* composite temperature (K); 0: 300 */
+	/* transient I/O failures: the next io_fail_n I/O commands fetched complete with
+	 * io_fail_code (DNR io_fail_dnr, CRD io_fail_crd), unexecuted; and every I/O command
+	 * fetched before io_notready_until_ns (upcie_time_ns()) with Namespace Not Ready */
+	uint32_t io_fail_n;
+	uint16_t io_fail_code;
+	bool io_fail_dnr;
+	uint8_t io_fail_crd;
+	uint64_t io_notready_until_ns;
+	uint16_t crdt[3]; /* Identify CRDT1..3 (100 ms units) */
 	/* NVM command set Identify Controller (CNS 06h): WZSL, DMRL, DMRSL; 0: no limit */
 	uint8_t wzsl, dmrl;
 	uint32_t dmrsl;
@@ -133,6 +142,9 @@ struct nvme_cmodel {
 	uint32_t n_abort_fetched;	/* Aborts fetched (n_abort: executed) */
 	uint64_t abort_first_ns, abort_last_ns; /* when the first and the last were fetched */
 	uint16_t last_abort_sqid, last_abort_cid;
+	uint64_t io_fetch_ns[64]; /* when I/O command n (0..63, fetch order) was fetched */
+	uint32_t n_hbs;		  /* Set Features Host Behavior Support */
+	uint8_t hbs_acre;	  /* its ACRE byte, as last set */
 	uint32_t last_cc, last_aqa;
 	uint64_t last_asq, last_acq;
 	uint32_t cq_ien_iv; /* last created CQ: ien << 16 | iv */
@@ -395,6 +407,7 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		id->aerl = cm->aerl;
 		id->oaes = cm->oaes;
 		id->lpa = cm->lpa;
+		memcpy(id->crdt, cm->crdt, sizeof(id->crdt));
 	} else if (cns == UPCIE_NVME_CNS_NS) {
 		struct upcie_nvme_id_ns *ns = (struct upcie_nvme_id_ns *)buf;
 		uint8_t lbads = 0;
@@ -441,7 +454,20 @@ static inline void nvme_cmodel_io_inject_(void *ctx, const struct upcie_nvme_sqe
 		cm->n_flush++;
 		cm->last_flush_nsid = sqe->nsid;
 	}
+	if (cm->io_fetched < 64)
+		cm->io_fetch_ns[cm->io_fetched] = upcie_time_ns();
 	cm->io_fetched++;
+	if (cm->io_notready_until_ns && upcie_time_ns() < cm->io_notready_until_ns) {
+		act->code = UPCIE_NVME_SC_NS_NOT_READY;
+		return;
+	}
+	if (cm->io_fail_n) {
+		cm->io_fail_n--;
+		act->code = cm->io_fail_code;
+		act->dnr = cm->io_fail_dnr;
+		act->crd = cm->io_fail_crd;
+		return;
+	}
 	if (cm->hold_opc && sqe->opc == cm->hold_opc)
 		act->hold = true;
 	if (cm->io_delay_us)
@@ -670,6 +696,16 @@ static inline uint16_t nvme_cmodel_admin_exec_(void *ctx, struct nvme_model *m,
 								   (1u << 8) |
 								   (UPCIE_NVME_LOG_SMART << 16));
 			}
+			return 0;
+		}
+		if ((sqe->cdw10 & 0xff) == UPCIE_NVME_FEAT_HOST_BEHAVIOR) {
+			uint64_t contig;
+			const uint8_t *d = nvme_model_iomap_find(cm->iomap, sqe->prp1, &contig);
+
+			if (!d || contig < 1)
+				return UPCIE_NVME_SC_DATA_XFER_ERROR;
+			cm->n_hbs++;
+			cm->hbs_acre = d[0];
 			return 0;
 		}
 		if ((sqe->cdw10 & 0xff) != UPCIE_NVME_FEAT_NUM_QUEUES)

@@ -301,6 +301,7 @@ static inline int nvme_model_mem_lut(struct upcie_dmamem *mem, void *vaddr, size
 struct nvme_model_action {
 	uint16_t code; /* status to post (enum upcie_nvme_code); non-zero skips execution */
 	bool dnr;
+	uint8_t crd;	 /* command retry delay selector posted with `code` (0..3) */
 	bool drop;	 /* never post a completion, forget the command */
 	bool hold;	 /* keep it (held list) until released or aborted */
 	uint32_t delay;	 /* steps between fetch and completion */
@@ -321,6 +322,7 @@ struct nvme_model_pend {
 	uint32_t dw0, dw1;
 	uint16_t cid, code;
 	bool dnr;
+	uint8_t crd;
 	bool exec;    /* execute at completion (else post `code` as it is) */
 	int32_t sqhd; /* SQ head to report; -1: the model's own */
 	uint64_t due, due_ns;
@@ -653,6 +655,7 @@ static inline void nvme_model_fetch_(struct nvme_model *m)
 		p.due_ns = act.due_ns;
 		p.code = act.code;
 		p.dnr = act.code ? act.dnr : false;
+		p.crd = act.code ? (uint8_t)(act.crd & 3u) : 0;
 		p.exec = !act.code;
 		p.sqhd = -1;
 		if (act.hold && m->nheld < m->held_cap)
@@ -717,7 +720,9 @@ static inline void nvme_model_post_(struct nvme_model *m)
 		e->dw1 = p.dw1;
 		e->dw2 = (p.sqhd >= 0 ? (uint32_t)p.sqhd : nvme_model_sqhd_(m)) |
 			 ((uint32_t)m->sqid << 16);
-		__atomic_store_n(&e->dw3, upcie_nvme_cqe_dw3_make(p.cid, m->phase, p.code, p.dnr),
+		__atomic_store_n(&e->dw3,
+				 upcie_nvme_cqe_dw3_make(p.cid, m->phase, p.code, p.dnr) |
+				     ((uint32_t)p.crd << 28),
 				 __ATOMIC_RELEASE);
 		m->cq_tail = next;
 		if (!next)

@@ -774,6 +774,252 @@ static void t_abort_fails(void)
 	rig_teardown(&r);
 }
 
+/* Arm the model: the next `n` I/O commands fail with `code`, DNR `dnr`, CRD `crd`. */
+static void fail_next(struct rig *r, uint32_t n, uint16_t code, bool dnr, uint8_t crd)
+{
+	r->cm.io_fail_code = code;
+	r->cm.io_fail_dnr = dnr;
+	r->cm.io_fail_crd = crd;
+	__atomic_store_n(&r->cm.io_fail_n, n, __ATOMIC_RELEASE);
+}
+
+static uint64_t fetched(struct rig *r)
+{
+	return __atomic_load_n(&r->cm.io_fetched, __ATOMIC_ACQUIRE);
+}
+
+static struct upcie_nvme_ctrl_opts opts_retries(uint32_t n)
+{
+	struct upcie_nvme_ctrl_opts o;
+
+	memset(&o, 0, sizeof(o));
+	o.admin_timeout_ns = 100 * MS;
+	o.abort_timeout_ns = ABORT_MS * MS;
+	o.io_retries = n;
+	return o;
+}
+
+/* 15. A status with DNR clear is retried, as built, on the same CID slot (a 64 KiB read: its
+ * PRP list page is the slot's): the data lands once. The control: DNR set is not retried. */
+__attribute__((noinline)) static void t_retry_dnr(void)
+{
+	for (int dnr = 0; dnr < 2; dnr++) {
+		struct rig r;
+		uint64_t f0;
+		int err;
+
+		rig_setup(&r);
+		rig_up(&r, NULL, NULL);
+		f0 = fetched(&r);
+		fail_next(&r, 1, UPCIE_NVME_SC_INTERNAL, dnr, 0);
+		err = read_checked(&r, &r.q, 0, 64, BUF);
+		if (!dnr)
+			CHECK(err == 0 && data_ok(&r, 0, 64, BUF) && fetched(&r) - f0 == 2 &&
+				  r.c.nretried == 1,
+			      "retry: Internal Error with DNR clear: sent again once, the 64 KiB "
+			      "read lands (%d, %llu fetched)",
+			      err, (unsigned long long)(fetched(&r) - f0));
+		else
+			CHECK(err == -EIO && fetched(&r) - f0 == 1 && r.c.nretried == 0,
+			      "retry control: DNR set: not retried, -EIO (%d, %llu fetched)", err,
+			      (unsigned long long)(fetched(&r) - f0));
+		until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+		nvme_eo_check(&r.eo, dnr ? "retry: DNR set" : "retry: DNR clear");
+		rig_teardown(&r);
+	}
+}
+
+/* 16. The bound: a command that keeps failing is sent 1 + io_retries times (5 by default). */
+__attribute__((noinline)) static void t_retry_bound(void)
+{
+	static const struct {
+		uint32_t opt, sends;
+	} cases[] = { { 0, 6 }, { 2, 3 }, { UPCIE_NVME_CTRL_RETRIES_OFF, 1 } };
+
+	for (unsigned i = 0; i < UPCIE_ARRAY_SIZE(cases); i++) {
+		struct upcie_nvme_ctrl_opts o = opts_retries(cases[i].opt);
+		struct upcie_nvme_cqe cqe;
+		struct rig r;
+		uint64_t f0;
+		int err;
+
+		rig_setup(&r);
+		rig_up(&r, &o, NULL);
+		f0 = fetched(&r);
+		fail_next(&r, 100, UPCIE_NVME_SC_CMD_INTERRUPTED, false, 0);
+		err = upcie_nvme_ioq_read_sync(&r.q, &r.nsp, 0, &r.data, 0, 4096, &cqe);
+		CHECK(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_CMD_INTERRUPTED &&
+			  fetched(&r) - f0 == cases[i].sends,
+		      "retry bound: io_retries %d: sent %llu times (want %u), then -EIO with the "
+		      "status (%d)",
+		      (int)cases[i].opt, (unsigned long long)(fetched(&r) - f0), cases[i].sends,
+		      err);
+		fail_next(&r, 0, 0, false, 0);
+		until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+		rig_teardown(&r);
+	}
+}
+
+/* 17. CRD: with CRDT1 reported, ACRE is set at bring-up and after a reset, and a retry waits
+ * the delay the completion asked for. The control: no CRDT, no ACRE, no delay. */
+__attribute__((noinline)) static void t_retry_crd(void)
+{
+	for (int crdt = 1; crdt >= 0; crdt--) {
+		struct rig r;
+		uint64_t f0, gap;
+		int err;
+
+		rig_setup(&r);
+		r.cm.crdt[0] = crdt ? 3 : 0; /* 300 ms */
+		rig_up(&r, NULL, NULL);
+		CHECK(r.c.acre == (crdt == 1) && r.cm.n_hbs == (uint32_t)crdt &&
+			  r.cm.hbs_acre == crdt,
+		      "retry/CRD: CRDT1 %u: ACRE %s (%u Host Behavior Support)", r.cm.crdt[0],
+		      r.c.acre ? "set" : "not set", r.cm.n_hbs);
+		f0 = fetched(&r);
+		fail_next(&r, 1, UPCIE_NVME_SC_INTERNAL, false, 1);
+		err = read_checked(&r, &r.q, 1, 128, BUF);
+		gap = r.cm.io_fetch_ns[f0 + 1] - r.cm.io_fetch_ns[f0];
+		if (crdt)
+			CHECK(err == 0 && data_ok(&r, 1, 128, BUF) && gap >= 300 * MS,
+			      "retry/CRD 1: sent again %llu ms after the failure (CRDT1 300 ms), "
+			      "the read lands (%d)",
+			      (unsigned long long)(gap / MS), err);
+		else
+			CHECK(
+			    err == 0 && gap < 300 * MS,
+			    "retry/CRD control: without ACRE the retry does not wait (%llu ms, %d)",
+			    (unsigned long long)(gap / MS), err);
+		if (crdt) {
+			err = upcie_nvme_ctrl_reset(&r.c);
+			CHECK(err == 0 && r.c.acre && r.cm.n_hbs == 2,
+			      "retry/CRD: ACRE set again after a reset (%d, %u)", err, r.cm.n_hbs);
+		}
+		until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+		nvme_eo_check(&r.eo, "retry/CRD");
+		rig_teardown(&r);
+	}
+}
+
+/* 18. Namespace Not Ready is waited out within CAP.TO (500 ms here); the control: a namespace
+ * not ready for longer ends with the status once CAP.TO passed. */
+__attribute__((noinline)) static void t_retry_not_ready(void)
+{
+	for (int longer = 0; longer < 2; longer++) {
+		struct upcie_nvme_cqe cqe;
+		struct rig r;
+		uint64_t f0, t0, el;
+		int err;
+
+		rig_setup(&r);
+		rig_up(&r, NULL, NULL);
+		f0 = fetched(&r);
+		t0 = upcie_time_ns();
+		__atomic_store_n(&r.cm.io_notready_until_ns, t0 + (longer ? 5000 : 200) * MS,
+				 __ATOMIC_RELEASE);
+		err = upcie_nvme_ioq_read_sync(&r.q, &r.nsp, 8, &r.data, 0, 4096, &cqe);
+		el = upcie_time_ns() - t0;
+		if (!longer)
+			CHECK(err == 0 && data_ok(&r, 0, 8, 4096) && el >= 200 * MS &&
+				  fetched(&r) - f0 >= 2,
+			      "retry/NNR: not ready for 200 ms: waited out in %llu ms, %llu sends "
+			      "(%d)",
+			      (unsigned long long)(el / MS), (unsigned long long)(fetched(&r) - f0),
+			      err);
+		else
+			CHECK(err == -EIO &&
+				  upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_NS_NOT_READY &&
+				  el >= 500 * MS && el < 2000 * MS,
+			      "retry/NNR control: not ready for 5 s: -EIO after %llu ms (CAP.TO "
+			      "500 ms), %llu sends (%d)",
+			      (unsigned long long)(el / MS), (unsigned long long)(fetched(&r) - f0),
+			      err);
+		__atomic_store_n(&r.cm.io_notready_until_ns, 0, __ATOMIC_RELEASE);
+		until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+		rig_teardown(&r);
+	}
+}
+
+/* Poll queue 1 until a retry waits, for at most a second. */
+static bool poll_until_parked(struct rig *r)
+{
+	struct upcie_deadline dl;
+
+	upcie_deadline_set(&dl, UPCIE_NSEC_PER_SEC);
+	while (!r->q.nparked && !upcie_deadline_passed(&dl)) {
+		upcie_nvme_ioq_poll(&r->q, 64);
+		upcie_sleep_ns(100 * UPCIE_NSEC_PER_USEC);
+	}
+	return r->q.nparked != 0;
+}
+
+/* 19. A retry waiting for its delay (CRDT1 1 s) is ended once, and never sent, by a reset, the
+ * queue's deletion, or the wait's timeout; a namespace reformatted meanwhile ends it with the
+ * failure it had (never sent with the old geometry). The control: left alone it is sent. */
+__attribute__((noinline)) static void t_retry_parked_end(void)
+{
+	static const char *how_s[] = { "left alone (control)", "reset", "queue deleted",
+				       "the wait's timeout", "namespace reformatted" };
+
+	for (int how = 0; how < 5; how++) {
+		struct upcie_nvme_ioq *q;
+		struct rig r;
+		struct op a;
+		uint64_t f;
+		int err;
+
+		rig_setup(&r);
+		r.cm.crdt[0] = 10;
+		rig_up(&r, NULL, NULL);
+		q = &r.q;
+		fail_next(&r, 1, UPCIE_NVME_SC_INTERNAL, false, 1);
+		err = op_read(&r, &a, 2, 256, BUF, NULL);
+		CHECK(err == 0 && poll_until_parked(&r) && a.calls == 0,
+		      "retry/%s: a failed read waits for its retry (CRD 1 s) (%d)", how_s[how],
+		      err);
+		f = fetched(&r);
+		if (how == 1) {
+			err = upcie_nvme_ctrl_reset(&r.c);
+		} else if (how == 2) {
+			err = upcie_nvme_ioq_delete(q);
+		} else if (how == 3) {
+			err = upcie_nvme_ioq_wait(q, &a.req, 100 * MS);
+			err = err == -ETIMEDOUT ? 0 : err;
+		} else if (how == 4) {
+			/* the namespace shrinks behind the driver's back; revalidated */
+			__atomic_store_n(&r.cm.ns_blocks, NS_BLOCKS / 2, __ATOMIC_RELEASE);
+			err = upcie_nvme_ctrl_ns_revalidate(&r.c, 1);
+			err = err == 1 ? 0 : err;
+		}
+		if (how == 0) {
+			err = upcie_nvme_ioq_wait(q, &a.req, 3 * UPCIE_NSEC_PER_SEC);
+			CHECK(err == 0 && a.calls == 1 && fetched(&r) == f + 1 &&
+				  data_ok(&r, 2, 256, BUF),
+			      "retry/%s: sent after its delay, the read lands once (%d, %d calls)",
+			      how_s[how], err, a.calls);
+		} else {
+			if (how == 4)
+				upcie_nvme_ioq_wait(q, &a.req, 3 * UPCIE_NSEC_PER_SEC);
+			CHECK(err == 0 && a.calls == 1 &&
+				  a.req.err == (how == 4 ? -EIO : -ECANCELED) &&
+				  (how != 4 ||
+				   upcie_nvme_cqe_code(&a.req.cqe) == UPCIE_NVME_SC_INTERNAL),
+			      "retry/%s: the read ends once, %s (%d, %d calls, %d)", how_s[how],
+			      how == 4 ? "-EIO with its Internal Error" : "-ECANCELED", err,
+			      a.calls, a.req.err);
+			upcie_sleep_ns(1200 * MS);
+			if (how != 2)
+				upcie_nvme_ioq_poll(q, 64);
+			CHECK(fetched(&r) == f && r.c.nretried == 0 && (how == 2 || !q->nparked),
+			      "retry/%s: and it is never sent (%llu fetched since)", how_s[how],
+			      (unsigned long long)(fetched(&r) - f));
+		}
+		until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+		nvme_eo_check(&r.eo, "retry parked");
+		rig_teardown(&r);
+	}
+}
+
 int main(void)
 {
 	upcie_log_set_handler(log_print, NULL);
@@ -791,5 +1037,10 @@ int main(void)
 	t_multi_abort();
 	t_late_after_reset();
 	t_abort_fails();
+	t_retry_dnr();
+	t_retry_bound();
+	t_retry_crd();
+	t_retry_not_ready();
+	t_retry_parked_end();
 	return check_done();
 }

@@ -48,6 +48,34 @@ static inline void upcie_nvme_ctrl_aer_fill_locked_(struct upcie_nvme_ctrl *c)
 }
 
 /*
+ * Advanced Command Retry Enable (Host Behavior Support, byte 0): where Identify reports a
+ * Command Retry Delay Time, the controller may then ask for a delay before a retry (CQE CRD);
+ * retries honour it (nvme/ns.h). Features reset with the controller: bring-up and every reset.
+ * A refusal only leaves c->acre clear. Lock held.
+ */
+static inline void upcie_nvme_ctrl_acre_locked_(struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_sqe sqe;
+
+	c->acre = false;
+	if (c->io_retries == UPCIE_NVME_CTRL_RETRIES_OFF ||
+	    !(c->id.crdt[0] | c->id.crdt[1] | c->id.crdt[2]) || !c->scratch.vaddr)
+		return;
+	memset(c->scratch.vaddr, 0, 512);
+	*(uint8_t *)c->scratch.vaddr = 1; /* ACRE */
+	seg.mem = c->heap.mem;
+	seg.off = c->scratch.off;
+	seg.len = 512;
+	upcie_nvme_cmd_set_features(&sqe, UPCIE_NVME_FEAT_HOST_BEHAVIOR, 0, 0, false);
+	c->acre = !upcie_nvme_ctrl_admin_locked_(c, &sqe, &seg, 1, 0, NULL);
+	if (!c->acre)
+		UPCIE_DBG("nvme %s: Host Behavior Support (ACRE) refused: retries without the "
+			  "controller's delays",
+			  c->name);
+}
+
+/*
  * Bring-up part (lock not held): the Commands Supported and Effects log (when LPA says it is
  * there), the Asynchronous Event Configuration, the AERs. Nothing here is fatal: a controller
  * that refuses them works without events.
@@ -83,6 +111,7 @@ static inline void upcie_nvme_ctrl_events_setup_(struct upcie_nvme_ctrl *c)
 	pthread_mutex_lock(&c->lock);
 	if (!upcie_nvme_ctrl_admin_locked_(c, &sqe, NULL, 0, 0, NULL))
 		c->aen_config = aec;
+	upcie_nvme_ctrl_acre_locked_(c);
 	c->aer_want = (uint32_t)c->id.aerl + 1;
 	if (c->aer_want > UPCIE_NVME_CTRL_AERS)
 		c->aer_want = UPCIE_NVME_CTRL_AERS;

@@ -134,6 +134,8 @@ static inline void upcie_nvme_ioq_release_(struct upcie_nvme_ioq *q, bool mem)
 	if (mem && q->lb.size)
 		upcie_heap_free(q->list_heap, q->lb.off);
 	free(q->tables);
+	free(q->shadow);
+	free(q->retry);
 	if (c && c->ioqs && q->qid && q->qid <= c->nslots && c->ioqs[q->qid] == q)
 		c->ioqs[q->qid] = NULL;
 	memset(q, 0, sizeof(*q));
@@ -300,7 +302,12 @@ static inline int upcie_nvme_ioq_create(struct upcie_nvme_ioq *q, struct upcie_n
 	q->lmem = q->list_heap->mem;
 	q->loff = q->lb.off;
 	q->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(ncids));
-	if (!q->tables) {
+	/* one per CID slot: the index bits of a CID address them (upcie_nvme_qpair_cid_index()) */
+	q->shadow = (struct upcie_nvme_sqe *)aligned_alloc(
+	    64, (size_t)upcie_nvme_qpair_nslots_(ncids) * sizeof(*q->shadow));
+	q->retry =
+	    (struct upcie_nvme_retry_ *)calloc(upcie_nvme_qpair_nslots_(ncids), sizeof(*q->retry));
+	if (!q->tables || !q->shadow || !q->retry) {
 		err = UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
 		goto fail;
 	}
@@ -360,7 +367,12 @@ static inline int upcie_nvme_ioq_create_ext(struct upcie_nvme_ioq *q, struct upc
 	q->sqb.iova = x->sq_iova;
 	q->cqb.iova = x->cq_iova;
 	q->tables = aligned_alloc(16, upcie_nvme_qpair_tables_size(1));
-	if (!q->tables) {
+	q->shadow = (struct upcie_nvme_sqe *)aligned_alloc(64, 2 * sizeof(*q->shadow));
+	q->retry = (struct upcie_nvme_retry_ *)calloc(2, sizeof(*q->retry));
+	if (!q->tables || !q->shadow || !q->retry) {
+		free(q->tables);
+		free(q->shadow);
+		free(q->retry);
 		memset(q, 0, sizeof(*q));
 		return UPCIE_FAIL(-ENOMEM, "nvme %s: out of memory", c->name);
 	}
@@ -455,6 +467,15 @@ static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 	pthread_mutex_lock(&c->lock);
 	err = c->state == UPCIE_NVME_CTRL_READY && !c->stopped ? upcie_nvme_ctrl_dead_(c) : 1;
 	pthread_mutex_unlock(&c->lock);
+	/* retries waiting for their delay (nvme/ns.h) end here, never sent to a queue going away */
+	for (uint32_t i = 0; q->nparked && i <= q->qp.cid_mask; i++) {
+		uint32_t tag = q->qp.slots[i].tag;
+
+		if ((tag & UPCIE_NVME_CID_HELD_) &&
+		    !(tag & (UPCIE_NVME_CID_FREE_ | UPCIE_NVME_CID_CANCELLED_)))
+			upcie_nvme_qpair_cancel(&q->qp, (uint16_t)tag);
+	}
+	q->nparked = 0;
 	if (!err && !q->ext)
 		upcie_nvme_qpair_drain(&q->qp, UPCIE_NVME_CTRL_DELETE_DRAIN);
 	memset(&d, 0, sizeof(d));

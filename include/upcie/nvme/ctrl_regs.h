@@ -63,10 +63,12 @@
 #define UPCIE_NVME_CTRL_SHUTDOWN_MIN  (5 * UPCIE_NSEC_PER_SEC)
 #define UPCIE_NVME_CTRL_SHUTDOWN_MAX  (60 * UPCIE_NSEC_PER_SEC)
 #define UPCIE_NVME_CTRL_ABORT_TIMEOUT (2 * UPCIE_NSEC_PER_SEC)
-#define UPCIE_NVME_IOQ_DEPTH	      256u
-#define UPCIE_NVME_IOQ_MAX_XFER	      ((uint64_t)512 << 10)
-#define UPCIE_NVME_CTRL_REG_POLL_NS   (50 * UPCIE_NSEC_PER_USEC)
-#define UPCIE_NVME_CTRL_DELETE_DRAIN  (1 * UPCIE_NSEC_PER_SEC)
+/* Retries of an I/O command failed with DNR clear (opts.io_retries 0), as the Linux driver. */
+#define UPCIE_NVME_CTRL_IO_RETRIES   5u
+#define UPCIE_NVME_IOQ_DEPTH	     256u
+#define UPCIE_NVME_IOQ_MAX_XFER	     ((uint64_t)512 << 10)
+#define UPCIE_NVME_CTRL_REG_POLL_NS  (50 * UPCIE_NSEC_PER_USEC)
+#define UPCIE_NVME_CTRL_DELETE_DRAIN (1 * UPCIE_NSEC_PER_SEC)
 
 enum upcie_nvme_ctrl_state {
 	UPCIE_NVME_CTRL_CLOSED = 0,
@@ -86,7 +88,12 @@ struct upcie_nvme_ctrl_opts {
 	    abort_timeout_ns; /* after an Abort, how long the command may take to end; 0: 2 s */
 	uint32_t aers;	      /* Asynchronous Event Requests the driver keeps: 0: min(AERL + 1, 4);
 			  UPCIE_NVME_CTRL_AERS_OFF: none (the caller may send its own) */
+	uint32_t io_retries;  /* retries of an I/O command that failed with DNR clear (nvme/ns.h):
+				0: 5; UPCIE_NVME_CTRL_RETRIES_OFF: none */
 };
+
+/* opts.io_retries: I/O commands are never retried (Namespace Not Ready neither). */
+#define UPCIE_NVME_CTRL_RETRIES_OFF UINT32_MAX
 
 /* opts.aers: the driver sends no AERs and handles no events; upcie_nvme_ctrl_admin() then
  * passes the caller's Asynchronous Event Requests through. */
@@ -271,6 +278,10 @@ struct upcie_nvme_ctrl {
 	struct upcie_nvme_ns_rec_ **nsrec;
 	uint32_t nnsrec, nsrec_cap;
 	uint64_t nrevalidated; /* namespaces found changed or gone */
+	/* retries of I/O commands failed with DNR clear (nvme/ns.h) */
+	uint32_t io_retries; /* per command (opts.io_retries) */
+	bool acre;	     /* Host Behavior Support ACRE set: the controller may ask for delays */
+	uint64_t nretried;   /* commands sent again (atomic: any queue's owner adds) */
 };
 
 /* The deferred completion's recorder (the slot's callback while armed). */
@@ -388,6 +399,15 @@ struct upcie_nvme_ioq_opts {
 	uint16_t qid; /* 0: the lowest free identifier */
 };
 
+/* A command of a request that failed with DNR clear and is sent again (nvme/ns.h), per CID
+ * slot of its queue; the CID slot's tag says whether it waits (UPCIE_NVME_CID_HELD_). */
+struct upcie_nvme_retry_ {
+	uint64_t due_ns;   /* when to send it (upcie_time_ns()) */
+	uint64_t first_ns; /* its first failure: Namespace Not Ready is waited out from there */
+	struct upcie_nvme_cqe cqe; /* the failure that asked for this retry */
+	uint16_t n;		   /* retries so far */
+};
+
 struct upcie_nvme_ioq {
 	struct upcie_nvme_qpair qp; /* hot: the protocol state */
 	struct upcie_nvme_dptr_cfg dptr;
@@ -406,6 +426,11 @@ struct upcie_nvme_ioq {
 	bool live;
 	bool ext;  /* rings in memory given by upcie_nvme_ioq_create_ext(), driven elsewhere */
 	bool lost; /* ext: a reset took the queue from the controller; only deletion is left */
+	/* the command of each CID slot as built (sent again on a retry: nvme/ns.h), and the
+	 * retries waiting for their delay; not for ext queues */
+	struct upcie_nvme_sqe *shadow;
+	struct upcie_nvme_retry_ *retry;
+	uint32_t nparked; /* retries that may be waiting to be sent (0: none) */
 };
 
 /*

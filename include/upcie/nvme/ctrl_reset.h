@@ -229,6 +229,7 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 		upcie_nvme_qpair_stop(&io->qp, false);
 	}
 	if (!err) {
+		upcie_nvme_ctrl_acre_locked_(c);
 		c->aer_out = 0;
 		upcie_nvme_ctrl_aer_fill_locked_(c);
 	}

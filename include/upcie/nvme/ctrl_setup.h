@@ -190,6 +190,7 @@ static inline int upcie_nvme_ctrl_setup_(struct upcie_nvme_ctrl *c,
 	    o->abort_timeout_ns ? o->abort_timeout_ns : UPCIE_NVME_CTRL_ABORT_TIMEOUT;
 	c->want_queues = o->io_queues ? o->io_queues : UPCIE_NVME_CTRL_IO_QUEUES;
 	c->aer_opt = o->aers;
+	c->io_retries = o->io_retries ? o->io_retries : UPCIE_NVME_CTRL_IO_RETRIES;
 	c->shutdown_timeout_ns = UPCIE_NVME_CTRL_SHUTDOWN_MIN;
 	if (c->admin_depth < 2 || c->admin_depth > 4096 || c->want_queues > 65535)
 		return UPCIE_FAIL(-EINVAL, "nvme %s: admin depth %u (2..4096), %u I/O queues",

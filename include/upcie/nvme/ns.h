@@ -70,6 +70,10 @@ struct upcie_nvme_req {
 	struct upcie_nvme_cqe cqe; /* the first failing completion, else the last one */
 	uint32_t pending;	   /* commands not completed (plus one while submitting) */
 	bool done;
+	/* set at submission, for retries */
+	uint32_t gen_;
+	struct upcie_nvme_ioq *q_;
+	const struct upcie_nvme_ns_rec_ *rec_; /* the namespace's record, NULL: none */
 };
 
 /* One Read, Write or Compare request (data as segments; split when larger than max_xfer). */
@@ -131,13 +135,18 @@ static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
 		memset(ns, 0, sizeof(*ns));
 }
 
-/* Start a request: no commands yet, one "submitting" reference. */
-static inline void upcie_nvme_req_begin_(struct upcie_nvme_req *r)
+/* Start a request on `q` for `ns` (NULL: a command of no namespace): no commands yet, one
+ * "submitting" reference. */
+static inline void upcie_nvme_req_begin_(struct upcie_nvme_req *r, struct upcie_nvme_ioq *q,
+					 const struct upcie_nvme_ns *ns)
 {
 	r->err = 0;
 	r->done = false;
 	r->pending = 1;
 	memset(&r->cqe, 0, sizeof(r->cqe));
+	r->q_ = q;
+	r->rec_ = ns ? ns->rec : NULL;
+	r->gen_ = ns ? ns->gen : 0;
 }
 
 static inline void upcie_nvme_req_put_(struct upcie_nvme_req *r)
@@ -149,11 +158,10 @@ static inline void upcie_nvme_req_put_(struct upcie_nvme_req *r)
 		r->cb(r);
 }
 
-/* Queue-pair callback of every command of a request. */
-static inline void upcie_nvme_req_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+/* One command of request `r` ended: its status counts, and the request's reference goes. */
+static inline void upcie_nvme_req_end_cmd_(struct upcie_nvme_req *r,
+					   const struct upcie_nvme_cqe *cqe, int err)
 {
-	struct upcie_nvme_req *r = (struct upcie_nvme_req *)ctx;
-
 	if (!r->err) {
 		if (err)
 			r->err = err;
@@ -165,19 +173,191 @@ static inline void upcie_nvme_req_cpl_(void *ctx, const struct upcie_nvme_cqe *c
 }
 
 /*
- * Enqueue one prepared command with data `segs` (may be NULL for none) for request `r`; fills
- * the data pointer from the per-CID list pages. Does not ring. The queue must have room.
+ * Retries. A command of a request that the controller completes with an error status and DNR
+ * clear is sent again, as it was built (the queue keeps each CID slot's command: q->shadow), on
+ * the same CID slot (so its PRP list / SGL pages are still its own), after the delay the
+ * controller asked for (CQE CRD: Identify CRDT1..3, in 100 ms units, once ACRE is set), at most
+ * c->io_retries times (opts.io_retries; 5 by default). Namespace Not Ready is waited out
+ * instead, from the first failure for up to CAP.TO, at growing intervals of up to 100 ms.
+ * Never retried: DNR set, a command ended on purpose (Command Abort Requested, aborted by SQ
+ * deletion, Host Aborted), a request that already failed, and a namespace that changed since
+ * the request was submitted (never with the old geometry: the request ends with the status
+ * the controller gave, -EIO). The
+ * waiting retries are sent by whoever polls the queue (upcie_nvme_ioq_poll(), the waits and
+ * the synchronous helpers), not by a bare upcie_nvme_qpair_reap(). While a retry waits its CID
+ * is held: the command is outstanding, and cancel, abort, reset and delete end it as any other
+ * (-ECANCELED, once).
  */
-static inline int upcie_nvme_ioq_enqueue_(struct upcie_nvme_ioq *q, struct upcie_nvme_sqe *sqe,
-					  const struct upcie_nvme_dseg *segs, unsigned nsegs,
+static inline void upcie_nvme_retry_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err);
+
+/* When to send retry n + 1 of a command that completed with `cqe` (*due); false: not at all. */
+static inline bool upcie_nvme_retry_plan_(const struct upcie_nvme_ctrl *c,
+					  const struct upcie_nvme_cqe *cqe, unsigned n,
+					  uint64_t first_ns, uint64_t now, uint64_t *due)
+{
+	struct upcie_nvme_status st = upcie_nvme_status_decode(cqe->dw3);
+	uint16_t code = upcie_nvme_cqe_code(cqe);
+	uint64_t delay = 0, step;
+
+	if (st.dnr || c->io_retries == UPCIE_NVME_CTRL_RETRIES_OFF ||
+	    code == UPCIE_NVME_SC_ABORT_REQ || code == UPCIE_NVME_SC_ABORT_SQ_DELETED ||
+	    code == UPCIE_NVME_SC_HOST_ABORTED)
+		return false;
+	if (st.crd && c->acre)
+		delay = (uint64_t)c->id.crdt[st.crd - 1] * 100 * UPCIE_NSEC_PER_MSEC;
+	if (code == UPCIE_NVME_SC_NS_NOT_READY) {
+		if (now - first_ns >= c->ready_timeout_ns)
+			return false;
+		step = (UINT64_C(1) << (n < 7 ? n : 7)) * UPCIE_NSEC_PER_MSEC;
+		if (step > 100 * UPCIE_NSEC_PER_MSEC)
+			step = 100 * UPCIE_NSEC_PER_MSEC;
+		if (delay < step)
+			delay = step;
+	} else if (n >= c->io_retries) {
+		return false;
+	}
+	*due = now + delay;
+	return true;
+}
+
+/* Whether the namespace of request `r` changed since it was submitted. */
+static inline bool upcie_nvme_req_stale_(const struct upcie_nvme_req *r)
+{
+	return r->rec_ && __atomic_load_n(&r->rec_->gen, __ATOMIC_ACQUIRE) != r->gen_;
+}
+
+/* Send held retry `cid` (CID slot `idx`) of request `r` now; when the namespace changed
+ * meanwhile, end it instead with the failure that asked for the retry. */
+static inline void upcie_nvme_retry_send_(struct upcie_nvme_ioq *q, uint32_t idx, uint16_t cid,
 					  struct upcie_nvme_req *r)
 {
-	struct upcie_nvme_lists lists;
+	if (upcie_nvme_req_stale_(r)) {
+		if (upcie_nvme_qpair_drop_held_(&q->qp, cid))
+			return;
+		UPCIE_WARN("nvme %s: queue %u: a retry not sent: namespace %u changed since the "
+			   "request was submitted",
+			   q->ctrl->name, q->qid, q->shadow[idx].nsid);
+		upcie_nvme_req_end_cmd_(r, &q->retry[idx].cqe, 0);
+		return;
+	}
+	if (upcie_nvme_qpair_send_held_(&q->qp, cid, &q->shadow[idx]))
+		return;
+	__atomic_fetch_add(&q->ctrl->nretried, 1, __ATOMIC_RELAXED);
+	upcie_nvme_qpair_ring(&q->qp);
+}
+
+/* Hold CID slot `idx` (just freed by the completion `cqe` of request `r`) for retry n + 1;
+ * sent at once when due. Returns whether the command goes on (else it ends now). Only on a
+ * live queue: a callback delivered after the queue's deletion began does not retry. */
+static inline bool upcie_nvme_retry_hold_(struct upcie_nvme_ioq *q, uint32_t idx,
+					  struct upcie_nvme_req *r,
+					  const struct upcie_nvme_cqe *cqe, unsigned n,
+					  uint64_t first_ns, uint64_t now)
+{
+	struct upcie_nvme_retry_ *rt;
+	uint64_t due;
 	uint16_t cid;
+
+	if (!q->live || !q->retry || upcie_nvme_req_stale_(r) ||
+	    !upcie_nvme_retry_plan_(q->ctrl, cqe, n, first_ns, now, &due) ||
+	    upcie_nvme_qpair_hold_(&q->qp, idx, upcie_nvme_retry_cpl_, r, &cid))
+		return false;
+	rt = &q->retry[idx];
+	rt->n = (uint16_t)(n + 1);
+	rt->first_ns = first_ns;
+	rt->due_ns = due;
+	rt->cqe = *cqe;
+	q->nparked++;
+	if (n == 0 || upcie_nvme_cqe_code(cqe) != UPCIE_NVME_SC_NS_NOT_READY)
+		UPCIE_DBG("nvme %s: queue %u: command 0x%02x: %s (status 0x%03x): retry %u in "
+			  "%" PRIu64 " ms",
+			  q->ctrl->name, q->qid, q->shadow[idx].opc,
+			  upcie_nvme_status_str(upcie_nvme_cqe_code(cqe)), upcie_nvme_cqe_code(cqe),
+			  n + 1, (due - now) / UPCIE_NSEC_PER_MSEC);
+	if (due <= now)
+		upcie_nvme_retry_send_(q, idx, cid, r);
+	return true;
+}
+
+/* The queue-pair callback of a held or re-sent command (context: its request). Touches the
+ * queue only for a completion the controller gave, on a live queue. */
+static inline void upcie_nvme_retry_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_nvme_req *r = (struct upcie_nvme_req *)ctx;
+	struct upcie_nvme_ioq *q = r->q_;
+	uint32_t idx;
+
+	if (!err && !upcie_nvme_cqe_ok(cqe) && !r->err && q->live && q->retry) {
+		idx = upcie_nvme_qpair_cid_index(&q->qp, (uint16_t)cqe->dw3);
+		if (upcie_nvme_retry_hold_(q, idx, r, cqe, q->retry[idx].n, q->retry[idx].first_ns,
+					   upcie_time_ns()))
+			return;
+	}
+	upcie_nvme_req_end_cmd_(r, cqe, err);
+}
+
+/* A request's command failed: retried (true) or not. Off the hot path. */
+__attribute__((noinline, cold, unused)) static bool
+upcie_nvme_req_retry_(struct upcie_nvme_req *r, const struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_ioq *q = r->q_;
+	uint64_t now;
+
+	if (r->err || !q)
+		return false;
+	now = upcie_time_ns();
+	return upcie_nvme_retry_hold_(q, upcie_nvme_qpair_cid_index(&q->qp, (uint16_t)cqe->dw3), r,
+				      cqe, 0, now, now);
+}
+
+/* Send the retries that are due (q->nparked > 0: some may wait); q->nparked is then what still
+ * waits, plus what callbacks held meanwhile. */
+__attribute__((noinline, cold, unused)) static void
+upcie_nvme_ioq_retry_run_(struct upcie_nvme_ioq *q)
+{
+	uint32_t n = upcie_nvme_qpair_nslots_(q->qp.ncids), left = 0;
+	uint64_t now = upcie_time_ns();
+
+	q->nparked = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct upcie_nvme_cid_slot *s = &q->qp.slots[i];
+		uint32_t tag = s->tag;
+
+		if (tag == UPCIE_NVME_CID_UNUSED_ || !(tag & UPCIE_NVME_CID_HELD_) ||
+		    (tag & (UPCIE_NVME_CID_FREE_ | UPCIE_NVME_CID_CANCELLED_)) ||
+		    s->cb != upcie_nvme_retry_cpl_)
+			continue;
+		if (q->retry[i].due_ns <= now)
+			upcie_nvme_retry_send_(q, i, (uint16_t)tag,
+					       (struct upcie_nvme_req *)s->ctx);
+		else
+			left++;
+	}
+	q->nparked += left;
+}
+
+/* Queue-pair callback of every command of a request. */
+static inline void upcie_nvme_req_cpl_(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct upcie_nvme_req *r = (struct upcie_nvme_req *)ctx;
+
+	if (UPCIE_UNLIKELY(!err && !upcie_nvme_cqe_ok(cqe)) && upcie_nvme_req_retry_(r, cqe))
+		return;
+	upcie_nvme_req_end_cmd_(r, cqe, err);
+}
+
+/*
+ * Enqueue one prepared command with data `segs` (may be NULL for none) for request `r`, `sqe`
+ * being the shadow of the CID the queue hands out next (upcie_nvme_ioq_next_sqe_()); fills the
+ * data pointer from that CID's list pages. Does not ring. The queue must have room.
+ */
+static inline int upcie_nvme_ioq_enqueue_(struct upcie_nvme_ioq *q, struct upcie_nvme_sqe *sqe,
+					  uint16_t cid, const struct upcie_nvme_dseg *segs,
+					  unsigned nsegs, struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_lists lists;
 	int err;
 
-	if (UPCIE_UNLIKELY(upcie_nvme_qpair_next_cid(&q->qp, &cid)))
-		return -EBUSY;
 	if (nsegs) {
 		lists = upcie_nvme_ioq_lists(q, cid);
 		if (q->sgl)
@@ -197,6 +377,45 @@ static inline int upcie_nvme_ioq_enqueue_(struct upcie_nvme_ioq *q, struct upcie
 	return 0;
 }
 
+/* Where to build the next command of `q`: the shadow of the CID enqueue hands out next (*cid).
+ * NULL when no CID is free. */
+static inline struct upcie_nvme_sqe *upcie_nvme_ioq_next_sqe_(struct upcie_nvme_ioq *q,
+							      uint16_t *cid)
+{
+	if (UPCIE_UNLIKELY(upcie_nvme_qpair_next_cid(&q->qp, cid)))
+		return NULL;
+	return &q->shadow[upcie_nvme_qpair_cid_index(&q->qp, *cid)];
+}
+
+/* upcie_nvme_ioq_submit_cmd() for a command of namespace `ns` (NULL: none): a retry of it is
+ * not sent once the namespace changed. */
+static inline int upcie_nvme_ioq_submit_cmd_ns_(struct upcie_nvme_ioq *q,
+						const struct upcie_nvme_ns *ns,
+						const struct upcie_nvme_sqe *sqe,
+						const struct upcie_nvme_dseg *segs, unsigned nsegs,
+						struct upcie_nvme_req *r)
+{
+	struct upcie_nvme_sqe *cmd;
+	uint16_t cid;
+	int err;
+
+	if (!q || !q->live || !sqe || !r)
+		return UPCIE_FAIL(-EINVAL, "nvme: submit: queue not live or NULL argument");
+	cmd = upcie_nvme_ioq_next_sqe_(q, &cid);
+	if (!cmd)
+		return -EBUSY;
+	*cmd = *sqe;
+	upcie_nvme_req_begin_(r, q, ns);
+	err = upcie_nvme_ioq_enqueue_(q, cmd, cid, segs, segs ? nsegs : 0, r);
+	if (err) {
+		r->pending = 0;
+		return err;
+	}
+	upcie_nvme_qpair_ring(&q->qp);
+	upcie_nvme_req_put_(r);
+	return 0;
+}
+
 /*
  * Submit any command `sqe` (opcode, NSID and command dwords filled; the data pointer is built
  * here from `segs`, which may be NULL) as a one-command request. For commands this header has
@@ -207,23 +426,7 @@ static inline int upcie_nvme_ioq_submit_cmd(struct upcie_nvme_ioq *q,
 					    const struct upcie_nvme_dseg *segs, unsigned nsegs,
 					    struct upcie_nvme_req *r)
 {
-	struct upcie_nvme_sqe cmd;
-	int err;
-
-	if (!q || !q->live || !sqe || !r)
-		return UPCIE_FAIL(-EINVAL, "nvme: submit: queue not live or NULL argument");
-	if (!upcie_nvme_qpair_room(&q->qp))
-		return -EBUSY;
-	cmd = *sqe;
-	upcie_nvme_req_begin_(r);
-	err = upcie_nvme_ioq_enqueue_(q, &cmd, segs, segs ? nsegs : 0, r);
-	if (err) {
-		r->pending = 0;
-		return err;
-	}
-	upcie_nvme_qpair_ring(&q->qp);
-	upcie_nvme_req_put_(r);
-	return 0;
+	return upcie_nvme_ioq_submit_cmd_ns_(q, NULL, sqe, segs, nsegs, r);
 }
 
 /* Bytes per command for `ns` on `q` (upcie_nvme_split_chunk(): whole blocks, dword multiple). */
@@ -327,23 +530,27 @@ static inline int upcie_nvme_io_piece_(struct upcie_nvme_ioq *q, const struct up
 				       uint64_t off, uint64_t len, struct upcie_nvme_req *r,
 				       bool pi)
 {
-	struct upcie_nvme_sqe sqe;
 	uint64_t blk = upcie_nvme_ns_blocks_(ns, off);
 	uint32_t flags = io->flags;
+	struct upcie_nvme_sqe *sqe;
+	uint16_t cid;
 	int err;
 
+	sqe = upcie_nvme_ioq_next_sqe_(q, &cid);
+	if (UPCIE_UNLIKELY(!sqe))
+		return -EBUSY;
 	/* without a metadata buffer the controller makes and checks the PI (PRACT) */
 	if (pi && ns->pract && !io->md)
 		flags |= ns->prinfo;
-	err = upcie_nvme_cmd_rw_(&sqe, io->opc, ns->nsid, io->slba + blk,
+	err = upcie_nvme_cmd_rw_(sqe, io->opc, ns->nsid, io->slba + blk,
 				 (uint32_t)upcie_nvme_ns_blocks_(ns, len), flags);
 	if (UPCIE_UNLIKELY(err))
 		return UPCIE_FAIL(err, "nvme: bad Read/Write fields");
 	if (pi && (flags & UPCIE_NVME_RW_PRCHK_REF))
-		sqe.cdw14 = (uint32_t)(io->slba + blk); /* initial reference tag: the LBA */
+		sqe->cdw14 = (uint32_t)(io->slba + blk); /* initial reference tag: the LBA */
 	if (io->md && ns->ms && !ns->ext)
-		sqe.mptr = upcie_dmamem_iova_fast(io->md, io->md_off + blk * ns->ms);
-	return upcie_nvme_ioq_enqueue_(q, &sqe, segs, nsegs, r);
+		sqe->mptr = upcie_dmamem_iova_fast(io->md, io->md_off + blk * ns->ms);
+	return upcie_nvme_ioq_enqueue_(q, sqe, cid, segs, nsegs, r);
 }
 
 /*
@@ -372,7 +579,7 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 	    (io->segs[0].len >> ns->block_shift) <= UPCIE_NVME_MAX_BLOCKS_PER_CMD) {
 		if (UPCIE_UNLIKELY(!upcie_nvme_qpair_room(&q->qp)))
 			return -EBUSY;
-		upcie_nvme_req_begin_(r);
+		upcie_nvme_req_begin_(r, q, ns);
 		err = upcie_nvme_io_piece_(q, ns, io, io->segs, 1, 0, io->segs[0].len, r, false);
 		if (UPCIE_UNLIKELY(err)) {
 			r->pending = 0;
@@ -404,7 +611,7 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 	err = upcie_nvme_split_init(&sp, io->segs, io->nsegs, chunk, ns->block_bytes);
 	if (err)
 		goto out;
-	upcie_nvme_req_begin_(r);
+	upcie_nvme_req_begin_(r, q, ns);
 	upcie_deadline_set(&dl, wait_ns);
 	while ((n = upcie_nvme_split_next(&sp, piece, io->nsegs, &off, &len)) > 0) {
 		while (!upcie_nvme_qpair_room(&q->qp)) {
@@ -413,6 +620,8 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 			upcie_nvme_qpair_ring(&q->qp);
 			if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) > 0)
 				continue;
+			if (q->nparked)
+				upcie_nvme_ioq_retry_run_(q);
 			if (upcie_deadline_passed(&dl)) {
 				err = -ETIMEDOUT;
 				break;
@@ -509,7 +718,7 @@ static inline int upcie_nvme_ioq_flush(struct upcie_nvme_ioq *q, const struct up
 	if (err)
 		return err;
 	upcie_nvme_cmd_flush(&sqe, ns->nsid);
-	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
+	return upcie_nvme_ioq_submit_cmd_ns_(q, ns, &sqe, NULL, 0, r);
 }
 
 /* Write Zeroes of `nlb` blocks (1..65536) at `slba`; flags may add UPCIE_NVME_WZ_DEAC. */
@@ -549,7 +758,7 @@ static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
 		return UPCIE_FAIL(err, "nvme: write zeroes: %u blocks (1..65536)", nlb);
 	if (ns->pi && ns->pi != UPCIE_NVME_DPS_PIT_3)
 		sqe.cdw14 = (uint32_t)slba;
-	return upcie_nvme_ioq_submit_cmd(q, &sqe, NULL, 0, r);
+	return upcie_nvme_ioq_submit_cmd_ns_(q, ns, &sqe, NULL, 0, r);
 }
 
 /*
@@ -595,13 +804,18 @@ static inline int upcie_nvme_ioq_dsm(struct upcie_nvme_ioq *q, const struct upci
 	seg.mem = mem;
 	seg.off = off;
 	seg.len = (uint64_t)nr * sizeof(struct upcie_nvme_dsm_range);
-	return upcie_nvme_ioq_submit_cmd(q, &sqe, &seg, 1, r);
+	return upcie_nvme_ioq_submit_cmd_ns_(q, ns, &sqe, &seg, 1, r);
 }
 
-/* Process up to `max` completions of `q`; returns how many commands completed, or -EPROTO. */
+/* Process up to `max` completions of `q`, and send the retries that are due; returns how many
+ * commands completed, or -EPROTO. */
 static inline int upcie_nvme_ioq_poll(struct upcie_nvme_ioq *q, unsigned max)
 {
-	return upcie_nvme_qpair_reap(&q->qp, max);
+	int n = upcie_nvme_qpair_reap(&q->qp, max);
+
+	if (UPCIE_UNLIKELY(q->nparked))
+		upcie_nvme_ioq_retry_run_(q);
+	return n;
 }
 
 /*
@@ -624,7 +838,13 @@ static inline int upcie_nvme_ioq_end_req_(struct upcie_nvme_ioq *q, struct upcie
 		uint32_t tag = q->qp.slots[i].tag;
 		void *ctx;
 
-		if (!upcie_nvme_qpair_cid_ctx(&q->qp, (uint16_t)tag, &ctx) && ctx == r)
+		if (upcie_nvme_qpair_cid_ctx(&q->qp, (uint16_t)tag, &ctx))
+			continue;
+		if (ctx != r)
+			continue;
+		if (tag & UPCIE_NVME_CID_HELD_)
+			upcie_nvme_qpair_cancel(&q->qp, (uint16_t)tag); /* not sent: ends now */
+		else
 			cids[n++] = (uint16_t)tag;
 	}
 	err = upcie_nvme_ioq_abort_set_(q, cids, n, NULL);
@@ -657,6 +877,11 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 			continue;
 		if (r->done)
 			break;
+		if (q->nparked) {
+			upcie_nvme_ioq_retry_run_(q);
+			if (r->done)
+				break;
+		}
 		/* an escalation elsewhere (another thread reset the controller): seen at once */
 		if (!(spins & 15) && __atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
 			stopped = true;
@@ -666,7 +891,7 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 			timed_out = true;
 			break;
 		}
-		if (q->irq)
+		if (q->irq && !q->nparked)
 			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));
 		else
 			upcie_cpu_relax();

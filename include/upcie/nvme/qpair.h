@@ -90,6 +90,7 @@ struct upcie_nvme_cid_slot {
 #define UPCIE_NVME_CID_NOCB_	  0x20000u    /* outstanding without a callback */
 #define UPCIE_NVME_CID_FREE_	  0x40000u    /* free; the CID is that of its last command */
 #define UPCIE_NVME_CID_STOP_	  0x80000u    /* outstanding when upcie_nvme_qpair_stop() began */
+#define UPCIE_NVME_CID_HELD_	  0x100000u   /* taken, not in the SQ yet (a retry waiting) */
 #define UPCIE_NVME_CID_UNUSED_	  0xffffffffu /* never held a command (or beyond ncids) */
 
 /* Most commands outstanding on one queue pair (at most 11 index bits, at least 5 generation
@@ -419,6 +420,53 @@ UPCIE_HD static inline int upcie_nvme_qpair_submit(struct upcie_nvme_qpair *qp,
 }
 
 /*
+ * Hold a CID for a command that goes into the SQ later (upcie_nvme_qpair_send_held_()), taking
+ * it only when it is the next generation of slot `index` (the CID a callback of that slot just
+ * freed is on top of the free stack), so the command keeps its slot's per-CID resources (list
+ * pages, a shadow copy). The held command is outstanding (inflight, cancel, stop and fini end it
+ * with -ECANCELED) but has no SQ entry: a completion naming it is refused as not outstanding.
+ * Returns 0 (the CID in *cid), -EBUSY (no CID free, or the top one is another slot's).
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_hold_(struct upcie_nvme_qpair *qp, uint32_t index,
+						  upcie_nvme_cpl_fn cb, void *ctx, uint16_t *cid)
+{
+	uint16_t c;
+
+	if (!qp->nfree || (qp->cid_free[qp->nfree - 1] & qp->cid_mask) != index)
+		return -EBUSY;
+	c = upcie_nvme_qpair_take_(qp, cb, ctx);
+	qp->slots[c & qp->cid_mask].tag |= UPCIE_NVME_CID_HELD_;
+	*cid = c;
+	return 0;
+}
+
+/*
+ * Put held command `cid` into the next SQ slot (`sqe`, its CID field set here). There is always
+ * an SQ slot for it: a held CID counts against the CIDs, which are fewer than the SQ slots.
+ * Not visible to the controller until upcie_nvme_qpair_ring(). Returns 0, -ENOENT when `cid` is
+ * not held (it was cancelled, or the queue pair stopped).
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_send_held_(struct upcie_nvme_qpair *qp, uint16_t cid,
+						       const struct upcie_nvme_sqe *sqe)
+{
+	struct upcie_nvme_cid_slot *slot = upcie_nvme_qpair_slot_(qp, cid);
+	uint16_t tail = qp->sq_tail;
+
+	if ((slot->tag & ~UPCIE_NVME_CID_NOCB_) != (cid | UPCIE_NVME_CID_HELD_))
+		return -ENOENT;
+	slot->tag &= ~UPCIE_NVME_CID_HELD_;
+	upcie_nvme_port_sqe_store(&qp->sq[tail], sqe, cid);
+	qp->sq_tail = (uint16_t)(tail == qp->sq_last ? 0 : tail + 1);
+	return 0;
+}
+
+/*
+ * Free held command `cid` without a callback (its owner ends it another way). Returns 0,
+ * -ENOENT when `cid` is not held.
+ */
+UPCIE_HD static inline int upcie_nvme_qpair_drop_held_(struct upcie_nvme_qpair *qp, uint16_t cid);
+
+/*
  * Free the slot of `cid` (its command ended): the tag keeps the CID, so a repeat of this
  * completion is recognised, and the next command of the slot gets the next generation.
  */
@@ -428,6 +476,19 @@ UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *q
 {
 	slot->tag = cid | UPCIE_NVME_CID_FREE_;
 	qp->cid_free[qp->nfree++] = upcie_nvme_qpair_cid_next_(qp, cid);
+}
+
+UPCIE_HD static inline int upcie_nvme_qpair_drop_held_(struct upcie_nvme_qpair *qp, uint16_t cid)
+{
+	struct upcie_nvme_cid_slot *slot = upcie_nvme_qpair_slot_(qp, cid);
+
+	if ((slot->tag & ~UPCIE_NVME_CID_NOCB_) != (cid | UPCIE_NVME_CID_HELD_))
+		return -ENOENT;
+	if (qp->closed)
+		slot->tag = cid | UPCIE_NVME_CID_FREE_; /* not handed out before restart */
+	else
+		upcie_nvme_qpair_cid_put_(qp, slot, cid);
+	return 0;
 }
 
 /*
@@ -736,6 +797,9 @@ UPCIE_HD static inline void upcie_nvme_qpair_cancel_(struct upcie_nvme_qpair *qp
 	uint16_t cid = (uint16_t)slot->tag;
 	bool nocb = slot->tag & UPCIE_NVME_CID_NOCB_;
 
+	/* a held command never reached the controller: no late completion to wait for */
+	if (slot->tag & UPCIE_NVME_CID_HELD_)
+		reserve = false;
 	if (reserve) {
 		slot->tag = cid | UPCIE_NVME_CID_CANCELLED_;
 		qp->ncancelled++;
