@@ -3,15 +3,20 @@
 # Build, on a machine with nvcc and no GPU, what tests/gpu/run-round3-h200.sh runs on the H200,
 # into build-gpu/: test_gpu, its negative controls (run-controls.sh's names), bench_gpu, and
 # bench_gpu_before (the same benchmark against the headers of git ref $BEFORE, default HEAD, for
-# the before/after rows, the command passed through a pointer as it had to be then),
+# the before/after rows; BEFORE_PTR=1 passes the command through a pointer, for refs older than
+# upcie_nvme_gqp_enqueue_cmd()),
 # bench_gpu_ptr (today's headers, the command through a pointer), bench_gpu_vreload (the CQE
 # re-load as a strong system-scope load), bench_gpu_noreload (no re-load: its cost alone),
-# bench_gpu_prof and bench_gpu_prof_before (the cycles of each phase of the loop). Jobs run in
+# bench_gpu_prof and bench_gpu_prof_before (the cycles of each phase of the loop), bench_gpu_cas
+# and bench_gpu_prof_cas (no PENDING bitmap in registers: every CID claimed in the state table,
+# UPCIE_NVME_GQP_PEND_WORDS=0). Jobs run in
 # parallel ($JOBS, default 2); ONLY="name ..." builds those binaries alone (the cubins always).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 before=${BEFORE:-HEAD}
+bptr=
+[ "${BEFORE_PTR:-0}" = 1 ] && bptr=-DBENCH_PTR_ENQUEUE
 mkdir -p build-gpu build-gpu/old
 rm -rf build-gpu/old/include
 git archive "$before" include | tar -x -C build-gpu/old
@@ -28,12 +33,14 @@ b() { # OUT SRC [flags]
 list=(
 	"test_gpu test_gpu -Iinclude"
 	"bench_gpu bench_gpu -Iinclude"
-	"bench_gpu_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PTR_ENQUEUE"
+	"bench_gpu_before bench_gpu -Ibuild-gpu/old/include -Iinclude $bptr"
 	"bench_gpu_ptr bench_gpu -Iinclude -DBENCH_PTR_ENQUEUE"
 	"bench_gpu_vreload bench_gpu -Iinclude -DUPCIE_NVME_GQP_CQE_RELOAD_LD(p)=upcie_nvme_port_ld16(p)"
 	"bench_gpu_noreload bench_gpu -Iinclude -DUPCIE_NVME_GQP_CQE_RELOAD=0"
 	"bench_gpu_prof bench_gpu -Iinclude -DBENCH_PROF"
-	"bench_gpu_prof_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PROF -DBENCH_PTR_ENQUEUE"
+	"bench_gpu_prof_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PROF $bptr"
+	"bench_gpu_cas bench_gpu -Iinclude -DUPCIE_NVME_GQP_PEND_WORDS=0"
+	"bench_gpu_prof_cas bench_gpu -Iinclude -DBENCH_PROF -DUPCIE_NVME_GQP_PEND_WORDS=0"
 	"test_gpu_ctl_acquire test_gpu -Iinclude -DUPCIE_NVME_GQP_ACQUIRE()="
 	"test_gpu_ctl_rmb test_gpu -Iinclude -DUPCIE_NVME_PORT_DMA_RMB()="
 	"test_gpu_ctl_clear test_gpu -Iinclude -DUPCIE_NVME_GQP_TEST_CLEAR_UNORDERED"

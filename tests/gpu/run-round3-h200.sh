@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # One H200 call for the reader, tear, placement and fenced-path work (docs/results/gpu-queues.md,
 # gpu-tests.md): machine facts, the SASS of the benchmark kernels (cuobjdump), "bare" of
-# bench_gpu_before, bench_gpu_ptr and bench_gpu in turn ($ROUNDS rounds, default 2), the phase
-# cycles of bench_gpu_prof_before and bench_gpu_prof, test_gpu (every group), the negative
+# bench_gpu_before, bench_gpu_ptr and bench_gpu in turn ($ROUNDS rounds, default 2; KINDS names
+# others: "before cas after" runs bench_gpu_cas for the middle), the phase cycles of
+# bench_gpu_prof_before and bench_gpu_prof (and of each other kind's bench_gpu_prof_KIND where
+# built), test_gpu (every group), the negative
 # controls (run-controls.sh) and the placement facts (the GPU's BARs in sysfs, /proc/iomem).
 # Binaries from tests/gpu/build-h200.sh in build-gpu/ (carried). Logs into $OUT, as one tarball.
 set -uo pipefail
@@ -26,14 +28,15 @@ cat "$L/machine.txt"
  cuobjdump -sass build-gpu/order_kernels.cubin >"$L/sass_order.txt" 2>&1) &
 E="env -u CUDA_LAUNCH_BLOCKING CUDA_MODULE_LOADING=EAGER BENCH_WATCHDOG=60"
 for i in $(seq "${ROUNDS:-2}"); do
-	for b in before ptr after; do
+	for b in ${KINDS:-before ptr after}; do
 		x=build-gpu/bench_gpu_$b
 		[ "$b" = after ] && x=build-gpu/bench_gpu
 		$E timeout 60 "$x" bare >"$L/bench_${b}_$i.txt" 2>&1
 		echo "bench $b round $i: exit $?"
 	done
 done
-for b in prof_before prof; do
+for b in prof_before prof $(for k in ${KINDS:-}; do
+	[ "$k" != before ] && [ -x "build-gpu/bench_gpu_prof_$k" ] && echo "prof_$k"; done); do
 	$E timeout 60 "build-gpu/bench_gpu_$b" bare >"$L/bench_$b.txt" 2>&1
 	echo "bench $b: exit $?"
 done
