@@ -5,7 +5,8 @@
 # bed) and its wrapper upcie/kmod/iommu_map_pa.h. Under the vIOMMU: the ivshmem BAR's pages
 # (the stand-in for GPU memory) mapped into the domain of both NVMe controllers on vfio-pci
 # inside the IOVA window, the controllers reading into and writing from it; identity mappings of
-# a BAR into a kernel DMA domain (ivshmem unbound, c1 on uio_pci_generic standing in for a GPU)
+# a BAR into a kernel DMA domain (ivshmem and c1 on uio_pci_generic standing in for a GPU; a
+# target with no driver bound refused)
 # with collision, sharing, driver rebinding and peer-to-peer data; refusals and lifetime.
 # Without an IOMMU: the refusal and PASSTHROUGH answers. The checks are in
 # progs/t_kmod_iommu.c; kmod_iommu.host.sh checks the vram and namespace files.

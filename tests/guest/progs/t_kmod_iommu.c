@@ -8,9 +8,11 @@
  * domain inside the window (4 KiB pages into both controllers at the same IOVAs, 2 MiB pages
  * into one); the controllers Read a namespace into those IOVAs and Write from them: the data
  * lands in / comes from the host's vram file (kmod_iommu.host.sh checks both files).
- * Identity mapping (MAP_BAR): a controller's BAR0 into the kernel DMA domain of the ivshmem
- * function (no driver: the stand-in for a GPU under its driver), collision (EEXIST) and the
- * share override, and the domain's driver binding changing under a live mapping; then the
+ * Identity mapping (MAP_BAR): refused (ENODEV, also TRANSLATE) for a target with no driver
+ * bound and (EPERM) for one on vfio-pci that user space has not claimed; a controller's BAR0
+ * into the kernel DMA domain of the ivshmem function (on uio_pci_generic: the stand-in for a
+ * GPU under its driver), collision (EEXIST) and the share override, and the target's driver
+ * unbinding or changing under a live mapping (the mapping goes with it); then the
  * second controller, moved to uio_pci_generic (a kernel DMA domain: the stand-in for a GPU
  * issuing peer-to-peer writes) with its queues in a vgem dma-buf imported for it, Reads into
  * the identity-mapped ivshmem BAR: the data lands in the vram file.
@@ -18,7 +20,8 @@
  * the MSI window, overlap with this file's mappings and with vfio's own, bad descriptors,
  * reserved bits, unknown requests, double unmap, windows outside the ranges or full; a child's
  * mappings go when it exits; the module is not unloaded while a file is open.
- * Without an IOMMU (A): MAP is -ENODEV, MAP_BAR answers PASSTHROUGH, TRANSLATE says NONE.
+ * Without an IOMMU (A): MAP is -ENODEV, MAP_BAR answers PASSTHROUGH, TRANSLATE says NONE;
+ * both are -ENODEV for a target with no driver bound.
  *
  * Usage: t_kmod_iommu NVME0_BDF NVME1_BDF VRAM_BDF   (modules iommu_map_pa, dmabuf_import,
  * vfio-pci, uio_pci_generic, vgem loaded; 16 hugepages)
@@ -381,6 +384,12 @@ static void test_no_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	    "MAP_BAR without an IOMMU: PASSTHROUGH at the BAR's address, no handle");
 	TAP(xlate(ctx, &c0, 0x1000, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_NONE,
 	    "TRANSLATE: domain NONE");
+	/* a target must have a driver bound, with or without an IOMMU */
+	upcie_pci_driver_unbind(&vram);
+	TAP(upcie_kmod_iommu_map_pa_map_bar(ctx, &vram, &c0, 0, 0x1000, 0x1000, 0, &bm) ==
+		    -ENODEV &&
+		upcie_kmod_iommu_map_pa_translate(ctx, &vram, -1, 0x1000, &h, &type) == -ENODEV,
+	    "%s with no driver bound as target: MAP_BAR and TRANSLATE are -ENODEV", nv);
 	TAP(live(ctx) == 0, "nothing mapped");
 }
 
@@ -472,7 +481,7 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	owner_fd_ = own0;
 	TAP(raw_map(ctx, &vram, win_free, pages, 4, 4096, tw_owner) == -EPERM &&
 		xlate(ctx, &vram, 0, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
-	    "MAP into %s (no driver: the kernel's DMA domain): EPERM", nv);
+	    "MAP into %s (uio_pci_generic: the kernel's DMA domain): EPERM", nv);
 	/* the proof of owning the domain */
 	owner_fd_ = -1;
 	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_owner) == -EBADF,
@@ -651,11 +660,67 @@ static void test_unmap_capability(struct upcie_kmod_iommu_map_pa *ctx,
 	    "with it, the same handle unmaps");
 }
 
+/*
+ * A target with no driver bound: nothing keeps its kernel DMA domain (a write of its group's
+ * sysfs type would free it under a mapping, unnoticed), so neither MAP_BAR nor TRANSLATE takes
+ * it; nor MAP_BAR one on vfio-pci that user space has not claimed. Then vram goes to
+ * uio_pci_generic (a driver of the kernel DMA API, which holds the domain) for the rest: before
+ * anything is mapped, since a change of vram's driver also takes down the mappings of its pages.
+ */
+static int test_unbound_target(struct upcie_kmod_iommu_map_pa *ctx,
+			       const struct upcie_pci_bar *bar0)
+{
+	const uint64_t db = bar0->phys + UPCIE_KMOD_NVME_DOORBELL_OFFSET;
+	struct upcie_kmod_bar_map bm;
+	uint64_t was = live(ctx), phys = 1;
+	unsigned type = 99;
+	char cur[32] = "", path[160];
+	FILE *tf;
+	int err;
+
+	upcie_pci_driver_unbind(&vram);
+	/* what a bound driver prevents: with none, the group's default domain can be replaced */
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/iommu_group/type", nv);
+	tf = fopen(path, "r");
+	if (!tf || !fgets(cur, sizeof(cur), tf))
+		cur[0] = 0;
+	if (tf)
+		fclose(tf);
+	cur[strcspn(cur, "\n")] = 0;
+	TAP(cur[0] && !tk_sh("echo identity > %s", path) && !tk_sh("echo %s > %s", cur, path),
+	    "%s with no driver bound: its IOMMU group's type (%s) can be changed (to identity "
+	    "and back), which frees the domain",
+	    nv, cur);
+	TAP(upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm) == -ENODEV &&
+		upcie_kmod_iommu_map_pa_translate(ctx, &vram, -1, db, &phys, &type) == -ENODEV &&
+		live(ctx) == was,
+	    "%s with no driver bound as target: MAP_BAR and TRANSLATE are -ENODEV, nothing "
+	    "mapped",
+	    nv);
+	err = upcie_pci_driver_bind(&vram, "vfio-pci");
+	TAP(!err && upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm) == -EPERM &&
+		xlate(ctx, &vram, db, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA &&
+		live(ctx) == was,
+	    "%s on vfio-pci, not opened (its default DMA domain held by nothing): MAP_BAR is "
+	    "-EPERM; TRANSLATE reads the domain (%d)",
+	    nv, err);
+	err = upcie_pci_driver_bind(&vram, "uio_pci_generic");
+	TAP(!err && xlate(ctx, &vram, db, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
+	    "%s bound to uio_pci_generic, a driver of the kernel DMA API: TRANSLATE answers (%d)",
+	    nv, err);
+	TAP(!err && cur[0] && tk_sh("echo identity > %s 2>/dev/null", path) &&
+		xlate(ctx, &vram, db, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
+	    "... and the kernel now refuses to change the group's type: the binding holds the "
+	    "domain");
+	return err;
+}
+
 static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *bar0)
 {
 	struct upcie_kmod_bar_map bm, b2, b3;
 	const uint64_t db = bar0->phys + UPCIE_KMOD_NVME_DOORBELL_OFFSET;
 	uint64_t was = live(ctx), msix = 0;
+	uint64_t phys = 1;
 	unsigned type, bir = 9;
 	int polled_before;
 	int err;
@@ -731,22 +796,37 @@ static void test_map_bar(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 		TAP(0, "%s's MSI-X table from its config space", n0);
 	}
 
-	/* the target's driver binding changes under a live mapping */
+	/*
+	 * The target's driver unbinds under a live mapping: the mapping goes before the driver
+	 * does (the default domain stays the group's, so a mapping left behind would still
+	 * translate once a driver is bound again).
+	 */
 	polled_before = readable(ctx->fd);
 	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm);
-	TAP(!err && upcie_pci_driver_bind(&vram, "vfio-pci") == 0 && live(ctx) == was + 1 &&
-		xlate(ctx, &vram, db, &type) == 0,
-	    "%s bound to vfio-pci while mapped: the mapping went with its DMA domain", nv);
+	TAP(!err && xlate(ctx, &vram, db, NULL) == db && !upcie_pci_driver_unbind(&vram) &&
+		live(ctx) == was + 1,
+	    "uio_pci_generic unbound from %s while mapped: the handle was taken down", nv);
 	TAP(!polled_before && readable(ctx->fd),
 	    "the module's file: not readable (poll) before, readable now that handles were taken "
 	    "down");
+	err = upcie_pci_driver_bind(&vram, "uio_pci_generic");
+	TAP(!err && xlate(ctx, &vram, db, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA,
+	    "%s bound again: its DMA domain no longer translates the doorbell page", nv);
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && live(ctx) == was,
+	    "its handle unmaps (once)");
+
+	/* the target's driver changes under a live mapping */
+	err = upcie_kmod_iommu_map_pa_doorbells(ctx, &vram, &c0, 3, 0, &bm);
+	TAP(!err && upcie_pci_driver_bind(&vram, "vfio-pci") == 0 && live(ctx) == was + 1 &&
+		xlate(ctx, &vram, db, &type) == 0,
+	    "%s moved to vfio-pci while mapped: the mapping went with its DMA domain", nv);
 	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, bm.handle) && live(ctx) == was,
 	    "its handle unmaps (once)");
 	upcie_pci_driver_unbind(&vram);
 	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", nv);
-	TAP(xlate(ctx, &vram, 0, &type) == 0 && type == UPCIE_IOMMU_MAP_PA_DOMAIN_DMA &&
+	TAP(upcie_kmod_iommu_map_pa_translate(ctx, &vram, -1, 0, &phys, &type) == -ENODEV &&
 		live(ctx) == was,
-	    "%s unbound again: back in its DMA domain, nothing left", nv);
+	    "%s unbound again: TRANSLATE is -ENODEV, nothing left", nv);
 }
 
 static void cpl_done(void *arg, const struct upcie_nvme_cqe *cqe, int err)
@@ -1172,6 +1252,8 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		TAP(!err && bar0.phys, "%s BAR0 at 0x%" PRIx64 ", %zu KiB", n0, bar0.phys,
 		    bar0.size / 1024);
 	}
+	if (test_unbound_target(ctx, &bar0))
+		return;
 	{
 		uint64_t page = vbar->phys + V_REFUSE;
 
