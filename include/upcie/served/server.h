@@ -1030,6 +1030,17 @@ static inline int upcie_served_do_iqp_create_(struct upcie_served *s, struct upc
 	memset(&io, 0, sizeof(io));
 	io.depth = depth;
 	io.max_xfer = s->o.iso_max_xfer;
+	/* a vector of its own (vector 0 is the admin queue's): the poller sleeps on it */
+	for (uint32_t v = 1; v < s->c->irqs.count && !io.irq; v++) {
+		bool used = false;
+
+		for (uint32_t k = 1; k <= s->c->nslots; k++)
+			used |= s->c->ioqs[k] && s->c->ioqs[k]->irq && s->c->ioqs[k]->vector == v;
+		if (!used) {
+			io.irq = true;
+			io.vector = (uint16_t)v;
+		}
+	}
 	err = upcie_nvme_ioq_create(&qp->q, s->c, &io);
 	if (err) {
 		upcie_served_after_(s);

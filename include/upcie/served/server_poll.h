@@ -377,10 +377,28 @@ static inline void upcie_served_poller_word_(struct upcie_served *s, uint32_t v)
 	s->poller_asleep = v == UPCIE_SERVED_POLLER_ASLEEP;
 }
 
+/* Does an isolated queue with commands in flight lack an interrupt vector (its completions
+ * must be looked for)? Lock held. */
+static inline bool upcie_served_busy_polled_(const struct upcie_served *s)
+{
+	if (s->irq_distrust)
+		return true;
+	for (uint32_t i = 0; i < s->o.max_clients; i++) {
+		const struct upcie_served_conn_ *cn = s->conns[i];
+
+		for (uint32_t k = 1; cn && cn->nqp && k <= UPCIE_SERVED_MAX_QP; k++)
+			if (cn->qps[k].used && cn->qps[k].iso && cn->qps[k].inflight &&
+			    !cn->qps[k].q.irq)
+				return true;
+	}
+	return false;
+}
+
 /* Largest nap of a poller that must look again on its own (commands in flight, or a client
  * that cannot wake it), and the longest sleep of one that every client can wake (a safety
  * net: an honest client's wakeup comes first, see proto.h's relay page). */
 #define UPCIE_SERVED_NAP_MAX_NS	  UINT64_C(1000000)
+#define UPCIE_SERVED_MAX_IRQ_POLL 64u /* vectors in one sleep's poll set */
 #define UPCIE_SERVED_SLEEP_MAX_NS UINT64_C(100000000)
 
 /*
@@ -394,7 +412,7 @@ static inline void upcie_served_poller_word_(struct upcie_served *s, uint32_t v)
 static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd *pf, uint32_t *idx,
 					   bool busy, uint64_t *nap)
 {
-	bool timed = busy, woke = false;
+	bool timed = busy && upcie_served_busy_polled_(s), woke = false;
 	uint64_t t0, dt, tmo;
 	struct timespec ts;
 	nfds_t n = 1;
@@ -415,6 +433,19 @@ static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd
 		} else if (cn->nqp) {
 			timed = true; /* it would not wake us: look again on our own */
 		}
+	}
+	/* the vectors of isolated queues with commands in flight: their completions wake us */
+	for (uint32_t i = 0; busy && i < s->o.max_clients; i++) {
+		struct upcie_served_conn_ *cn = s->conns[i];
+
+		for (uint32_t k = 1; cn && cn->nqp && k <= UPCIE_SERVED_MAX_QP; k++)
+			if (cn->qps[k].used && cn->qps[k].iso && cn->qps[k].inflight &&
+			    cn->qps[k].q.irq &&
+			    n < s->o.max_clients + 1 + UPCIE_SERVED_MAX_IRQ_POLL) {
+				pf[n].fd = s->c->irqs.efd[cn->qps[k].q.vector];
+				pf[n].events = POLLIN;
+				idx[n++] = UINT32_MAX; /* a vector, not a client */
+			}
 	}
 	upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_ASLEEP);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -438,11 +469,17 @@ static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd
 
 		if (!pf[k].revents)
 			continue;
-		/* drain it, when it is still the one polled (closed and reused meanwhile: not) */
-		if (k && (!s->conns[idx[k]] || s->conns[idx[k]]->wake_fd != pf[k].fd))
+		/* drain it, when it is still the one polled (closed and reused meanwhile: not);
+		 * a vector's eventfd lives as long as the controller */
+		if (k && idx[k] != UINT32_MAX &&
+		    (!s->conns[idx[k]] || s->conns[idx[k]]->wake_fd != pf[k].fd))
 			continue;
-		if (read(pf[k].fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && k)
-			woke = true;
+		if (read(pf[k].fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && k) {
+			if (idx[k] == UINT32_MAX)
+				s->st.irqs++;
+			else
+				woke = true;
+		}
 	}
 	upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_AWAKE);
 	s->st.naps++;
@@ -454,6 +491,20 @@ static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd
 	}
 	if (woke)
 		s->st.woken++;
+	if (busy && !timed && r == 0) {
+		/* slept on vectors to the timeout: were completions there all along? */
+		bool b2 = false;
+		unsigned late = upcie_served_relay_sweep_(s, &b2);
+
+		s->st.relayed += late;
+		if (late && !s->irq_distrust) {
+			s->irq_distrust = true;
+			UPCIE_ERR("served: completions came without their interrupt: the poller "
+				  "looks for them from now on");
+		}
+		upcie_served_poller_word_(s, UPCIE_SERVED_POLLER_AWAKE);
+		return late;
+	}
 	if (timed && r == 0 && *nap < UPCIE_SERVED_NAP_MAX_NS)
 		*nap *= 2;
 	return 0;
@@ -461,18 +512,21 @@ static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd
 
 /*
  * The poller: sweeps (upcie_served_relay_sweep_()) while there is work, spins relay_spin_ns
- * after the last (a command in flight: 20 times that, at least 1 ms, since its completion is
- * looked for, not signalled), then sleeps (upcie_served_sleep_()): until a client's wakeup
- * when nothing is in flight, in naps of 20 us doubling to 1 ms (which a client's wakeup cuts
- * short) while something is. Idle time is counted in sweeps that found nothing, not in time
- * alone: a poller the scheduler kept from running was not idle.
+ * after the last, then sleeps (upcie_served_sleep_()) until a client's wakeup or the interrupt
+ * of an isolated queue with commands in flight (each has an MSI-X vector of its own where the
+ * controller was given vectors: vfio). A command in flight on a queue without a vector (uio,
+ * no vector left, interrupts seen missing) is looked for: the poller spins 20 times
+ * relay_spin_ns, at least 1 ms, then naps of 20 us doubling to 1 ms, which a client's wakeup
+ * cuts short. Idle time is counted in sweeps that found nothing, not in time alone: a poller
+ * the scheduler kept from running was not idle.
  */
 static inline void *upcie_served_relay_main_(void *arg)
 {
 	struct upcie_served *s = (struct upcie_served *)arg;
 	uint64_t last = upcie_time_ns(), nap = 20000, spin_busy;
-	struct pollfd *pf = (struct pollfd *)calloc(s->o.max_clients + 1, sizeof(*pf));
-	uint32_t *idx = (uint32_t *)calloc(s->o.max_clients + 1, sizeof(*idx));
+	size_t np = s->o.max_clients + 1 + UPCIE_SERVED_MAX_IRQ_POLL;
+	struct pollfd *pf = (struct pollfd *)calloc(np, sizeof(*pf));
+	uint32_t *idx = (uint32_t *)calloc(np, sizeof(*idx));
 	unsigned empty = 0;
 
 	spin_busy = s->o.relay_spin_ns * 20 > 1000000 ? s->o.relay_spin_ns * 20 : 1000000;
@@ -496,7 +550,10 @@ static inline void *upcie_served_relay_main_(void *arg)
 			empty = 0;
 		} else if (++empty >= 64 && !(empty & 15)) {
 			now = upcie_time_ns();
-			if (now - last > (busy ? spin_busy : s->o.relay_spin_ns)) {
+			/* in flight on a queue without a vector: its completion is looked for */
+			bool polled = busy && upcie_served_busy_polled_(s);
+
+			if (now - last > (polled ? spin_busy : s->o.relay_spin_ns)) {
 				if (!pf || !idx) {
 					/* no memory for the poll set: the old naps */
 					struct timespec ts = { 0, (long)nap };

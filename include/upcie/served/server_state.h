@@ -163,6 +163,7 @@ struct upcie_served_stats {
 	uint64_t sleeps;	 /* the poller went to sleep until a client's wakeup */
 	uint64_t woken;		 /* it was woken by a client's submission (not its timeout) */
 	uint64_t sleep_timeouts; /* it woke at its sleep's timeout */
+	uint64_t irqs;		 /* it was woken by an isolated queue's interrupt vector */
 };
 
 struct upcie_served_mem_ {
@@ -274,6 +275,7 @@ struct upcie_served {
 	volatile int relay_stop;
 	int wake_ctl;	    /* eventfd: wakes the poller (stop, a new queue or wake fd) */
 	bool poller_asleep; /* the poller told the clients it sleeps (under lock) */
+	bool irq_distrust;  /* a vector slept through completions: look for them instead */
 	struct upcie_served_stats st;
 	uint8_t *scratch; /* message buffer */
 };
