@@ -118,6 +118,70 @@ static void t_sgl_lists(void)
 	rig_teardown(&r);
 }
 
+/*
+ * A request of many small segments on an SGL queue of 512 KiB commands (one list page, 256
+ * descriptors, per command): 512 KiB in one segment (the first command, 128 descriptors), then
+ * 300 segments of 512 bytes, each in its own 4 KiB granule (the second command, 300
+ * descriptors), is refused before anything is submitted, not part-way (-ENOSPC after the first
+ * command went out). The control: the small part in 150 segments of 1 KiB fits.
+ */
+static void t_sgl_descriptor_budget(void)
+{
+	static struct upcie_nvme_dseg segs[301];
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_ns ns;
+	struct rig r;
+	uint64_t f0;
+	int err;
+
+	rig_setup(&r);
+	r.cm.mdts = 0;
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns, &r.c, 1);
+	memset(&qo, 0, sizeof(qo));
+	qo.sgl = true;
+	qo.max_xfer = 512 * 1024;
+	qo.depth = 8;
+	err = upcie_nvme_ioq_create(&q, &r.c, &qo);
+	for (int k = 0; k < 2 && !err; k++) {
+		unsigned nsegs = k ? 150 : 300;
+		uint64_t seg = k ? 1024 : 512;
+		struct upcie_nvme_io io;
+
+		segs[0].mem = &r.data;
+		segs[0].off = 2 * RIG_MiB;
+		segs[0].len = 512 * 1024;
+		for (unsigned i = 1; i <= nsegs; i++) {
+			segs[i].mem = &r.data;
+			segs[i].off = (uint64_t)i * 4096;
+			segs[i].len = seg;
+		}
+		memset(&io, 0, sizeof(io));
+		io.opc = UPCIE_NVME_NVM_READ;
+		io.segs = segs;
+		io.nsegs = nsegs + 1;
+		f0 = __atomic_load_n(&r.cm.io_fetched, __ATOMIC_ACQUIRE);
+		err = upcie_nvme_ioq_io_sync(&q, &ns, &io, 0, NULL);
+		if (!k)
+			CHECK(err == -EINVAL &&
+				  __atomic_load_n(&r.cm.io_fetched, __ATOMIC_ACQUIRE) == f0,
+			      "SGL: 512 KiB, then 300 segments of 512 B (300 descriptors, 256 "
+			      "fit): refused up front, nothing sent (%d)",
+			      err);
+		else
+			CHECK(err == 0 &&
+				  __atomic_load_n(&r.cm.io_fetched, __ATOMIC_ACQUIRE) == f0 + 2,
+			      "SGL control: 512 KiB, then 150 segments of 1 KiB: two commands "
+			      "(%d)",
+			      err);
+		err = 0;
+	}
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 /* Create every granted queue and move 4 KiB through each. */
 static int all_queues_io(struct rig *r, uint32_t n)
 {
@@ -242,6 +306,7 @@ int main(void)
 	t_max_xfer();
 	t_admin_mdts();
 	t_sgl_lists();
+	t_sgl_descriptor_budget();
 	t_doorbells();
 	t_admin_only();
 	t_queue_alignment();

@@ -554,6 +554,35 @@ static inline int upcie_nvme_io_piece_(struct upcie_nvme_ioq *q, const struct up
 }
 
 /*
+ * An SGL queue's per-command list pages hold a bounded number of descriptors, one per
+ * device-contiguous run: check every piece of the request against them before any is submitted
+ * (a request of many small segments would otherwise fail part-way, its first pieces sent).
+ * `sp` is rewound. Returns 0 or -EINVAL.
+ */
+static inline int upcie_nvme_io_sgl_fit_(const struct upcie_nvme_ioq *q,
+					 struct upcie_nvme_split *sp, struct upcie_nvme_dseg *piece,
+					 unsigned max)
+{
+	struct upcie_nvme_split dry = *sp;
+	uint64_t off, len;
+	uint32_t need;
+	int n;
+
+	while ((n = upcie_nvme_split_next(&dry, piece, max, &off, &len)) > 0) {
+		need = upcie_nvme_sgl_lists_needed(piece, (unsigned)n, q->dptr.page_shift);
+		if (need > q->lpages)
+			return UPCIE_FAIL(
+			    -EINVAL,
+			    "nvme %s: queue %u: the command for bytes %" PRIu64 "..%" PRIu64
+			    " of the request needs %u SGL list pages, the queue has %u per "
+			    "command: "
+			    "use fewer, larger segments (device-contiguous runs) or a PRP queue",
+			    q->ctrl->name, q->qid, off, off + len, need, q->lpages);
+	}
+	return n < 0 ? n : 0;
+}
+
+/*
  * The engine of both submission styles. wait_ns == 0: everything must fit now (-EBUSY
  * otherwise, nothing submitted); else commands are fed as room frees, until wait_ns passes.
  */
@@ -609,6 +638,8 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 			return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
 	}
 	err = upcie_nvme_split_init(&sp, io->segs, io->nsegs, chunk, ns->block_bytes);
+	if (!err && q->sgl)
+		err = upcie_nvme_io_sgl_fit_(q, &sp, piece, io->nsegs);
 	if (err)
 		goto out;
 	upcie_nvme_req_begin_(r, q, ns);
@@ -657,7 +688,8 @@ out:
  * commands did. Returns 0 (the callback will come, also for errors of a request that was
  * partly submitted), -EBUSY (not enough room now: reap and retry; nothing submitted), -EINVAL
  * (request that breaks the PRP/SGL rules, not whole blocks, missing metadata buffer, more
- * commands than the queue can ever hold), -EOPNOTSUPP.
+ * commands than the queue can ever hold, on an SGL queue a command needing more descriptors
+ * than its list pages hold: all checked before anything is submitted), -EOPNOTSUPP.
  */
 static inline int upcie_nvme_ioq_submit_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 					   const struct upcie_nvme_io *io, struct upcie_nvme_req *r)

@@ -134,6 +134,23 @@ static inline void upcie_nvme_sgl_walk_segs_(struct upcie_nvme_sgl_walk_ *w,
 }
 
 /*
+ * List pages an SGL for `nsegs` segments (checked as upcie_nvme_sgl_build() checks them) needs
+ * with `page_shift` pages: 0 when one descriptor (SGL1) holds it. The count of the build's own
+ * first pass, for checking a request before any of it is submitted.
+ */
+static inline uint32_t upcie_nvme_sgl_lists_needed(const struct upcie_nvme_dseg *segs,
+						   unsigned nsegs, unsigned page_shift)
+{
+	struct upcie_nvme_sgl_walk_ w;
+
+	memset(&w, 0, sizeof(w));
+	upcie_nvme_sgl_walk_segs_(&w, segs, nsegs);
+	if (w.count <= 1)
+		return 0;
+	return upcie_nvme_lists_needed_(w.count, (uint32_t)((UINT64_C(1) << page_shift) / 16));
+}
+
+/*
  * Fill the data pointer of `sqe` with an SGL (PSDT = SGL, MPTR untouched) for `nsegs`
  * segments. `lists` provides list pages when more than one descriptor is needed (may be NULL
  * otherwise). Returns the number of list pages used, or:
