@@ -999,8 +999,9 @@ struct upcie_nvme_gqp_keep_ {
 	}
 };
 
+/* upcie_nvme_gqp_reap_() of a queue whose PENDING bitmap is in registers (w->pw non-zero). */
 template <bool Each, typename F>
-__device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
+__device__ static inline uint32_t upcie_nvme_gqp_reap_pend_(struct upcie_nvme_gqp_warp *w, F &f)
 {
 	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
 	uint32_t lane = upcie_nvme_gqp_lane_();
@@ -1205,6 +1206,153 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_war
 	if (lane == 0)
 		upcie_nvme_port_doorbell(w->cqdb, w->cq_head);
 	return n;
+}
+
+/*
+ * upcie_nvme_gqp_reap_() of a queue without the bitmap: every consumed entry claims its CID in
+ * the state table. Kept apart from the bitmap path, which made this one slower on the H200 when
+ * both were one body (docs/results/gpu-queues.md).
+ */
+template <bool Each, typename F>
+__device__ static inline uint32_t upcie_nvme_gqp_reap_cas_(struct upcie_nvme_gqp_warp *w, F &f)
+{
+	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
+	uint32_t lane = upcie_nvme_gqp_lane_();
+	uint4 v[UPCIE_NVME_GQP_REAP_ROUNDS];
+	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS], st[UPCIE_NVME_GQP_REAP_ROUNDS];
+	uint32_t n = 0, last_dw2;
+	/* Rounds worth loading: no more completions can be due than commands are outstanding
+	 * (at least one round, so entries for CIDs not outstanding are still found). */
+	uint32_t rounds = (w->ncids - w->nfree + 31) >> 5;
+	bool stop = false;
+
+	if (!rounds)
+		rounds = 1;
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) { /* every load issued before any result is used */
+		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
+
+		if (idx >= w->depth)
+			idx -= w->depth;
+		v[r] = r < rounds && pos < w->depth ? UPCIE_NVME_GQP_CQ_LOAD(&w->cq[idx])
+						    : make_uint4(0, 0, 0, 0);
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane,
+			 ph = w->phase ^ (w->cq_head + pos >= w->depth ? 1u : 0u);
+
+		m[r] = r < rounds ? __ballot_sync(UPCIE_NVME_GQP_FULL_,
+						  pos < w->depth && ((v[r].w >> 16) & 1u) == ph)
+				  : 0u;
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		if (stop)
+			break;
+		if (m[r] == UPCIE_NVME_GQP_FULL_) {
+			n += 32;
+		} else {
+			n += __ffs(~m[r]) - 1;
+			stop = true;
+		}
+	}
+	if (!n)
+		return 0;
+	/* What the controller wrote before these entries is visible to this warp's loads after. */
+	UPCIE_NVME_GQP_ACQUIRE();
+	/*
+	 * After the fence, issued together: dw0..dw2 again (the poll's vector load may have torn,
+	 * "CQE loads"), and the claim of every consumed entry's CID, all rounds at once: PENDING
+	 * becomes FREE (reap_each) or DONE in one atomicCAS per entry, so a CID posted twice (in one
+	 * round or across rounds) is taken by one entry only and the others see it taken. One round
+	 * trip for both instead of a dependent state load per round (docs/results/gpu-queues.md).
+	 */
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos, c = v[r].w & 0xffffu;
+
+		if (idx >= w->depth)
+			idx -= w->depth;
+		if (UPCIE_NVME_GQP_CQE_RELOAD && pos < n) {
+			uint4 e = UPCIE_NVME_GQP_CQE_RELOAD_LD(&w->cq[idx]);
+
+			v[r].x = e.x;
+			v[r].y = e.y;
+			v[r].z = e.z;
+		}
+		st[r] = UPCIE_NVME_GQP_FREE;
+		if (pos < n && c < w->ncids)
+			st[r] = atomicCAS(&w->state[c], UPCIE_NVME_GQP_PENDING,
+					  Each ? UPCIE_NVME_GQP_FREE : UPCIE_NVME_GQP_DONE);
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < R; r++) {
+		uint32_t pos = r * 32 + lane;
+		uint16_t c = (uint16_t)v[r].w;
+		bool freeing = false, bad = false, late = false;
+
+		if (r * 32 >= n)
+			break;
+		if (pos < n) {
+			if (st[r] == UPCIE_NVME_GQP_PENDING) {
+				if (Each) {
+					struct upcie_nvme_cqe e;
+
+					e.dw0 = v[r].x;
+					e.dw1 = v[r].y;
+					e.dw2 = v[r].z;
+					e.dw3 = v[r].w;
+					freeing = true;
+					f(e);
+				} else {
+					*(uint4 *)&w->cpl[c] = v[r];
+				}
+			} else if (st[r] == UPCIE_NVME_GQP_CANCELLED &&
+				   atomicCAS(&w->state[c], UPCIE_NVME_GQP_CANCELLED,
+					     UPCIE_NVME_GQP_FREE) == UPCIE_NVME_GQP_CANCELLED) {
+				freeing = true; /* a late completion: the CID is free again */
+				late = true;
+			} else {
+				bad = true; /* not outstanding, or taken by another entry */
+			}
+		}
+		upcie_nvme_gqp_push_(w, freeing, c, __ballot_sync(UPCIE_NVME_GQP_FULL_, freeing));
+		w->nbad += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, bad));
+		w->nlate += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, late));
+	}
+	/* The SQ head the controller reported last: in the newest entry consumed. */
+	{
+		uint32_t lr = (n - 1) >> 5, ll = (n - 1) & 31, mine_dw2 = 0;
+
+#pragma unroll
+		for (uint32_t r = 0; r < R; r++)
+			if (r == lr)
+				mine_dw2 = v[r].z;
+		last_dw2 = __shfl_sync(UPCIE_NVME_GQP_FULL_, mine_dw2, ll);
+	}
+	if ((last_dw2 & 0xffffu) < w->depth)
+		w->sq_head = last_dw2 & 0xffffu;
+	else
+		w->nbad_sqhd++;
+	w->cq_head += n;
+	if (w->cq_head >= w->depth) {
+		w->cq_head -= w->depth;
+		w->phase ^= 1u;
+	}
+	__syncwarp();
+	if (lane == 0)
+		upcie_nvme_port_doorbell(w->cqdb, w->cq_head);
+	return n;
+}
+
+/* Warp-collective: the reap behind upcie_nvme_gqp_reap() and _reap_each(). */
+template <bool Each, typename F>
+__device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
+{
+	if (w->pw) /* warp-uniform */
+		return upcie_nvme_gqp_reap_pend_<Each>(w, f);
+	return upcie_nvme_gqp_reap_cas_<Each>(w, f);
 }
 
 /*
