@@ -152,16 +152,6 @@
 #endif
 
 /*
- * Free CIDs kept in registers, 32 per register per lane (the top of the free stack: enqueue
- * takes them without a load). One register: on the H200 four (as many as one reap frees) made
- * the enqueue at QD 32 slower than the loads they spared at QD 128 (docs/results/gpu-queues.md).
- */
-#ifndef UPCIE_NVME_GQP_CWIN_REGS
-#define UPCIE_NVME_GQP_CWIN_REGS 1
-#endif
-#define UPCIE_NVME_GQP_CWIN (32u * UPCIE_NVME_GQP_CWIN_REGS)
-
-/*
  * Most 32-CID words of the PENDING bitmap kept in registers (struct upcie_nvme_gqp_warp.pend):
  * queues with up to 32 x this many CIDs check completions without a memory round trip; larger
  * ones claim every CID in the state table (one atomicCAS each). Each reap spends one warp
@@ -302,11 +292,10 @@ struct upcie_nvme_gqp_warp {
 	uint32_t depth, ncids;
 	uint32_t sq_tail, sq_db, sq_head, cq_head, phase, nfree;
 	uint32_t nbad, nbad_sqhd, nlate;
-	/* The top of the free-CID stack in registers: entry i (register i / 32 of lane i % 32)
-	 * holds cid_free[nfree - 1 - i] for i < cwin (cwin warp-uniform, at most
-	 * UPCIE_NVME_GQP_CWIN). Memory stays authoritative: every push is also stored; the window
-	 * only spares enqueue the load of the CIDs it takes. */
-	uint32_t ctop[UPCIE_NVME_GQP_CWIN_REGS], cwin;
+	/* The top of the free-CID stack in registers: lane i holds cid_free[nfree - 1 - i] for
+	 * i < cwin (cwin warp-uniform, at most 32). Memory stays authoritative: every push is
+	 * also stored; the window only spares enqueue the load of the CIDs it takes. */
+	uint32_t ctop, cwin;
 	/* Which CIDs are PENDING, in registers when ncids <= 32 x UPCIE_NVME_GQP_PEND_WORDS (pw
 	 * words, else 0): bit b of lane k's word is CID 32 k + b. It mirrors the state table, which
 	 * stays authoritative (every change is also stored); the reap checks its entries against
@@ -415,10 +404,11 @@ __device__ static inline void upcie_nvme_gqp_pend_note_(struct upcie_nvme_gqp_wa
 {
 	uint32_t bit = on ? 1u << (c & 31) : 0u;
 
+	if (!w->pw) /* warp-uniform */
+		return;
 #pragma unroll
 	for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-		if (k < w->pw)
-			w->pset[k] |= (c >> 5) == k ? bit : 0u;
+		w->pset[k] |= (c >> 5) == k ? bit : 0u;
 }
 
 /* Warp-collective. Merge the noted CIDs into the bitmap (before anything clears bits). */
@@ -499,13 +489,10 @@ __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w
 	w->phase = q->phase;
 	w->nfree = q->nfree;
 	w->nbad = w->nbad_sqhd = w->nlate = 0;
-	w->cwin = w->nfree < UPCIE_NVME_GQP_CWIN ? w->nfree : UPCIE_NVME_GQP_CWIN;
-#pragma unroll
-	for (uint32_t k = 0; k < UPCIE_NVME_GQP_CWIN_REGS; k++) {
-		uint32_t i = 32 * k + upcie_nvme_gqp_lane_();
-
-		w->ctop[k] = i < w->cwin ? w->cid_free[w->nfree - 1 - i] : 0u;
-	}
+	w->cwin = w->nfree < 32u ? w->nfree : 32u;
+	w->ctop = upcie_nvme_gqp_lane_() < w->cwin
+		      ? w->cid_free[w->nfree - 1 - upcie_nvme_gqp_lane_()]
+		      : 0u;
 	w->pw = upcie_nvme_gqp_pend_words_(w->ncids);
 	w->pend = 0;
 #pragma unroll
@@ -661,27 +648,13 @@ __device__ static inline void upcie_nvme_gqp_advance_(struct upcie_nvme_gqp_warp
 	if (w->sq_tail >= w->depth)
 		w->sq_tail -= w->depth;
 	w->nfree -= grant;
-	/* The window loses its top `grant` entries (grant is at most 32): entry i takes entry
-	 * i + grant, from the same register or, past lane 31, the next one. */
-	{
-		uint32_t lane = upcie_nvme_gqp_lane_(), src = (lane + grant) & 31u,
-			 t[UPCIE_NVME_GQP_CWIN_REGS];
-
-#pragma unroll
-		for (uint32_t k = 0; k < UPCIE_NVME_GQP_CWIN_REGS; k++)
-			t[k] = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop[k], (int)src);
-#pragma unroll
-		for (uint32_t k = 0; k < UPCIE_NVME_GQP_CWIN_REGS; k++)
-			w->ctop[k] = lane + grant < 32u ? t[k]
-				     : k + 1 < UPCIE_NVME_GQP_CWIN_REGS
-					 ? t[k + 1 < UPCIE_NVME_GQP_CWIN_REGS ? k + 1 : k]
-					 : 0u;
-	}
+	/* The window loses its top `grant` entries (grant is at most 32). */
+	w->ctop = __shfl_down_sync(UPCIE_NVME_GQP_FULL_, w->ctop, grant & 31u);
 	w->cwin = w->cwin > grant ? w->cwin - grant : 0u;
 }
 
 /* The CID that the lane of rank `rank` takes (rank < grant <= nfree): from the window, or past
- * its end from the stack in memory. `wc` is __shfl_sync(ctop[0], rank), taken by every lane. */
+ * its end from the stack in memory. `wc` is __shfl_sync(ctop, rank), taken by every lane. */
 __device__ static inline uint16_t upcie_nvme_gqp_take_(const struct upcie_nvme_gqp_warp *w,
 						       uint32_t rank, uint32_t wc)
 {
@@ -701,27 +674,15 @@ __device__ static inline void upcie_nvme_gqp_push_(struct upcie_nvme_gqp_warp *w
 		w->cid_free[w->nfree + __popc(fm & ((1u << lane) - 1))] = c;
 	if (!k) /* warp-uniform */
 		return;
-	/* Window entry i < k takes the pushed CID of rank k - 1 - i, entries past k the old entry
-	 * i - k (same register, or past lane 0 the previous one); the bottom k fall out (they are
-	 * in memory). */
+	/* Window lane i < k takes the pushed CID of rank k - 1 - i, lanes past k the old lane i - k. */
 	if (lane < k)
 		src = fm == (k == 32 ? UPCIE_NVME_GQP_FULL_ : (1u << k) - 1)
 			  ? k - 1 - lane
 			  : (uint32_t)__fns(fm, 0, (int)(k - lane));
 	p = __shfl_sync(UPCIE_NVME_GQP_FULL_, (uint32_t)c, (int)src);
-	{
-		uint32_t u[UPCIE_NVME_GQP_CWIN_REGS];
-
-#pragma unroll
-		for (uint32_t r = 0; r < UPCIE_NVME_GQP_CWIN_REGS; r++)
-			u[r] =
-			    __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop[r], (int)((lane - k) & 31u));
-#pragma unroll
-		for (uint32_t r = 0; r < UPCIE_NVME_GQP_CWIN_REGS; r++)
-			w->ctop[r] = lane >= k ? u[r] : r ? u[r ? r - 1 : 0] : p;
-	}
-	o = w->cwin + k;
-	w->cwin = o < UPCIE_NVME_GQP_CWIN ? o : UPCIE_NVME_GQP_CWIN;
+	o = __shfl_up_sync(UPCIE_NVME_GQP_FULL_, w->ctop, k & 31u);
+	w->ctop = lane < k ? p : o;
+	w->cwin = w->cwin + k < 32u ? w->cwin + k : 32u;
 	w->nfree += k;
 }
 
@@ -772,7 +733,7 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 							  uint16_t *cid)
 {
 	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, has, x, buf, len);
-	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop[0], (int)(k.rank & 31u));
+	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
 	uint64_t wd[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 	uint16_t c = 0;
@@ -816,7 +777,7 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 	if (w->coop) /* warp-uniform */
 		return upcie_nvme_gqp_enqueue_coop_(w, has, sqe, x, buf, len, cid);
 	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, has, x, buf, len);
-	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop[0], (int)(k.rank & 31u));
+	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
 	uint16_t c = 0;
 
