@@ -112,6 +112,7 @@ struct nvme_cmodel {
 	uint8_t io_fail_crd;
 	uint64_t io_notready_until_ns;
 	uint16_t crdt[3]; /* Identify CRDT1..3 (100 ms units) */
+	uint32_t ctratt;  /* Identify CTRATT (bit 15: extended LBA formats) */
 	/* NVM command set Identify Controller (CNS 06h): WZSL, DMRL, DMRSL; 0: no limit */
 	uint8_t wzsl, dmrl;
 	uint32_t dmrsl;
@@ -408,6 +409,7 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		id->oaes = cm->oaes;
 		id->lpa = cm->lpa;
 		memcpy(id->crdt, cm->crdt, sizeof(id->crdt));
+		id->ctratt = cm->ctratt;
 	} else if (cns == UPCIE_NVME_CNS_NS) {
 		struct upcie_nvme_id_ns *ns = (struct upcie_nvme_id_ns *)buf;
 		uint8_t lbads = 0;

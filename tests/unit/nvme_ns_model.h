@@ -36,6 +36,7 @@ struct nvme_nsm_ns {
 	uint16_t ms;
 	bool ext;	      /* metadata interleaved with the data */
 	uint8_t dps;	      /* PI type (and PIP) */
+	uint8_t pif, sts;     /* extended LBA format of the format in use (CNS 05h, CSI 00h) */
 	uint8_t csi;	      /* UPCIE_NVME_CSI_NVM or _ZNS */
 	uint64_t zone_blocks; /* zoned */
 	uint8_t nlbaf;	      /* formats reported, 0's based (the one in use is format lbaf) */
@@ -59,6 +60,7 @@ struct nvme_nsm {
 	bool no_desc_list;   /* CNS 03h: Invalid Field in Command */
 	bool bad_desc_list;  /* CNS 03h: a descriptor that runs past the page */
 	bool endless_list;   /* CNS 02h: NSIDs 1..1024 whatever the start */
+	uint32_t n_cs_ns;    /* CNS 05h asked */
 	/* Identify Namespace overrides for nsid `over_nsid` (fuzz-like absurd values) */
 	uint32_t over_nsid;
 	void (*over)(struct upcie_nvme_id_ns *id);
@@ -249,6 +251,13 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 
 		if (!n)
 			return UPCIE_NVME_SC_INVALID_NS;
+		t->n_cs_ns++;
+		if (csi == UPCIE_NVME_CSI_NVM && n->csi == UPCIE_NVME_CSI_NVM) {
+			struct upcie_nvme_id_ns_nvm *v = (struct upcie_nvme_id_ns_nvm *)buf;
+
+			v->elbaf[n->lbaf & 63] = (n->sts & 0x7fu) | ((uint32_t)(n->pif & 3u) << 7);
+			return 0;
+		}
 		if (csi != UPCIE_NVME_CSI_ZNS || n->csi != UPCIE_NVME_CSI_ZNS)
 			return UPCIE_NVME_SC_INVALID_FIELD;
 		z->mar = z->mor = UINT32_MAX;

@@ -359,6 +359,88 @@ static void t_pi(void)
 	rig_teardown(&r);
 }
 
+/*
+ * Extended LBA formats (CNS 05h, CSI 00h, CTRATT.ELBAS): a PI namespace whose format has a
+ * storage tag, or a 64-bit guard, gets no I/O that asks the controller to read PI fields upcie
+ * lays out for the 16-bit guard format only (the reference tag would land in storage tag
+ * bits); the control is the same namespace without them. I/O without PRACT/PRCHK, the PI in a
+ * metadata buffer, still works.
+ */
+static void t_elbaf(void)
+{
+	static const struct {
+		uint8_t pif, sts;
+		int err;
+	} cases[] = { { 0, 0, 0 }, { 0, 16, -EOPNOTSUPP }, { 2, 0, -EOPNOTSUPP } };
+
+	for (unsigned i = 0; i < UPCIE_ARRAY_SIZE(cases); i++) {
+		struct upcie_nvme_ns ns, ns16;
+		struct upcie_nvme_ioq q;
+		struct nvme_nsm_ns *m, *m16;
+		struct upcie_nvme_io io;
+		struct upcie_nvme_dseg seg;
+		struct upcie_nvme_req wz;
+		struct rig r;
+		uint32_t io0;
+		int err;
+
+		rig_setup(&r);
+		r.cm.oncs = UPCIE_NVME_ONCS_WRITE_ZEROES;
+		m = nvme_nsm_add(&r.nsm, 5, 512, 4096, 8, false, UPCIE_NVME_DPS_PIT_1, 0);
+		m16 = nvme_nsm_add(&r.nsm, 6, 512, 4096, 16, false, UPCIE_NVME_DPS_PIT_1, 0);
+		m->pif = m16->pif = cases[i].pif;
+		m->sts = m16->sts = cases[i].sts;
+		rig_use_nsm(&r);
+		r.cm.ctratt = UPCIE_NVME_CTRATT_ELBAS;
+		rig_start(&r);
+		rig_ctrl(&r, NULL);
+		err = upcie_nvme_ns_open(&ns, &r.c, 5);
+		if (!err)
+			err = upcie_nvme_ns_open(&ns16, &r.c, 6);
+		if (!err)
+			err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+		CHECK(err == 0 && ns.pif == cases[i].pif && ns.sts == cases[i].sts &&
+			  r.nsm.n_cs_ns >= 2,
+		      "ELBAF read: PIF %u, STS %u (%d)", ns.pif, ns.sts, err);
+		io0 = m->n_io;
+		err = upcie_nvme_ioq_write_sync(&q, &ns, 0, &r.data, 0, 4096, NULL);
+		CHECK(err == cases[i].err && m->n_io == io0 + (cases[i].err ? 0 : 1),
+		      "%sPI with PIF %u, STS %u: a PRACT Write %s (%d)",
+		      cases[i].err ? "" : "control: ", cases[i].pif, cases[i].sts,
+		      cases[i].err ? "refused, nothing sent" : "goes", err);
+		memset(&wz, 0, sizeof(wz));
+		io0 = m->n_io;
+		err = upcie_nvme_ioq_sync(&q, upcie_nvme_ioq_write_zeroes(&q, &ns, 0, 1, 0, &wz),
+					  &wz, 0, NULL);
+		CHECK(err == cases[i].err && m->n_io == io0 + (cases[i].err ? 0 : 1),
+		      "PIF %u, STS %u: Write Zeroes (PRACT) %s (%d)", cases[i].pif, cases[i].sts,
+		      cases[i].err ? "refused" : "goes", err);
+		memset(&io, 0, sizeof(io));
+		seg.mem = &r.data;
+		seg.off = 0;
+		seg.len = 4096;
+		io.opc = UPCIE_NVME_NVM_WRITE;
+		io.segs = &seg;
+		io.nsegs = 1;
+		io.md = &r.host;
+		io.md_off = 8 * RIG_MiB;
+		io0 = m16->n_io;
+		err = upcie_nvme_ioq_io_sync(&q, &ns16, &io, 0, NULL);
+		CHECK(err == 0 && m16->n_io == io0 + 1,
+		      "PIF %u, STS %u: a Write with the PI in the metadata buffer, no PRCHK, goes "
+		      "(%d)",
+		      cases[i].pif, cases[i].sts, err);
+		io.flags = UPCIE_NVME_RW_PRCHK_REF;
+		err = upcie_nvme_ioq_io_sync(&q, &ns16, &io, 0, NULL);
+		CHECK(err == (cases[i].err ? cases[i].err : 0) &&
+			  m16->n_io == io0 + (cases[i].err ? 1 : 2),
+		      "PIF %u, STS %u: with a reference tag check: %s (%d)", cases[i].pif,
+		      cases[i].sts, cases[i].err ? "refused" : "goes", err);
+		upcie_nvme_ioq_delete(&q);
+		rig_teardown(&r);
+	}
+}
+
 static void t_zoned(void)
 {
 	struct upcie_nvme_ns ns;
@@ -481,6 +563,7 @@ int main(void)
 	t_absurd_ns();
 	t_absurd_ctrl();
 	t_pi();
+	t_elbaf();
 	t_zoned();
 	t_odd_metadata();
 	return check_done();

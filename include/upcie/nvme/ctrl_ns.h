@@ -41,6 +41,8 @@ struct upcie_nvme_ns {
 	bool zoned;	      /* Zoned Namespace: writes only at a zone's write pointer */
 	uint64_t zone_blocks; /* zoned: logical blocks per zone */
 	uint32_t prinfo;      /* PRINFO bits upcie sets on Read/Write/Compare without md */
+	uint8_t pif;	      /* protection information format (ELBAF: UPCIE_NVME_PIF_*) */
+	uint8_t sts;	      /* storage tag bits (ELBAF STS); 0: none */
 	bool slow;	      /* needs the general I/O path (metadata buffer, PI, zones) */
 	/* what the controller last saw of this namespace (upcie_nvme_ns_open()); NULL: never
 	   checked (filled by upcie_nvme_ns_parse() alone) */
@@ -220,6 +222,64 @@ out:
 	return err;
 }
 
+/*
+ * The extended LBA format of an NVM namespace (CNS 05h, CSI 00h, where CTRATT.ELBAS says the
+ * controller has it): the protection information format and the storage tag size, which decide
+ * what the PI fields of a command mean. Without it: 16-bit guard, no storage tag (NVMe 1.x).
+ * A reserved PIF is counted as absurd and kept (protected I/O is then refused).
+ */
+static inline int upcie_nvme_ns_elbaf_(struct upcie_nvme_ns *ns, struct upcie_nvme_ctrl *c)
+{
+	struct upcie_nvme_id_ns_nvm *id;
+	uint32_t e;
+	int err;
+
+	if (ns->csi != UPCIE_NVME_CSI_NVM || !(c->id.ctratt & UPCIE_NVME_CTRATT_ELBAS) ||
+	    upcie_nvme_cc_css(c->cc) != UPCIE_NVME_CC_CSS_IOCS)
+		return 0;
+	id = (struct upcie_nvme_id_ns_nvm *)malloc(sizeof(*id));
+	if (!id)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	err =
+	    upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_NS, ns->nsid, UPCIE_NVME_CSI_NVM, id);
+	if (!err) {
+		e = id->elbaf[ns->lbaf & 63];
+		ns->sts = UPCIE_NVME_ELBAF_STS(e);
+		ns->pif = UPCIE_NVME_ELBAF_PIF(e);
+		if (ns->pif == 3) {
+			pthread_mutex_lock(&c->lock);
+			upcie_nvme_ns_bad_(&c->nbad_id, ns->nsid, false,
+					   "a reserved protection information format (PIF 3)");
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	free(id);
+	return err == -EIO ? 0 : err; /* refused: taken as NVMe 1.x formats */
+}
+
+/*
+ * Whether the controller would read PI fields of a command on `ns` (PRACT or PRCHK in `flags`)
+ * that upcie cannot fill: it builds the 16-bit guard format with the reference tag in CDW14,
+ * which a 32/64-bit guard format or a storage tag lay out otherwise. 0 or -EOPNOTSUPP (logged).
+ */
+static inline int upcie_nvme_ns_pi_fmt_check_(const struct upcie_nvme_ns *ns, uint32_t flags)
+{
+	if (!ns->pi || (!ns->pif && !ns->sts) ||
+	    !(flags & (UPCIE_NVME_RW_PRACT | UPCIE_NVME_RW_PRCHK_GUARD | UPCIE_NVME_RW_PRCHK_APP |
+		       UPCIE_NVME_RW_PRCHK_REF)))
+		return 0;
+	return UPCIE_FAIL(-EOPNOTSUPP,
+			  "nvme: namespace %u: protection information with a %u-bit guard and %u "
+			  "storage tag bits: upcie fills the PI fields of the 16-bit guard format "
+			  "only; protected I/O refused (send it without PRACT/PRCHK, the PI in the "
+			  "metadata buffer)",
+			  ns->nsid,
+			  ns->pif == UPCIE_NVME_PIF_16 ? 16u
+			  : ns->pif == 1	       ? 32u
+						       : 64u,
+			  ns->sts);
+}
+
 /* The record of `nsid` (lock held), created when absent. NULL: out of memory. */
 static inline struct upcie_nvme_ns_rec_ *upcie_nvme_ns_rec_get_locked_(struct upcie_nvme_ctrl *c,
 								       uint32_t nsid)
@@ -253,7 +313,8 @@ static inline bool upcie_nvme_ns_rec_same_(const struct upcie_nvme_ns_rec_ *r,
 {
 	return !r->gone && r->nsze == ns->nsze && r->lba_bytes == ns->lba_bytes &&
 	       r->ms == ns->ms && r->lbaf == ns->lbaf && r->dps == ns->dps && r->csi == ns->csi &&
-	       r->ext == ns->ext && r->zone_blocks == ns->zone_blocks;
+	       r->ext == ns->ext && r->zone_blocks == ns->zone_blocks && r->pif == ns->pif &&
+	       r->sts == ns->sts;
 }
 
 /* Take what `ns` says (NULL: gone) into `r`, advancing its generation when that differs. Lock
@@ -273,6 +334,8 @@ static inline bool upcie_nvme_ns_rec_take_locked_(struct upcie_nvme_ns_rec_ *r,
 		r->csi = ns->csi;
 		r->ext = ns->ext;
 		r->zone_blocks = ns->zone_blocks;
+		r->pif = ns->pif;
+		r->sts = ns->sts;
 	}
 	__atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELEASE);
 	return true;
@@ -311,6 +374,8 @@ static inline int upcie_nvme_ns_read_(struct upcie_nvme_ns *ns, struct upcie_nvm
 		goto out;
 	ns->ctrl = c;
 	err = upcie_nvme_ns_csi_(ns, c);
+	if (!err)
+		err = upcie_nvme_ns_elbaf_(ns, c);
 out:
 	free(id);
 	if (err)

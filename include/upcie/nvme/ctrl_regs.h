@@ -176,7 +176,7 @@ struct upcie_nvme_ns_rec_ {
 	bool gone;    /* not active any more (detached, deleted) */
 	uint64_t nsze;
 	uint32_t lba_bytes, ms;
-	uint8_t lbaf, dps, csi;
+	uint8_t lbaf, dps, csi, pif, sts;
 	bool ext;
 	uint64_t zone_blocks;
 };

@@ -15,7 +15,10 @@
  * metadata travels inside the data buffer (block_bytes = lba_bytes + ms). A namespace whose
  * metadata is exactly its protection information (8 bytes) is driven with PRACT and the guard
  * and reference checks: no metadata anywhere, the controller makes and checks the PI. PI inside
- * larger metadata travels in the caller's metadata buffer, untouched. Identify Namespace is
+ * larger metadata travels in the caller's metadata buffer, untouched. The PI fields a command
+ * carries (PRACT, PRCHK, the reference tag in CDW14) are those of the 16-bit guard format:
+ * where the extended LBA format (CNS 05h) gives a 32/64-bit guard or a storage tag, I/O asking
+ * for them is refused (-EOPNOTSUPP); without them it goes. Identify Namespace is
  * device-written data: it is checked before use (upcie_nvme_ns_parse()). The namespace's I/O
  * command set is identified: NVM, or Zoned Namespace, whose zone size is kept and to which
  * plain Writes are refused unless the request says it keeps the zone semantics (io.zoned); other
@@ -459,6 +462,10 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 				  " blocks a zone): a Write must land at its zone's write pointer; "
 				  "submit it with io.zoned set if that is what you do",
 				  ns->ctrl->name, ns->nsid, ns->zone_blocks);
+	/* the PI fields io_piece_() fills: PRINFO as given, plus PRACT without a metadata buffer */
+	err = upcie_nvme_ns_pi_fmt_check_(ns, io->flags | (ns->pract && !io->md ? ns->prinfo : 0));
+	if (err)
+		return err;
 	if (!upcie_nvme_ioq_chunk_(q, ns))
 		return UPCIE_FAIL(
 		    -EINVAL,
@@ -779,6 +786,9 @@ static inline int upcie_nvme_ioq_write_zeroes(struct upcie_nvme_ioq *q,
 	/* with PI, the controller writes valid protection information for the zeroes */
 	if (ns->pi)
 		flags |= UPCIE_NVME_RW_PRACT;
+	err = upcie_nvme_ns_pi_fmt_check_(ns, flags);
+	if (err)
+		return err;
 	if (ns->ctrl->wz_max_bytes && (uint64_t)nlb * ns->lba_bytes > ns->ctrl->wz_max_bytes)
 		return UPCIE_FAIL(
 		    -EINVAL,

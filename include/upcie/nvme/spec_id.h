@@ -303,6 +303,27 @@ struct upcie_nvme_zns_lbafe {
 	uint8_t rsvd[7];
 };
 
+/*
+ * I/O command set specific Identify Namespace for the NVM command set (CNS 05h, CSI 00h; Identify
+ * Controller CTRATT bit 15, ELBAS): the extended LBA formats, one dword per LBA format.
+ */
+struct upcie_nvme_id_ns_nvm {
+	uint64_t lbstm;	    /* 0: logical block storage tag mask */
+	uint8_t pic;	    /* 8: protection information capabilities */
+	uint8_t rsvd9[3];   /* 9 */
+	uint32_t elbaf[64]; /* 12: STS (6:0), PIF (8:7) per LBA format */
+	uint8_t rsvd268[3828];
+};
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns_nvm, elbaf) == 12, "ELBAF0");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ns_nvm) == 4096, "NVM Identify Namespace size");
+
+#define UPCIE_NVME_CTRATT_ELBAS (1u << 15)	       /* extended LBA formats (CNS 05h for NVM) */
+#define UPCIE_NVME_ELBAF_STS(x) ((uint8_t)((x)&0x7fu)) /* storage tag bits */
+#define UPCIE_NVME_ELBAF_PIF(x) ((uint8_t)(((x) >> 7) & 3u)) /* protection info format */
+#define UPCIE_NVME_PIF_16	0 /* 16-bit guard: the 8-byte PI of NVMe 1.x */
+#define UPCIE_NVME_PIF_32	1 /* 32-bit guard */
+#define UPCIE_NVME_PIF_64	2 /* 64-bit guard */
+
 /* I/O command set specific Identify Namespace for the Zoned Namespace set (CNS 05h, CSI 02h). */
 struct upcie_nvme_id_ns_zns {
 	uint16_t zoc;  /* 0: zone operation characteristics */
