@@ -2,7 +2,7 @@
 /*
  * Served queue pairs, the server: one process owns the controller (any path: uio, vfio type1,
  * vfio cdev + iommufd) and hands I/O queue pairs to client processes over a Unix socket
- * (served/client.h). This header is about 1,300 lines, over the toolkit's 1,200, on purpose:
+ * (served/client.h). This header is about 1,400 lines, over the toolkit's 1,200, on purpose:
  * what is left here after the state (served/server_state.h) and the poller
  * (served/server_poll.h) went to their own headers is one piece, the connection lifecycle and
  * the request handlers, each checking hostile input against the same per-connection and
