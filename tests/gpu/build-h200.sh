@@ -7,9 +7,7 @@
 # upcie_nvme_gqp_enqueue_cmd()),
 # bench_gpu_ptr (today's headers, the command through a pointer), bench_gpu_vreload (the CQE
 # re-load as a strong system-scope load), bench_gpu_noreload (no re-load: its cost alone),
-# bench_gpu_prof and bench_gpu_prof_before (the cycles of each phase of the loop), bench_gpu_cas
-# and bench_gpu_prof_cas (no PENDING bitmap in registers: every CID claimed in the state table,
-# UPCIE_NVME_GQP_PEND_WORDS=0). Jobs run in
+# bench_gpu_prof and bench_gpu_prof_before (the cycles of each phase of the loop). Jobs run in
 # parallel ($JOBS, default 2); ONLY="name ..." builds those binaries alone (the cubins always).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,8 +37,6 @@ list=(
 	"bench_gpu_noreload bench_gpu -Iinclude -DUPCIE_NVME_GQP_CQE_RELOAD=0"
 	"bench_gpu_prof bench_gpu -Iinclude -DBENCH_PROF"
 	"bench_gpu_prof_before bench_gpu -Ibuild-gpu/old/include -Iinclude -DBENCH_PROF $bptr"
-	"bench_gpu_cas bench_gpu -Iinclude -DUPCIE_NVME_GQP_PEND_WORDS=0"
-	"bench_gpu_prof_cas bench_gpu -Iinclude -DBENCH_PROF -DUPCIE_NVME_GQP_PEND_WORDS=0"
 	"test_gpu_ctl_acquire test_gpu -Iinclude -DUPCIE_NVME_GQP_ACQUIRE()="
 	"test_gpu_ctl_rmb test_gpu -Iinclude -DUPCIE_NVME_PORT_DMA_RMB()="
 	"test_gpu_ctl_clear test_gpu -Iinclude -DUPCIE_NVME_GQP_TEST_CLEAR_UNORDERED"

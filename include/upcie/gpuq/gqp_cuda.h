@@ -15,8 +15,8 @@
  * entries per store instruction instead, UPCIE_NVME_GQP_SQ_COOP_STORES), a batch is published with one
  * system-scope release fence and one doorbell write (upcie_nvme_gqp_ring()); completions are found by phase tag, 32 entries per
  * load round, and matched by CID, so a controller may complete in any order; the CQ head doorbell
- * is written once per reap; flow control is by CIDs, as in the core (upcie_nvme_gqp_room()), and
- * the SQ head each CQE reports is recorded and checked. Submission is pipelined: enqueue, ring and reap interleave freely, nothing
+ * is written once per reap; each CQE records the SQ head the controller reported, which bounds
+ * the free SQ slots. Submission is pipelined: enqueue, ring and reap interleave freely, nothing
  * waits for a round of commands to drain. Deadlines use %globaltimer (nanoseconds), not SM clocks.
  *
  * Completions before data: the CQ is polled with loads that bypass the SM's L1 (ld.volatile.v4),
@@ -88,22 +88,17 @@
  *
  * Untrusted completions: an entry for a CID that is not outstanding, a late one for a cancelled
  * CID, and a CID posted twice in one reap are counted (q->nbad, q->nlate) and free nothing twice,
- * so the free-CID stack never outgrows its table. Queues of up to 32 x UPCIE_NVME_GQP_PEND_WORDS
- * CIDs keep which CIDs are PENDING in a register bitmap as well (the state table stays
- * authoritative): a reap whose entries all name distinct PENDING CIDs takes them there, without
- * a memory round trip; any other reap, and every reap of larger queues, claims each entry's CID
- * with one atomicCAS on its state (PENDING to FREE or DONE), and only the entry that wins acts.
+ * so the free-CID stack never outgrows its table: the reap claims each entry's CID with one
+ * atomicCAS on its state (PENDING to FREE or DONE), and only the entry that wins it acts.
  *
  * Where the time goes (docs/results/gpu-queues.md, "fenced path"): a warp's round trip is a chain
  * of dependent steps, so the library keeps memory round trips off it. The top 32 entries of the
  * free-CID stack are kept in registers (one per lane, upcie_nvme_gqp_push_()), so enqueue takes
- * CIDs without a load (the stack in memory is still written, and read past the window); small
- * queues check completions against the register bitmap above; larger ones issue the CID claims
- * of all reap rounds at once, beside the re-load, instead of one dependent state load per round;
- * nothing waits for the SQ head (the next reap records it); upcie_nvme_gqp_enqueue_cmd() takes
- * the command by value, so that it stays in registers. The fences themselves (the release
- * before the doorbell, the acquire after the poll) are what a controller outside the GPU needs
- * and stay.
+ * CIDs without a load (the stack in memory is still written, and read past the window); the CID
+ * claims of all reap rounds are issued at once, beside the re-load, instead of one dependent
+ * state load per round; upcie_nvme_gqp_enqueue_cmd() takes the command by value, so that it
+ * stays in registers. The fences themselves (the release before the doorbell, the
+ * acquire after the poll) are what a controller outside the GPU needs and stay.
  *
  * Memory: `struct upcie_nvme_gqp` and its per-CID tables live in device memory, set up by the host
  * (gpuq/gqp_host_cuda.h). Between upcie_nvme_gqp_begin() and _end() the warp keeps the ring indices
@@ -150,21 +145,6 @@
 #ifndef UPCIE_NVME_GQP_REAP_ROUNDS
 #define UPCIE_NVME_GQP_REAP_ROUNDS 4
 #endif
-
-/*
- * Most 32-CID words of the PENDING bitmap kept in registers (struct upcie_nvme_gqp_warp.pend):
- * queues with up to 32 x this many CIDs check completions without a memory round trip; larger
- * ones claim every CID in the state table (one atomicCAS each). Each reap spends one warp
- * reduction per word twice (REDUX on sm_80 and later, shuffles before). Two: on the H200 eight
- * words cost more than the round trip they spare (docs/results/gpu-queues.md). At most 8.
- */
-#ifndef UPCIE_NVME_GQP_PEND_WORDS
-#define UPCIE_NVME_GQP_PEND_WORDS 2u
-#endif
-#if UPCIE_NVME_GQP_PEND_WORDS > 8
-#error "UPCIE_NVME_GQP_PEND_WORDS: at most 8"
-#endif
-#define UPCIE_NVME_GQP_PEND_WORDS_ARR_ (UPCIE_NVME_GQP_PEND_WORDS ? UPCIE_NVME_GQP_PEND_WORDS : 1u)
 
 /* Queue flags (struct upcie_nvme_gqp.flags; set at creation, gpuq/gqp_host_cuda.h). */
 #define UPCIE_NVME_GQP_SQ_HOSTMEM 0x1u /* SQ (and PRP lists) in the host heap */
@@ -296,20 +276,6 @@ struct upcie_nvme_gqp_warp {
 	 * i < cwin (cwin warp-uniform, at most 32). Memory stays authoritative: every push is
 	 * also stored; the window only spares enqueue the load of the CIDs it takes. */
 	uint32_t ctop, cwin;
-	/* Which CIDs are PENDING, in registers when ncids <= 32 x UPCIE_NVME_GQP_PEND_WORDS (pw
-	 * words, else 0): bit b of lane k's word is CID 32 k + b. It mirrors the state table, which
-	 * stays authoritative (every change is also stored); the reap checks its entries against
-	 * it instead of a memory round trip, and only what it cannot settle goes to the table. */
-	uint32_t pend, pw;
-	/* Bits this lane set since the bitmap was last brought up to date (per word): enqueue
-	 * only notes the CIDs it takes, the next reap (or cancel) merges them, before its polls
-	 * return. */
-	uint32_t pset[UPCIE_NVME_GQP_PEND_WORDS_ARR_];
-	/* dw2 of the entries the last reap consumed (as re-loaded after its acquire) and which of
-	 * them is the newest (UPCIE_NVME_GQP_CID_NONE: none): the next reap or end() records that
-	 * SQ head, so that no reap waits for its own re-load (the SQ head is recorded and checked,
-	 * not used for flow control). */
-	uint32_t sqhd_dw2[UPCIE_NVME_GQP_REAP_ROUNDS], sqhd_at;
 	bool locked;
 	bool coop;     /* warp-cooperative SQE stores (UPCIE_NVME_GQP_SQ_COOP_STORES) */
 	bool hostdata; /* payloads in host memory accepted (UPCIE_NVME_GQP_HOST_DATA) */
@@ -323,135 +289,6 @@ __device__ static inline uint32_t upcie_nvme_gqp_lane_(void)
 
 	asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
 	return l;
-}
-
-/* Words of the PENDING bitmap in registers for `ncids` CIDs: 0 when it does not fit. */
-__device__ static inline uint32_t upcie_nvme_gqp_pend_words_(uint32_t ncids)
-{
-	uint32_t n = (ncids + 31) >> 5;
-
-	return n <= UPCIE_NVME_GQP_PEND_WORDS ? n : 0u;
-}
-
-/*
- * Warp-collective. The union over the warp of each lane's bits `acc[k]` for word k < N of the
- * PENDING bitmap: lane k gets word k (returned), every lane the number of bits in all (*nd).
- * The N reductions are independent, so their latencies overlap.
- */
-template <uint32_t N>
-__device__ static inline uint32_t upcie_nvme_gqp_pend_union_(const uint32_t *acc, uint32_t *nd)
-{
-	uint32_t lane = upcie_nvme_gqp_lane_(), x[N], mine = 0, cnt = 0;
-
-#pragma unroll
-	for (uint32_t k = 0; k < N; k++)
-		x[k] = acc[k];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#pragma unroll
-	for (uint32_t k = 0; k < N; k++)
-		x[k] = __reduce_or_sync(UPCIE_NVME_GQP_FULL_, x[k]);
-#else
-#pragma unroll
-	for (uint32_t d = 16; d; d >>= 1)
-#pragma unroll
-		for (uint32_t k = 0; k < N; k++)
-			x[k] |= __shfl_xor_sync(UPCIE_NVME_GQP_FULL_, x[k], (int)d);
-#endif
-#pragma unroll
-	for (uint32_t k = 0; k < N; k++) {
-		cnt += __popc(x[k]);
-		if (lane == k)
-			mine = x[k];
-	}
-	*nd = cnt;
-	return mine;
-}
-
-/* upcie_nvme_gqp_pend_union_() for the w->pw words in use (pw 1..UPCIE_NVME_GQP_PEND_WORDS). */
-__device__ static inline uint32_t upcie_nvme_gqp_pend_union_pw_(const struct upcie_nvme_gqp_warp *w,
-								const uint32_t *acc, uint32_t *nd)
-{
-	const uint32_t A = UPCIE_NVME_GQP_PEND_WORDS_ARR_;
-
-	if (w->pw <= 2) /* warp-uniform */
-		return upcie_nvme_gqp_pend_union_<(A < 2 ? A : 2)>(acc, nd);
-	if (w->pw <= 4)
-		return upcie_nvme_gqp_pend_union_<(A < 4 ? A : 4)>(acc, nd);
-	return upcie_nvme_gqp_pend_union_<A>(acc, nd);
-}
-
-/*
- * Warp-collective. Set (`set`) or clear the PENDING bits of the CIDs `c` of the lanes with `on`
- * (CIDs below ncids). Nothing when the bitmap is not in registers (w->pw 0).
- */
-__device__ static inline void upcie_nvme_gqp_pend_mark_(struct upcie_nvme_gqp_warp *w, bool on,
-							uint32_t c, bool set)
-{
-	uint32_t acc[UPCIE_NVME_GQP_PEND_WORDS_ARR_], bit = on ? 1u << (c & 31) : 0u, mine, nd;
-
-	if (!w->pw) /* warp-uniform */
-		return;
-#pragma unroll
-	for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-		acc[k] = (c >> 5) == k ? bit : 0u;
-	mine = upcie_nvme_gqp_pend_union_pw_(w, acc, &nd);
-	w->pend = set ? w->pend | mine : w->pend & ~mine;
-}
-
-/* Note that the lanes with `on` took CID `c` (now PENDING): merged by upcie_nvme_gqp_pend_flush_(). */
-__device__ static inline void upcie_nvme_gqp_pend_note_(struct upcie_nvme_gqp_warp *w, bool on,
-							uint32_t c)
-{
-	uint32_t bit = on ? 1u << (c & 31) : 0u;
-
-	if (!w->pw) /* warp-uniform */
-		return;
-#pragma unroll
-	for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-		w->pset[k] |= (c >> 5) == k ? bit : 0u;
-}
-
-/* Warp-collective. Merge the noted CIDs into the bitmap (before anything clears bits). */
-__device__ static inline void upcie_nvme_gqp_pend_flush_(struct upcie_nvme_gqp_warp *w)
-{
-	uint32_t nd;
-
-	if (!w->pw) /* warp-uniform */
-		return;
-	w->pend |= upcie_nvme_gqp_pend_union_pw_(w, w->pset, &nd);
-#pragma unroll
-	for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-		w->pset[k] = 0;
-}
-
-/* Whether CID `c` is PENDING per the register bitmap (w->pw non-zero; c below ncids).
- * Warp-collective: one shuffle. */
-__device__ static inline bool upcie_nvme_gqp_pend_has_(const struct upcie_nvme_gqp_warp *w,
-						       uint32_t c)
-{
-	uint32_t word = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->pend, (int)((c >> 5) & 31u));
-
-	return (word >> (c & 31)) & 1u;
-}
-
-/* Warp-collective. Record the SQ head of the newest entry the last reap consumed (loaded
- * then, looked at now). */
-__device__ static inline void upcie_nvme_gqp_sqhd_take_(struct upcie_nvme_gqp_warp *w)
-{
-	uint32_t mine = 0, dw2;
-
-	if (w->sqhd_at == UPCIE_NVME_GQP_CID_NONE) /* warp-uniform */
-		return;
-#pragma unroll
-	for (uint32_t r = 0; r < UPCIE_NVME_GQP_REAP_ROUNDS; r++)
-		if (r == w->sqhd_at >> 5)
-			mine = w->sqhd_dw2[r];
-	dw2 = __shfl_sync(UPCIE_NVME_GQP_FULL_, mine, (int)(w->sqhd_at & 31u));
-	w->sqhd_at = UPCIE_NVME_GQP_CID_NONE;
-	if ((dw2 & 0xffffu) < w->depth)
-		w->sq_head = dw2 & 0xffffu;
-	else
-		w->nbad_sqhd++;
 }
 
 /*
@@ -493,20 +330,6 @@ __device__ static inline void upcie_nvme_gqp_begin(struct upcie_nvme_gqp_warp *w
 	w->ctop = upcie_nvme_gqp_lane_() < w->cwin
 		      ? w->cid_free[w->nfree - 1 - upcie_nvme_gqp_lane_()]
 		      : 0u;
-	w->pw = upcie_nvme_gqp_pend_words_(w->ncids);
-	w->pend = 0;
-#pragma unroll
-	for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-		w->pset[k] = 0;
-	for (uint32_t k = 0; k < w->pw; k++) { /* warp-uniform */
-		uint32_t c = 32 * k + upcie_nvme_gqp_lane_();
-		uint32_t b = __ballot_sync(UPCIE_NVME_GQP_FULL_,
-					   c < w->ncids && w->state[c] == UPCIE_NVME_GQP_PENDING);
-
-		if (upcie_nvme_gqp_lane_() == k)
-			w->pend = b;
-	}
-	w->sqhd_at = UPCIE_NVME_GQP_CID_NONE;
 	w->locked = lock;
 	w->coop = UPCIE_NVME_GQP_COOP_STORES_ &&
 		  (q->flags & (UPCIE_NVME_GQP_SQ_HOSTMEM | UPCIE_NVME_GQP_SQ_COOP_STORES)) ==
@@ -520,7 +343,6 @@ __device__ static inline void upcie_nvme_gqp_end(struct upcie_nvme_gqp_warp *w)
 {
 	struct upcie_nvme_gqp *q = w->q;
 
-	upcie_nvme_gqp_sqhd_take_(w);
 	__syncwarp();
 	if (upcie_nvme_gqp_lane_() == 0) {
 		q->sq_tail = w->sq_tail;
@@ -543,16 +365,14 @@ __device__ static inline void upcie_nvme_gqp_end(struct upcie_nvme_gqp_warp *w)
 	__syncwarp();
 }
 
-/*
- * Commands that could be enqueued now: the free CIDs. Flow control as in the core (nvme/qpair.h):
- * there are fewer CIDs than SQ slots (ncids <= depth - 1, checked at creation), and a command
- * still waiting in the SQ holds a CID, as do all commands after it, so the slot a new command
- * goes to was fetched already. The SQ head a completion reports is recorded and checked
- * (q->sq_head, q->nbad_sqhd), not waited for.
- */
+/* Commands that could be enqueued now: free SQ slots (per the last SQ head) and free CIDs. */
 __device__ static inline uint32_t upcie_nvme_gqp_room(const struct upcie_nvme_gqp_warp *w)
 {
-	return w->nfree;
+	uint32_t used =
+	    w->sq_tail >= w->sq_head ? w->sq_tail - w->sq_head : w->sq_tail + w->depth - w->sq_head;
+	uint32_t room = w->depth - 1 - used;
+
+	return room < w->nfree ? room : w->nfree;
 }
 
 /* Commands outstanding: CIDs taken and not yet returned (DONE ones not taken count too). */
@@ -736,13 +556,11 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
 	uint64_t wd[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-	uint16_t c = 0;
 
 	if (k.want) {
 		if (k.rank < k.grant) {
+			uint16_t c = upcie_nvme_gqp_take_(w, k.rank, wc);
 			struct upcie_nvme_sqe s = sqe;
-
-			c = upcie_nvme_gqp_take_(w, k.rank, wc);
 
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
 			if (x)
@@ -764,7 +582,6 @@ __device__ static inline int upcie_nvme_gqp_enqueue_coop_(struct upcie_nvme_gqp_
 	}
 	if (k.grant)
 		upcie_nvme_gqp_coop_store_(w, k.m, k.grant, wd);
-	upcie_nvme_gqp_pend_note_(w, k.want && k.rank < k.grant, c);
 	upcie_nvme_gqp_advance_(w, k.grant);
 	return ret;
 }
@@ -779,13 +596,12 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 	struct upcie_nvme_gqp_claim_ k = upcie_nvme_gqp_claim_(w, has, x, buf, len);
 	uint32_t wc = __shfl_sync(UPCIE_NVME_GQP_FULL_, w->ctop, (int)(k.rank & 31u));
 	int ret = k.ret;
-	uint16_t c = 0;
 
 	if (k.want) {
 		if (k.rank < k.grant) {
+			uint16_t c = upcie_nvme_gqp_take_(w, k.rank, wc);
 			uint32_t slot = w->sq_tail + k.rank;
 
-			c = upcie_nvme_gqp_take_(w, k.rank, wc);
 			if (slot >= w->depth)
 				slot -= w->depth;
 			w->state[c] = UPCIE_NVME_GQP_PENDING;
@@ -803,7 +619,6 @@ __device__ static inline int upcie_nvme_gqp_enqueue_(struct upcie_nvme_gqp_warp 
 			ret = -EBUSY;
 		}
 	}
-	upcie_nvme_gqp_pend_note_(w, k.want && k.rank < k.grant, c);
 	upcie_nvme_gqp_advance_(w, k.grant);
 	return ret;
 }
@@ -960,222 +775,8 @@ struct upcie_nvme_gqp_keep_ {
 	}
 };
 
-/* upcie_nvme_gqp_reap_() of a queue whose PENDING bitmap is in registers (w->pw non-zero). */
 template <bool Each, typename F>
-__device__ static inline uint32_t upcie_nvme_gqp_reap_pend_(struct upcie_nvme_gqp_warp *w, F &f)
-{
-	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
-	uint32_t lane = upcie_nvme_gqp_lane_();
-	uint4 v[UPCIE_NVME_GQP_REAP_ROUNDS];
-	uint32_t m[UPCIE_NVME_GQP_REAP_ROUNDS];
-	uint32_t n = 0;
-	/* Rounds worth loading: no more completions can be due than commands are outstanding
-	 * (at least one round, so entries for CIDs not outstanding are still found). */
-	uint32_t rounds = (w->ncids - w->nfree + 31) >> 5;
-	bool stop = false, fast = false;
-
-	if (!rounds)
-		rounds = 1;
-#pragma unroll
-	for (uint32_t r = 0; r < R; r++) { /* every load issued before any result is used */
-		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
-
-		if (idx >= w->depth)
-			idx -= w->depth;
-		v[r] = r < rounds && pos < w->depth ? UPCIE_NVME_GQP_CQ_LOAD(&w->cq[idx])
-						    : make_uint4(0, 0, 0, 0);
-	}
-	upcie_nvme_gqp_sqhd_take_(w);  /* the last reap's SQ head, loaded long ago */
-	upcie_nvme_gqp_pend_flush_(w); /* while the polls are in flight */
-#pragma unroll
-	for (uint32_t r = 0; r < R; r++) {
-		uint32_t pos = r * 32 + lane,
-			 ph = w->phase ^ (w->cq_head + pos >= w->depth ? 1u : 0u);
-
-		m[r] = r < rounds ? __ballot_sync(UPCIE_NVME_GQP_FULL_,
-						  pos < w->depth && ((v[r].w >> 16) & 1u) == ph)
-				  : 0u;
-	}
-#pragma unroll
-	for (uint32_t r = 0; r < R; r++) {
-		if (stop)
-			break;
-		if (m[r] == UPCIE_NVME_GQP_FULL_) {
-			n += 32;
-		} else {
-			n += __ffs(~m[r]) - 1;
-			stop = true;
-		}
-	}
-	if (!n)
-		return 0;
-	/* What the controller wrote before these entries is visible to this warp's loads after. */
-	UPCIE_NVME_GQP_ACQUIRE();
-	/*
-	 * After the fence: dw0..dw2 again (the poll's vector load may have torn, "CQE loads"). The
-	 * SQ head in the newest entry's dw2 is recorded by the next reap (or end()), so nothing
-	 * here waits for it.
-	 */
-#pragma unroll
-	for (uint32_t r = 0; r < R; r++) {
-		uint32_t pos = r * 32 + lane, idx = w->cq_head + pos;
-
-		if (idx >= w->depth)
-			idx -= w->depth;
-		if (UPCIE_NVME_GQP_CQE_RELOAD && pos < n) {
-			uint4 e = UPCIE_NVME_GQP_CQE_RELOAD_LD(&w->cq[idx]);
-
-			v[r].x = e.x;
-			v[r].y = e.y;
-			v[r].z = e.z;
-		}
-	}
-#pragma unroll
-	for (uint32_t r = 0; r < R; r++)
-		w->sqhd_dw2[r] = v[r].z;
-	w->sqhd_at = n - 1;
-	/*
-	 * Claims. With the PENDING bitmap in registers (w->pw), the common case needs no memory: every
-	 * consumed entry names a CID below ncids whose bit is set (one shuffle per round), and they
-	 * are all distinct (as many bits in their union as entries, one reduction per bitmap word).
-	 * Then each entry takes its CID: the bits cleared, the states stored (PENDING becomes FREE for
-	 * reap_each, DONE otherwise). Anything else (a CID not outstanding, a late completion of a
-	 * cancelled one, one posted twice) goes the way below, through the state table.
-	 */
-	if (w->pw) { /* warp-uniform */
-		uint32_t acc[UPCIE_NVME_GQP_PEND_WORDS_ARR_], mine, nd;
-		bool ok = true;
-
-#pragma unroll
-		for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-			acc[k] = 0;
-#pragma unroll
-		for (uint32_t r = 0; r < R; r++) {
-			uint32_t pos = r * 32 + lane, c = v[r].w & 0xffffu, bit;
-			bool in = pos < n, hit;
-
-			if (r * 32 >= n)
-				break;
-			hit = upcie_nvme_gqp_pend_has_(w, c) && c < w->ncids;
-			if (in && !hit)
-				ok = false;
-			bit = in ? 1u << (c & 31) : 0u;
-#pragma unroll
-			for (uint32_t k = 0; k < UPCIE_NVME_GQP_PEND_WORDS_ARR_; k++)
-				acc[k] |= (c >> 5) == k ? bit : 0u;
-		}
-		if (__all_sync(UPCIE_NVME_GQP_FULL_, ok)) {
-			mine = upcie_nvme_gqp_pend_union_pw_(w, acc, &nd);
-			if (nd == n) {
-				fast = true;
-				w->pend &= ~mine;
-			}
-		}
-	}
-	if (fast) {
-#pragma unroll
-		for (uint32_t r = 0; r < R; r++) {
-			uint32_t pos = r * 32 + lane;
-			uint16_t c = (uint16_t)v[r].w;
-			bool in = pos < n;
-
-			if (r * 32 >= n)
-				break;
-			if (in) {
-				if (Each) {
-					struct upcie_nvme_cqe e;
-
-					w->state[c] = UPCIE_NVME_GQP_FREE;
-					e.dw0 = v[r].x;
-					e.dw1 = v[r].y;
-					e.dw2 = v[r].z;
-					e.dw3 = v[r].w;
-					f(e);
-				} else {
-					*(uint4 *)&w->cpl[c] = v[r];
-					w->state[c] = UPCIE_NVME_GQP_DONE;
-				}
-			}
-			if (Each)
-				upcie_nvme_gqp_push_(w, in, c,
-						     __ballot_sync(UPCIE_NVME_GQP_FULL_, in));
-		}
-	} else {
-		uint32_t st[UPCIE_NVME_GQP_REAP_ROUNDS];
-
-		/*
-		 * Through the state table: every consumed entry claims its CID with one atomicCAS,
-		 * all rounds at once (one round trip), so a CID posted twice (in one round or across
-		 * rounds) is taken by one entry only and the others see it taken.
-		 */
-#pragma unroll
-		for (uint32_t r = 0; r < R; r++) {
-			uint32_t pos = r * 32 + lane, c = v[r].w & 0xffffu;
-
-			st[r] = UPCIE_NVME_GQP_FREE;
-			if (pos < n && c < w->ncids)
-				st[r] = atomicCAS(&w->state[c], UPCIE_NVME_GQP_PENDING,
-						  Each ? UPCIE_NVME_GQP_FREE : UPCIE_NVME_GQP_DONE);
-		}
-#pragma unroll
-		for (uint32_t r = 0; r < R; r++) {
-			uint32_t pos = r * 32 + lane;
-			uint16_t c = (uint16_t)v[r].w;
-			bool freeing = false, bad = false, late = false, won = false;
-
-			if (r * 32 >= n)
-				break;
-			if (pos < n) {
-				if (st[r] == UPCIE_NVME_GQP_PENDING) {
-					won = true;
-					if (Each) {
-						struct upcie_nvme_cqe e;
-
-						e.dw0 = v[r].x;
-						e.dw1 = v[r].y;
-						e.dw2 = v[r].z;
-						e.dw3 = v[r].w;
-						freeing = true;
-						f(e);
-					} else {
-						*(uint4 *)&w->cpl[c] = v[r];
-					}
-				} else if (st[r] == UPCIE_NVME_GQP_CANCELLED &&
-					   atomicCAS(&w->state[c], UPCIE_NVME_GQP_CANCELLED,
-						     UPCIE_NVME_GQP_FREE) ==
-					       UPCIE_NVME_GQP_CANCELLED) {
-					freeing =
-					    true; /* a late completion: the CID is free again */
-					late = true;
-				} else {
-					bad = true; /* not outstanding, or taken by another entry */
-				}
-			}
-			upcie_nvme_gqp_pend_mark_(w, won, c, false);
-			upcie_nvme_gqp_push_(w, freeing, c,
-					     __ballot_sync(UPCIE_NVME_GQP_FULL_, freeing));
-			w->nbad += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, bad));
-			w->nlate += __popc(__ballot_sync(UPCIE_NVME_GQP_FULL_, late));
-		}
-	}
-	w->cq_head += n;
-	if (w->cq_head >= w->depth) {
-		w->cq_head -= w->depth;
-		w->phase ^= 1u;
-	}
-	__syncwarp();
-	if (lane == 0)
-		upcie_nvme_port_doorbell(w->cqdb, w->cq_head);
-	return n;
-}
-
-/*
- * upcie_nvme_gqp_reap_() of a queue without the bitmap: every consumed entry claims its CID in
- * the state table. Kept apart from the bitmap path, which made this one slower on the H200 when
- * both were one body (docs/results/gpu-queues.md).
- */
-template <bool Each, typename F>
-__device__ static inline uint32_t upcie_nvme_gqp_reap_cas_(struct upcie_nvme_gqp_warp *w, F &f)
+__device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
 {
 	const uint32_t R = UPCIE_NVME_GQP_REAP_ROUNDS;
 	uint32_t lane = upcie_nvme_gqp_lane_();
@@ -1307,15 +908,6 @@ __device__ static inline uint32_t upcie_nvme_gqp_reap_cas_(struct upcie_nvme_gqp
 	return n;
 }
 
-/* Warp-collective: the reap behind upcie_nvme_gqp_reap() and _reap_each(). */
-template <bool Each, typename F>
-__device__ static inline uint32_t upcie_nvme_gqp_reap_(struct upcie_nvme_gqp_warp *w, F &f)
-{
-	if (w->pw) /* warp-uniform */
-		return upcie_nvme_gqp_reap_pend_<Each>(w, f);
-	return upcie_nvme_gqp_reap_cas_<Each>(w, f);
-}
-
 /*
  * Warp-collective. Consume the completions that have arrived, up to 32 x
  * UPCIE_NVME_GQP_REAP_ROUNDS: each goes to its CID's slot (state DONE; take it with
@@ -1424,8 +1016,6 @@ __device__ static inline int upcie_nvme_gqp_cancel(struct upcie_nvme_gqp_warp *w
 	} else if (has) {
 		ret = -EINVAL;
 	}
-	upcie_nvme_gqp_pend_flush_(w);
-	upcie_nvme_gqp_pend_mark_(w, st == UPCIE_NVME_GQP_PENDING, cid, false);
 	upcie_nvme_gqp_push_(w, done, cid, __ballot_sync(UPCIE_NVME_GQP_FULL_, done));
 	return ret;
 }
