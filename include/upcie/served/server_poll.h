@@ -286,8 +286,10 @@ static inline unsigned upcie_served_iso_sweep_(struct upcie_served *s,
 
 	if (qp->inflight) {
 		r = upcie_nvme_qpair_reap(&qp->q.qp, 0xffffffffu);
-		if (r > 0)
+		if (r > 0) {
 			n += (uint32_t)r;
+			s->reaped += (uint32_t)r;
+		}
 	}
 	if (qp->closing || qp->fault || !qp->q.live)
 		return n;
@@ -492,12 +494,21 @@ static inline unsigned upcie_served_sleep_(struct upcie_served *s, struct pollfd
 	if (woke)
 		s->st.woken++;
 	if (busy && !timed && r == 0) {
-		/* slept on vectors to the timeout: were completions there all along? */
-		bool b2 = false;
-		unsigned late = upcie_served_relay_sweep_(s, &b2);
+		/* slept on vectors to the timeout: were completions there all along? (only the
+		 * controller's completions count: a client's submission that did not wake us is
+		 * that client's doing) */
+		uint64_t before = s->reaped, v;
+		bool b2 = false, irq = false;
+		unsigned late;
 
+		/* an interrupt that came after the timeout, before this: not a missing one */
+		for (nfds_t k = 1; k < n; k++)
+			if (idx[k] == UINT32_MAX &&
+			    read(pf[k].fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+				irq = true;
+		late = upcie_served_relay_sweep_(s, &b2);
 		s->st.relayed += late;
-		if (late && !s->irq_distrust) {
+		if (s->reaped != before && !irq && !s->irq_distrust) {
 			s->irq_distrust = true;
 			UPCIE_ERR("served: completions came without their interrupt: the poller "
 				  "looks for them from now on");

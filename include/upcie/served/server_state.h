@@ -276,6 +276,7 @@ struct upcie_served {
 	int wake_ctl;	    /* eventfd: wakes the poller (stop, a new queue or wake fd) */
 	bool poller_asleep; /* the poller told the clients it sleeps (under lock) */
 	bool irq_distrust;  /* a vector slept through completions: look for them instead */
+	uint64_t reaped;    /* completions the poller took from isolated queues (under lock) */
 	struct upcie_served_stats st;
 	uint8_t *scratch; /* message buffer */
 };
