@@ -576,6 +576,16 @@ UPCIE_HD static inline void upcie_nvme_qpair_sqhd_(struct upcie_nvme_qpair *qp, 
 {
 	uint16_t h = qp->sq_head, db = qp->sq_db, sqhd = (uint16_t)dw2;
 
+	uint32_t rung;
+
+	/* the usual case, both halves of dw2 in one compare: all that was rung fetched, own SQ
+	 * (sq_db and sq_qid side by side; on a big-endian host this never matches: the checks
+	 * below) */
+	memcpy(&rung, &qp->sq_db, sizeof(rung));
+	if (UPCIE_LIKELY(dw2 == rung)) {
+		qp->sq_head = sqhd;
+		return;
+	}
 	if (sqhd == db || ((uint16_t)(sqhd - h) <= (uint16_t)(db - h) && sqhd <= qp->sq_last))
 		qp->sq_head = sqhd;
 	else
