@@ -98,6 +98,13 @@ readonly NAMESPACES_FAULTY=(
 	"c2n2 c2 2 512 0 8M"
 )
 readonly C2_RERR=8192 C2_WERR=12288 C2_IOPS=20 # 512-byte sectors; commands per second
+# Controller c3 in an NVM subsystem (QEMU nvme-subsys: namespace attachment works), only on boots
+# of cases that ask for it ("# devices: subsys"): two shared namespaces of 8 MiB, 512 B LBAs.
+readonly BDF_C3=0000:00:08.0 SN_C3=cafe0003
+readonly NAMESPACES_SUBSYS=(
+	"c3n1 c3 1 512 0 8M"
+	"c3n2 c3 2 512 0 8M"
+)
 # Seven more plain controllers s1..s7 (with c0: eight), only on boots of cases that ask for them
 # ("# devices: scale"): one namespace of 8 MiB, 512 B LBAs each, at slots 10..16 of the root bus.
 readonly SCALE_N=7
@@ -1198,6 +1205,8 @@ boot_devices() { # CASE[,CASE...] NAME : whether one of the cases asks for devic
 }
 boot_faulty() { boot_devices "$1" faulty; } # the faulty controller c2
 boot_scale() { boot_devices "$1" scale; }   # s1..s7
+boot_subsys() { boot_devices "$1" subsys; } # c3 in an NVM subsystem
+boot_qmp() { boot_devices "$1" qmp; }       # a QMP socket and lib/qmp_hook.py beside the boot
 
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
@@ -1208,6 +1217,9 @@ cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CF
 	fi
 	if boot_scale "$2"; then
 		CFG_NS+=("${NAMESPACES_SCALE[@]}")
+	fi
+	if boot_subsys "$2"; then
+		CFG_NS+=("${NAMESPACES_SUBSYS[@]}")
 	fi
 	return 0
 }
@@ -1271,6 +1283,12 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		QARGS+=(-device "nvme,id=c2,serial=$SN_C2,addr=${BDF_C2:8:2}.${BDF_C2:11:1}")
 		printf '[inject-error]\nevent = "%s"\nerrno = "5"\nsector = "%s"\nonce = "off"\n\n' \
 			read_aio "$C2_RERR" write_aio "$C2_WERR" >"$dir/c2n1.blkdebug"
+	fi
+	boot_qmp "$cases" && QARGS+=(-qmp "unix:$dir/qmp.sock,server=on,wait=off")
+	if boot_subsys "$cases"; then
+		qns+=("${NAMESPACES_SUBSYS[@]}")
+		QARGS+=(-device "nvme-subsys,id=subsys0,nqn=upcie-testbed-subsys"
+			-device "nvme,id=c3,serial=$SN_C3,subsys=subsys0,addr=${BDF_C3:8:2}.${BDF_C3:11:1}")
 	fi
 	local scale_bdfs=
 	if boot_scale "$cases"; then
@@ -1343,6 +1361,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	append+=" tb_vram_bdf=$BDF_VRAM tb_vram_size=$VRAM_SIZE tb_pmr_size=$PMR_SIZE"
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
 	[ -n "$scale_bdfs" ] && append+=" tb_scale_bdfs=$scale_bdfs"
+	boot_subsys "$cases" && append+=" tb_c3_bdf=$BDF_C3 tb_c3_sn=$SN_C3"
 	if boot_faulty "$cases"; then
 		append+=" tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_rerr=$C2_RERR tb_c2_werr=$C2_WERR tb_c2_iops=$C2_IOPS"
 	fi
@@ -1453,9 +1472,16 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	printf '%q ' "${QARGS[@]}" >"$dir/qemu.cmd"
 	echo >>"$dir/qemu.cmd"
 	t0=$(now)
-	local attempt retried=
+	local attempt retried= hook=
 	for attempt in 1 2; do
 		rc=0
+		rm -f "$dir/qmp.sock"
+		if boot_qmp "$cases"; then
+			# the guest asks for QMP commands on its console ("# tb-qmp: {...}")
+			python3 "$TB_DIR/lib/qmp_hook.py" "$dir/qmp.sock" "$dir/console.log" \
+				>"$dir/qmp.log" 2>&1 &
+			hook=$!
+		fi
 		if [ "$SHOW" = 1 ]; then
 			set +e
 			timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null 2>&1 | tee "$dir/console.log"
@@ -1463,6 +1489,11 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 			set -e
 		else
 			timeout -k 10 "$tmo" "${QARGS[@]}" </dev/null >"$dir/console.log" 2>&1 || rc=$?
+		fi
+		if [ -n "$hook" ]; then
+			kill "$hook" 2>/dev/null || true
+			wait "$hook" 2>/dev/null || true
+			hook=
 		fi
 		# A kernel that dies before /init ran no upcie code. Seen under TCG with 2 vCPUs: an
 		# int3 oops while the 7.x kernel patches its own text (cross-vCPU code modification).

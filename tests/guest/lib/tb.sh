@@ -22,11 +22,12 @@
 #           TB_C5_SN TB_VRM2_BDF TB_VRM2_SIZE
 #   TB_C2_BDF TB_C2_SN TB_C2_RERR TB_C2_WERR TB_C2_IOPS (faulty controller: boots of cases
 #     with "# devices: faulty" only)
+#   TB_C3_BDF TB_C3_SN (controller of an NVM subsystem: boots of cases with "# devices: subsys")
 #   TB_NS = name/nsid/lba-size/metadata-size/image-size,...
 #   tb_tag NAME          pattern tag of a backing file: c0n1, c1n1, ..., vram, pmr (D: c4n1,
 #                        c5n1, vrm2)
 #   tb_ns NAME FIELD     nsid | lbs | ms | size of namespace NAME
-#   tb_ctrl_bdf NAME     PCI address of the controller of namespace NAME (or c0, c1, c2)
+#   tb_ctrl_bdf NAME     PCI address of the controller of namespace NAME (or c0, c1, c2, c3)
 #   tb_blockdev NAME     /dev/nvmeXnY of namespace NAME (kernel nvme driver bound)
 #   tb_modprobe MOD...   load modules and the softdeps kmod would load (vfio ->
 #                        vfio_iommu_type1); print a diagnostic on failure
@@ -143,6 +144,7 @@ tb_ctrl_bdf() { # NAME (c0n1 or c0) -> PCI address
 	c4*) [ -n "${TB_C4_BDF:-}" ] && echo "$TB_C4_BDF" ;;
 	c5*) [ -n "${TB_C5_BDF:-}" ] && echo "$TB_C5_BDF" ;;
 	c2*) echo "${TB_C2_BDF:?no faulty controller on this boot}" ;;
+	c3*) echo "${TB_C3_BDF:?no subsystem controller on this boot}" ;;
 	vram) echo "$TB_VRAM_BDF" ;;
 	vrm2) [ -n "${TB_VRM2_BDF:-}" ] && echo "$TB_VRM2_BDF" ;;
 	*) return 1 ;;
@@ -157,6 +159,7 @@ tb_ctrl_sn() {
 	c5*) [ -n "${TB_C5_SN:-}" ] && echo "$TB_C5_SN" ;;
 	c6*) [ -n "${TB_C6_SN:-}" ] && echo "$TB_C6_SN" ;;
 	c2*) echo "${TB_C2_SN:?no faulty controller on this boot}" ;;
+	c3*) echo "${TB_C3_SN:?no subsystem controller on this boot}" ;;
 	*) return 1 ;;
 	esac
 }

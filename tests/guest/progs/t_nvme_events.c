@@ -5,11 +5,17 @@
  *   - An over-temperature threshold set below the temperature QEMU reports raises a SMART /
  *     health event: the handler gets it with the SMART log page read (critical warning bit 1),
  *     and the AER is sent again.
+ *   - QEMU's smart_critical_warning set through QMP (the test bed's QMP hook, asked on the
+ *     console): a SMART / health event (available spare), its log page with the warning bit.
  *   - Format NVM of c1n3 (512 B blocks) to the 4 KiB format, through upcie_nvme_ctrl_admin(): QEMU's
  *     Commands Supported and Effects log says it changes logical block content, the open
  *     handle is revalidated and refuses I/O (-ESTALE), a re-opened one has 4 KiB blocks; a write
  *     through it lands where nvme_events.host.sh looks in c1n3.img.
- * Usage: t_nvme_events uio|type1|iommufd (TB_C1_BDF set).
+ *   - c3, a controller of an NVM subsystem (TB_C3_BDF): namespace 2 detached from it by Namespace
+ *     Attachment while reads of it are in flight: QEMU raises Namespace Attribute Changed, the
+ *     driver revalidates, the handle refuses I/O (-ENODEV), each read ended exactly once, and
+ *     namespace 1 goes on.
+ * Usage: t_nvme_events uio|type1|iommufd (TB_C1_BDF set; TB_C3_BDF on boots with c3).
  */
 #include <upcie/base/feature.h>
 
@@ -61,6 +67,29 @@ static void poll_until(struct upcie_nvme_ctrl *c, struct seen *s, int want, uint
 		upcie_nvme_ctrl_admin_poll(c);
 		upcie_sleep_ns(UPCIE_NSEC_PER_MSEC);
 	}
+}
+
+/* Ask the test bed's QMP hook for a command (lib/qmp_hook.py reads the console). */
+static void qmp(const char *json)
+{
+	printf("# tb-qmp: %s\n", json);
+	fflush(stdout);
+}
+
+/* smart_critical_warning through QMP: bit 0 (available spare below threshold). */
+static void smart_qmp(struct upcie_nvme_ctrl *c, struct seen *s)
+{
+	int n0 = s->n, k;
+
+	qmp("{\"execute\": \"qom-set\", \"arguments\": {\"path\": \"/machine/peripheral/c1\", "
+	    "\"property\": \"smart_critical_warning\", \"value\": 1}}");
+	poll_until(c, s, n0 + 1, 20000);
+	k = n0 < 4 ? n0 : 3;
+	TAP(s->n > n0 && s->ev[k].type == UPCIE_NVME_AE_TYPE_SMART && s->ev[k].info == 0x02 &&
+		s->ev[k].lid == UPCIE_NVME_LOG_SMART && (s->cw[k] & 1),
+	    "c1: smart_critical_warning = 1 through QMP: SMART / health event (available spare), "
+	    "its log read (critical warning 0x%02x, %d events)",
+	    s->n > n0 ? s->cw[k] : 0, s->n - n0);
 }
 
 /* The index of the 4 KiB format without metadata of namespace `nsid`, or -1. */
@@ -148,6 +177,115 @@ static void format(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q, struct u
 	     (unsigned long long)W_BLOCKS * 4096, tag);
 }
 
+#define DET_READS 16
+
+struct det_read {
+	struct upcie_nvme_req req;
+	int calls;
+};
+
+static void det_cb(struct upcie_nvme_req *req)
+{
+	((struct det_read *)req->ctx)->calls++;
+}
+
+/* c3: namespace 2 detached from the controller while reads of it are in flight. */
+static void detach(const char *path, struct seen *s)
+{
+	static struct det_read rd[DET_READS];
+	struct upcie_nvme_ctrl_opts o;
+	struct upcie_nvme_ns ns1, ns2;
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ioq q;
+	struct upcie_dmamem mem;
+	struct upcie_nvme_sqe sqe;
+	struct upcie_pci_bdf bdf;
+	struct upcie_deadline dl;
+	uint16_t list[2048];
+	int err, sent = 0, once = 0, ok = 0, bad = 0, n0;
+
+	if (!getenv("TB_C3_BDF"))
+		return;
+	memset(&o, 0, sizeof(o));
+	memset(&mem, 0, sizeof(mem));
+	if (upcie_nvme_path_parse(path, &o.dev.path) || tn_bdf_env("TB_C3_BDF", &bdf))
+		return;
+	o.dev.bind = true;
+	o.host_mem = 16 * MiB;
+	err = upcie_nvme_ctrl_open(&c, &bdf, &o);
+	TAP(err == 0 && (c.aen_config & UPCIE_NVME_AEC_NS_ATTR) &&
+		(c.id.oacs & UPCIE_NVME_OACS_NS_MGMT),
+	    "c3: opened (subsystem %.32s, controller %u), namespace notices enabled, namespace "
+	    "management (%d)",
+	    c.id.subnqn, c.id.cntlid, err);
+	if (err)
+		return;
+	upcie_nvme_ctrl_set_event_handler(&c, on_event, s);
+	err = upcie_nvme_dev_dmamem(&c.dev, 4 * MiB, &mem);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &c, NULL);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns1, &c, 1);
+	if (!err)
+		err = upcie_nvme_ns_open(&ns2, &c, 2);
+	TAP(err == 0, "c3: an I/O queue, namespaces 1 and 2 open (%d)", err);
+	if (err)
+		goto out;
+	for (int i = 0; i < DET_READS; i++) {
+		rd[i].req.cb = det_cb;
+		rd[i].req.ctx = &rd[i];
+		if (!upcie_nvme_ioq_read(&q, &ns2, (uint64_t)i * 8, &mem, (uint64_t)i * 4096, 4096,
+					 &rd[i].req))
+			sent++;
+	}
+	n0 = s->n;
+	/* Namespace Attachment, select 1 (detach), the controller list: this controller */
+	memset(list, 0, sizeof(list));
+	list[0] = 1;
+	list[1] = c.id.cntlid;
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opc = UPCIE_NVME_ADMIN_NS_ATTACH;
+	sqe.nsid = 2;
+	sqe.cdw10 = 1;
+	err = upcie_nvme_ctrl_admin_buf(&c, &sqe, list, sizeof(list), UPCIE_NVME_XFER_TO_DEV, 0,
+					NULL);
+	TAP(err == 0, "c3: namespace 2 detached by Namespace Attachment, %d reads submitted (%d)",
+	    sent, err);
+	poll_until(&c, s, n0 + 1, 5000);
+	TAP(s->n > n0 && s->ev[n0 < 4 ? n0 : 3].type == UPCIE_NVME_AE_TYPE_NOTICE &&
+		s->ev[n0 < 4 ? n0 : 3].info == UPCIE_NVME_AE_NOTICE_NS_CHANGED,
+	    "c3: Namespace Attribute Changed raised and handed on (%d events)", s->n - n0);
+	upcie_deadline_set(&dl, 10 * UPCIE_NSEC_PER_SEC);
+	while (!upcie_deadline_passed(&dl)) {
+		int done = 0;
+
+		upcie_nvme_ioq_poll(&q, 64);
+		for (int i = 0; i < DET_READS; i++)
+			done += rd[i].calls > 0;
+		if (done == sent)
+			break;
+		upcie_sleep_ns(UPCIE_NSEC_PER_MSEC);
+	}
+	for (int i = 0; i < DET_READS; i++) {
+		once += rd[i].calls == 1;
+		ok += rd[i].calls == 1 && rd[i].req.err == 0;
+		bad += rd[i].calls > 1;
+	}
+	TAP(once == sent && !bad,
+	    "c3: every read of namespace 2 ended exactly once (%d of %d: %d before the detach, "
+	    "%d with an error status)",
+	    once, sent, ok, once - ok);
+	err = upcie_nvme_ioq_read_sync(&q, &ns2, 0, &mem, 0, 4096, NULL);
+	TAP(err == -ENODEV, "c3: namespace 2's handle refuses I/O: gone (%d)", err);
+	err = upcie_nvme_ioq_read_sync(&q, &ns1, 0, &mem, 0, 4096, NULL);
+	TAP(err == 0, "c3: namespace 1 goes on (%d)", err);
+	upcie_nvme_ioq_delete(&q);
+out:
+	upcie_dmamem_destroy(&mem);
+	err = upcie_nvme_ctrl_close(&c);
+	TAP(err == 0, "c3: closed (%d)", err);
+}
+
 int main(int argc, char **argv)
 {
 	struct upcie_nvme_ctrl_opts o;
@@ -180,6 +318,7 @@ int main(int argc, char **argv)
 	    c.aer_out, c.id.aerl, c.aen_config);
 	upcie_nvme_ctrl_set_event_handler(&c, on_event, &s);
 	smart(&c, &s);
+	smart_qmp(&c, &s);
 	memset(&mem, 0, sizeof(mem));
 	err = upcie_nvme_dev_dmamem(&c.dev, 4 * MiB, &mem);
 	if (!err)
@@ -192,6 +331,8 @@ int main(int argc, char **argv)
 	upcie_dmamem_destroy(&mem);
 	err = upcie_nvme_ctrl_close(&c);
 	TAP(err == 0, "c1: closed (%d)", err);
+	s.n = 0;
+	detach(argv[1], &s);
 done:
 	printf("1..%d\n", tn_n);
 	return tn_failed ? 1 : 0;
