@@ -1206,7 +1206,7 @@ boot_devices() { # CASE[,CASE...] NAME : whether one of the cases asks for devic
 boot_faulty() { boot_devices "$1" faulty; } # the faulty controller c2
 boot_scale() { boot_devices "$1" scale; }   # s1..s7
 boot_subsys() { boot_devices "$1" subsys; } # c3 in an NVM subsystem
-boot_qmp() { boot_devices "$1" qmp; }       # a QMP socket and lib/qmp_hook.py beside the boot
+boot_qmp() { boot_devices "$1" qmp; }       # a QMP socket and tools/qmp_hook.py beside the boot
 
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
 	CFG_NS=("${NAMESPACES[@]}")
@@ -1472,13 +1472,13 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 	printf '%q ' "${QARGS[@]}" >"$dir/qemu.cmd"
 	echo >>"$dir/qemu.cmd"
 	t0=$(now)
-	local attempt retried= hook=
+	local attempt retried="" hook=""
 	for attempt in 1 2; do
 		rc=0
 		rm -f "$dir/qmp.sock"
 		if boot_qmp "$cases"; then
 			# the guest asks for QMP commands on its console ("# tb-qmp: {...}")
-			python3 "$TB_DIR/lib/qmp_hook.py" "$dir/qmp.sock" "$dir/console.log" \
+			python3 "$TB_DIR/tools/qmp_hook.py" "$dir/qmp.sock" "$dir/console.log" \
 				>"$dir/qmp.log" 2>&1 &
 			hook=$!
 		fi

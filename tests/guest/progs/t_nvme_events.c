@@ -69,7 +69,7 @@ static void poll_until(struct upcie_nvme_ctrl *c, struct seen *s, int want, uint
 	}
 }
 
-/* Ask the test bed's QMP hook for a command (lib/qmp_hook.py reads the console). */
+/* Ask the test bed's QMP hook for a command (tests/guest/tools/qmp_hook.py reads the console). */
 static void qmp(const char *json)
 {
 	printf("# tb-qmp: %s\n", json);
