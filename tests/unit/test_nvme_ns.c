@@ -292,6 +292,20 @@ static int wr_rd(struct rig *r, struct upcie_nvme_ioq *q, struct upcie_nvme_ns *
 	return err;
 }
 
+/* A 4 KiB Write from the start of the data memory, its metadata at 8 MiB of host memory. */
+static void md_write(struct upcie_nvme_io *io, struct upcie_nvme_dseg *seg, struct rig *r)
+{
+	memset(io, 0, sizeof(*io));
+	seg->mem = &r->data;
+	seg->off = 0;
+	seg->len = 4096;
+	io->opc = UPCIE_NVME_NVM_WRITE;
+	io->segs = seg;
+	io->nsegs = 1;
+	io->md = &r->host;
+	io->md_off = 8 * RIG_MiB;
+}
+
 static void t_pi(void)
 {
 	struct upcie_nvme_ns ns5, ns7, ns14;
@@ -342,15 +356,7 @@ static void t_pi(void)
 
 	err = upcie_nvme_ioq_write_sync(&q, &ns14, 0, &r.data, 0, 4096, NULL);
 	CHECK_EQ(err, -EINVAL, "PI inside 16 bytes of separate metadata, no md: refused");
-	memset(&io, 0, sizeof(io));
-	seg.mem = &r.data;
-	seg.off = 0;
-	seg.len = 4096;
-	io.opc = UPCIE_NVME_NVM_WRITE;
-	io.segs = &seg;
-	io.nsegs = 1;
-	io.md = &r.host;
-	io.md_off = 8 * RIG_MiB;
+	md_write(&io, &seg, &r);
 	err = upcie_nvme_ioq_io_sync(&q, &ns14, &io, 0, NULL);
 	CHECK(err == 0 && !(nvme_nsm_find(&r.nsm, 14)->last_cdw12 & UPCIE_NVME_RW_PRACT) &&
 		  nvme_nsm_find(&r.nsm, 14)->last_mptr == RIG_HOST_IOVA + 8 * RIG_MiB,
@@ -415,15 +421,7 @@ static void t_elbaf(void)
 		CHECK(err == cases[i].err && m->n_io == io0 + (cases[i].err ? 0 : 1),
 		      "PIF %u, STS %u: Write Zeroes (PRACT) %s (%d)", cases[i].pif, cases[i].sts,
 		      cases[i].err ? "refused" : "goes", err);
-		memset(&io, 0, sizeof(io));
-		seg.mem = &r.data;
-		seg.off = 0;
-		seg.len = 4096;
-		io.opc = UPCIE_NVME_NVM_WRITE;
-		io.segs = &seg;
-		io.nsegs = 1;
-		io.md = &r.host;
-		io.md_off = 8 * RIG_MiB;
+		md_write(&io, &seg, &r);
 		io0 = m16->n_io;
 		err = upcie_nvme_ioq_io_sync(&q, &ns16, &io, 0, NULL);
 		CHECK(err == 0 && m16->n_io == io0 + 1,
