@@ -24,11 +24,26 @@
  * twins, so fio's verification still judges what the controller moved; needs the dmabuf_import
  * module), upcie_gpu_id=N|BDF (the GPU of upcie_gpu=1: CUDA ordinal or PCI address, default 0).
  *
+ * Metadata and protection information: md_per_io_size=BYTES gives every I/O a slot of a
+ * separate metadata buffer (needed where the namespace keeps metadata apart, unless it is
+ * exactly the 8-byte PI and pi_act=1); the engine writes a pattern of the LBA there
+ * (upcie_md_seed varies it) and, with upcie_md_verify=1, reads check it. pi_act=1 (default)
+ * sets PRACT: the controller inserts the PI on writes and strips it on reads; pi_chk=GUARD,
+ * REFTAG sets the PRCHK bits of reads, so a block whose PI does not match fails with the
+ * controller's status. Refused, naming the option: pi_chk=APPTAG, apptag and apptag_mask
+ * (struct upcie_nvme_io carries no CDW15), pi_chk with pi_act=0 (the engine computes no PI),
+ * pi_chk on a namespace without PI, PI formats with a 32/64-bit guard or a storage tag.
+ *
+ * Zoned namespaces: fio's zone hooks (get_zoned_model, report_zones, reset_wp,
+ * get_max_open_zones) are Report Zones, Zone Reset and the zoned Identify Namespace, on a queue
+ * pair of the controller's own (fio calls them from its main thread too); zonemode=zbd (and
+ * direct=1, which fio asks of zoned block devices) is required for writing jobs, whose writes
+ * fio places at the write pointers.
+ *
  * Needs what the path needs (root, the function bound to uio_pci_generic or vfio-pci, or
  * upcie_bind=1, and hugepages for the buffers: upcie-setup hugepages reserve N). Built against a
  * configured fio tree of the fio binary that loads it (tools/fio/build-fio.sh, meson -Dfio_src=).
- * Does not: support namespaces with metadata in a separate buffer, protection information,
- * zoned namespaces, or fork mode (thread=0).
+ * Does not: Zone Append, the application tag, or fork mode (thread=0).
  */
 #include <upcie/base/feature.h>
 
@@ -71,12 +86,24 @@ struct ufio_ctrl {
 	struct upcie_nvme_ctrl ctrl; /* holds pointers into itself: the struct never moves */
 	struct upcie_nvme_ns ns[UFIO_MAX_NS];
 	unsigned nns;
+	/* zone management (fio's zone hooks run in fio's main thread as well as the job's): a
+	   queue pair and a Report Zones buffer of the controller's own, under zlock */
+	pthread_mutex_t zlock;
+	struct upcie_nvme_ioq zq;
+	bool zq_live;
+	struct upcie_dmamem zbuf;
+	bool zbuf_live;
+	uint64_t zbuf_len;
 };
 
 /* What a fio file of this engine is: a namespace of a controller (no reference held). */
 struct ufio_file {
 	struct ufio_ctrl *c;
 	const struct upcie_nvme_ns *ns;
+	/* how the job drives it (ufio_file_pi()) */
+	uint32_t flags_r, flags_w; /* PRACT / PRCHK bits of Reads and Writes */
+	bool md;		   /* each command gets its slot of the metadata buffer */
+	bool md_moves;		   /* the metadata is transferred (not PRACT with 8-byte PI) */
 };
 
 struct ufio_options {
@@ -87,6 +114,13 @@ struct ufio_options {
 	unsigned int sgl;
 	unsigned int gpu;
 	char *gpu_id; /* upcie_gpu_id: CUDA ordinal or PCI address; NULL/"": ordinal 0 */
+	unsigned long long md_per_io_size;
+	unsigned int pi_act;
+	char *pi_chk;
+	unsigned int apptag;
+	unsigned int apptag_mask;
+	unsigned int md_verify;
+	unsigned int md_seed;
 };
 
 /* Per job (thread). */
@@ -98,6 +132,9 @@ struct ufio_td {
 	bool buf_live;
 	struct upcie_dmamem dsm; /* one DSM range per io_u, for trims */
 	bool dsm_live;
+	struct upcie_dmamem md; /* separate metadata: one slot of md_stride bytes per io_u */
+	bool md_live;
+	uint64_t md_stride;
 	bool stuck; /* commands may still be with the controller: keep the memory */
 	struct io_u **events;
 	unsigned nevents;
@@ -117,7 +154,8 @@ struct ufio_iou {
 	struct upcie_nvme_req req;
 	struct io_u *io_u;
 	struct ufio_td *t;
-	unsigned slot; /* fio's io_u index: which DSM range is this request's */
+	struct thread_data *td; /* for the job's options at completion */
+	unsigned slot;		/* fio's io_u index: which DSM range is this request's */
 	bool busy;
 };
 
@@ -201,6 +239,7 @@ static int ufio_ctrl_get_locked(const struct upcie_pci_bdf *bdf, const struct uf
 		return err;
 	}
 	c->path = c->ctrl.dev.path;
+	pthread_mutex_init(&c->zlock, NULL);
 	c->refs = 1;
 	c->next = ufio_ctrls;
 	ufio_ctrls = c;
@@ -225,6 +264,12 @@ static void ufio_ctrl_put(struct ufio_ctrl *c)
 		}
 	}
 	pthread_mutex_unlock(&ufio_lock);
+	/* the zone queue has nothing in flight: its commands are synchronous */
+	if (c->zq_live)
+		upcie_nvme_ioq_delete(&c->zq);
+	if (c->zbuf_live)
+		upcie_dmamem_destroy(&c->zbuf);
+	pthread_mutex_destroy(&c->zlock);
 	for (unsigned i = 0; i < c->nns; i++)
 		upcie_nvme_ns_close(&c->ns[i]);
 	upcie_nvme_ctrl_close(&c->ctrl);
@@ -259,13 +304,6 @@ static int ufio_ns_get_locked(struct ufio_ctrl *c, uint32_t nsid, const struct u
 	if (err) {
 		log_err("upcie: %s: namespace %u: %s\n", c->name, nsid, strerror(-err));
 		return err;
-	}
-	if (ns->ms && !ns->ext) {
-		log_err("upcie: %s: namespace %u has %u bytes of metadata per block in a separate "
-			"buffer: not supported by this engine\n",
-			c->name, nsid, ns->ms);
-		upcie_nvme_ns_close(ns);
-		return -EOPNOTSUPP;
 	}
 	c->nns++;
 	*out = ns;
@@ -343,6 +381,10 @@ static int ufio_files_setup(struct thread_data *td)
 		}
 		f->real_file_size = (uint64_t)uf->ns->nsze * uf->ns->lba_bytes;
 		fio_file_set_size_known(f);
+		/* fio's zonemode=zbd asks the engine's zone hooks about block devices only (a
+		   regular file gets emulated zones) */
+		if (uf->ns->zoned)
+			f->filetype = FIO_TYPE_BLOCK;
 	}
 	pthread_mutex_unlock(&ufio_lock);
 	if (err)
@@ -374,6 +416,35 @@ static int ufio_gpu_copy(struct ufio_td *t, struct io_u *io_u, bool to_gpu)
 }
 #endif
 
+/* The metadata of block `lba` as the engine writes it (md_seed varies it), byte `i`. */
+static inline uint8_t ufio_md_byte(uint64_t lba, unsigned seed, uint32_t i)
+{
+	uint64_t w = (lba ^ ((uint64_t)seed << 40)) * UINT64_C(0x9e3779b97f4a7c15) + i / 8;
+
+	return (uint8_t)(w >> ((i % 8) * 8));
+}
+
+/* Fill (write) or check (read) the metadata of `nlb` blocks from `slba` at md. */
+static int ufio_md_pattern(const struct ufio_options *o, const struct upcie_nvme_ns *ns,
+			   uint8_t *md, uint64_t slba, uint64_t nlb, bool fill)
+{
+	for (uint64_t b = 0; b < nlb; b++) {
+		for (uint32_t i = 0; i < ns->ms; i++) {
+			uint8_t want = ufio_md_byte(slba + b, o->md_seed, i);
+
+			if (fill) {
+				md[b * ns->ms + i] = want;
+			} else if (md[b * ns->ms + i] != want) {
+				log_err("upcie: metadata of LBA %" PRIu64 " byte %u: 0x%02x, "
+					"written as 0x%02x (md_verify)\n",
+					slba + b, i, md[b * ns->ms + i], want);
+				return -EILSEQ;
+			}
+		}
+	}
+	return 0;
+}
+
 static void ufio_req_done(struct upcie_nvme_req *r)
 {
 	struct ufio_iou *iu = (struct ufio_iou *)r->ctx;
@@ -389,8 +460,18 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 				  upcie_nvme_cqe_code(&r->cqe));
 		io_u->error = (unsigned int)-r->err;
 	} else {
+		struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(io_u->file);
+		const struct ufio_options *o = (const struct ufio_options *)iu->td->eo;
+
 		io_u->error = 0;
 		io_u->resid = 0;
+		/* md_verify: the metadata read back is what the engine wrote with it */
+		if (io_u->ddir == DDIR_READ && o->md_verify && uf->md_moves && !uf->ns->pi &&
+		    ufio_md_pattern(o, uf->ns,
+				    (uint8_t *)t->md.vaddr + (uint64_t)iu->slot * t->md_stride,
+				    io_u->offset / uf->ns->lba_bytes,
+				    io_u->xfer_buflen / uf->ns->block_bytes, false))
+			io_u->error = EILSEQ;
 #if defined(UPCIE_FIO_CUDA)
 		if (t->gbuf_live && io_u->ddir == DDIR_READ && ufio_gpu_copy(t, io_u, false))
 			io_u->error = EIO;
@@ -401,13 +482,303 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 	t->events[t->nevents++] = io_u;
 }
 
+/* pi_chk=GUARD,REFTAG,APPTAG (any of them, any case) as PRCHK bits. */
+static int ufio_pi_chk_parse(const char *str, uint32_t *bits)
+{
+	char buf[64], *tok, *save = NULL;
+
+	*bits = 0;
+	if (!str || !*str)
+		return 0;
+	if (strlen(str) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, str);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcasecmp(tok, "GUARD"))
+			*bits |= UPCIE_NVME_RW_PRCHK_GUARD;
+		else if (!strcasecmp(tok, "REFTAG"))
+			*bits |= UPCIE_NVME_RW_PRCHK_REF;
+		else if (!strcasecmp(tok, "APPTAG"))
+			*bits |= UPCIE_NVME_RW_PRCHK_APP;
+		else
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * How the job drives namespace uf->ns: PRINFO of its Reads and Writes, and whether each
+ * command carries a slot of the metadata buffer. What upcie cannot do is refused here, naming
+ * the option. *md_need: metadata bytes one request of max_bs bytes needs (0: none).
+ */
+static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, struct ufio_file *uf,
+			uint32_t chk, uint64_t max_bs, uint64_t *md_need)
+{
+	const struct upcie_nvme_ns *ns = uf->ns;
+	const char *name = uf->c->name;
+	bool sep = ns->ms && !ns->ext;
+
+	uf->flags_r = uf->flags_w = 0;
+	uf->md = uf->md_moves = false;
+	*md_need = 0;
+	if (ns->zoned && td_write(td) && td->o.zone_mode != ZONE_MODE_ZBD) {
+		log_err("upcie: %s: namespace %u is zoned: writing jobs need zonemode=zbd (writes "
+			"at the write pointers)\n",
+			name, ns->nsid);
+		return -EINVAL;
+	}
+	if (!ns->pi) {
+		if (chk) {
+			log_err("upcie: pi_chk=%s: %s namespace %u has no protection "
+				"information\n",
+				o->pi_chk, name, ns->nsid);
+			return -EINVAL;
+		}
+	} else {
+		if (ns->pif != UPCIE_NVME_PIF_16 || ns->sts) {
+			log_err(
+			    "upcie: %s namespace %u: its protection information has a %s: upcie "
+			    "drives only the 16-bit guard format without a storage tag (pi_act, "
+			    "pi_chk)\n",
+			    name, ns->nsid, ns->sts ? "storage tag" : "32- or 64-bit guard");
+			return -EOPNOTSUPP;
+		}
+		if ((chk & UPCIE_NVME_RW_PRCHK_REF) && ns->pi == UPCIE_NVME_DPS_PIT_3) {
+			log_err("upcie: pi_chk=REFTAG: %s namespace %u has PI type 3, which does "
+				"not define the reference tag\n",
+				name, ns->nsid);
+			return -EINVAL;
+		}
+		if (!o->pi_act && chk) {
+			log_err("upcie: pi_chk=%s with pi_act=0: the engine does not compute "
+				"protection information, so the controller would check the bytes "
+				"of the metadata buffer; use pi_act=1\n",
+				o->pi_chk);
+			return -EINVAL;
+		}
+		if (!o->pi_act && ns->ext && ns->pract) {
+			log_err("upcie: pi_act=0: %s namespace %u interleaves its 8-byte PI with "
+				"the data, which upcie drives with PRACT only\n",
+				name, ns->nsid);
+			return -EOPNOTSUPP;
+		}
+		if (o->pi_act) {
+			uf->flags_r = UPCIE_NVME_RW_PRACT | chk;
+			/* the reference tag the controller inserts comes from CDW14, which upcie
+			   fills along with the REFTAG check (of what it just generated) */
+			uf->flags_w =
+			    UPCIE_NVME_RW_PRACT | chk |
+			    (ns->pi != UPCIE_NVME_DPS_PIT_3 ? UPCIE_NVME_RW_PRCHK_REF : 0);
+		}
+	}
+	if (!sep)
+		return 0;
+	/* a separate metadata buffer: always given, so that upcie sends PRINFO as set here
+	   (without one it drives an 8-byte-PI namespace with all checks on) */
+	uf->md = true;
+	uf->md_moves = !(ns->pract && o->pi_act);
+	*md_need = max_bs / ns->block_bytes * ns->ms;
+	if (uf->md_moves && !o->md_per_io_size) {
+		log_err("upcie: %s namespace %u has %u bytes of metadata per block in a separate "
+			"buffer: set md_per_io_size (at least %" PRIu64 " bytes for %" PRIu64
+			"-byte requests)\n",
+			name, ns->nsid, ns->ms, *md_need, max_bs);
+		return -EINVAL;
+	}
+	if (o->md_per_io_size && o->md_per_io_size < *md_need) {
+		log_err("upcie: md_per_io_size=%llu: %s namespace %u needs %" PRIu64
+			" bytes of metadata for a %" PRIu64 "-byte request\n",
+			o->md_per_io_size, name, ns->nsid, *md_need, max_bs);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The controller's zone queue (created on first use). zlock held. */
+static int ufio_zq_get_locked(struct ufio_ctrl *c)
+{
+	struct upcie_nvme_ioq_opts qo;
+	int err;
+
+	if (c->zq_live)
+		return 0;
+	c->zbuf_len = c->ctrl.max_xfer < 65536 ? c->ctrl.max_xfer : 65536;
+	if (c->zbuf_len < 4096)
+		c->zbuf_len = 4096;
+	err = upcie_nvme_dev_dmamem(&c->ctrl.dev, c->zbuf_len, &c->zbuf);
+	if (err) {
+		log_err("upcie: %s: no DMA memory for Report Zones (%s)\n", c->name,
+			strerror(-err));
+		return err;
+	}
+	c->zbuf_live = true;
+	memset(&qo, 0, sizeof(qo));
+	qo.depth = 2;
+	qo.max_xfer = c->zbuf_len;
+	err = upcie_nvme_ioq_create(&c->zq, &c->ctrl, &qo);
+	if (err) {
+		log_err("upcie: %s: no queue pair for zone management (%s)\n", c->name,
+			strerror(-err));
+		upcie_dmamem_destroy(&c->zbuf);
+		c->zbuf_live = false;
+		return err;
+	}
+	c->zq_live = true;
+	return 0;
+}
+
+/* One zone command, synchronously on the zone queue. zlock held. */
+static int ufio_zcmd_locked(struct ufio_ctrl *c, const struct upcie_nvme_sqe *sqe, bool data)
+{
+	struct upcie_nvme_dseg seg = { .mem = &c->zbuf, .off = 0, .len = c->zbuf_len };
+	struct upcie_nvme_req r;
+	int err;
+
+	memset(&r, 0, sizeof(r));
+	err = upcie_nvme_ioq_submit_cmd(&c->zq, sqe, data ? &seg : NULL, data ? 1 : 0, &r);
+	return upcie_nvme_ioq_sync(&c->zq, err, &r, 0, NULL);
+}
+
+static int ufio_get_zoned_model(struct thread_data *td, struct fio_file *f,
+				enum zbd_zoned_model *model)
+{
+	struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(f);
+
+	if (!uf && ufio_files_setup(td))
+		return -EINVAL;
+	uf = (struct ufio_file *)FILE_ENG_DATA(f);
+	if (!uf)
+		return -EINVAL;
+	*model = uf->ns->zoned ? ZBD_HOST_MANAGED : ZBD_NONE;
+	return 0;
+}
+
+static int ufio_report_zones(struct thread_data *td, struct fio_file *f, uint64_t offset,
+			     struct zbd_zone *zones, unsigned int nr_zones)
+{
+	struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(f);
+	const struct upcie_nvme_ns *ns;
+	struct upcie_nvme_sqe sqe;
+	struct ufio_ctrl *c;
+	uint64_t n, lb;
+	int err;
+
+	(void)td;
+	if (!uf || !uf->ns->zoned)
+		return -EINVAL;
+	ns = uf->ns;
+	c = uf->c;
+	lb = ns->lba_bytes;
+	pthread_mutex_lock(&c->zlock);
+	err = ufio_zq_get_locked(c);
+	if (!err)
+		err = upcie_nvme_cmd_zone_report(&sqe, ns->nsid, offset / lb, c->zbuf_len, true);
+	if (!err) {
+		memset(c->zbuf.vaddr, 0, c->zbuf_len);
+		err = ufio_zcmd_locked(c, &sqe, true);
+	}
+	if (err) {
+		pthread_mutex_unlock(&c->zlock);
+		log_err("upcie: %s namespace %u: Report Zones at LBA %" PRIu64 " failed (%s)\n",
+			c->name, ns->nsid, offset / lb, strerror(-err));
+		return err;
+	}
+	n = upcie_nvme_zone_report_count(c->zbuf.vaddr, c->zbuf_len);
+	if (n > nr_zones)
+		n = nr_zones;
+	for (uint64_t i = 0; i < n; i++) {
+		const struct upcie_nvme_zone_desc *d =
+		    (const struct upcie_nvme_zone_desc *)((const char *)c->zbuf.vaddr + 64 +
+							  i * 64);
+		struct zbd_zone *z = &zones[i];
+		unsigned zs = d->zs >> 4;
+
+		z->start = d->zslba * lb;
+		z->len = ns->zone_blocks * lb;
+		z->capacity = d->zcap * lb;
+		z->type = (d->zt & 0xf) == 2 ? ZBD_ZONE_TYPE_SWR : ZBD_ZONE_TYPE_CNV;
+		/* the NVMe zone states have the values of fio's zone conditions */
+		z->cond = (enum zbd_zone_cond)zs;
+		/* a full zone's write pointer is not defined: its end */
+		z->wp = zs == UPCIE_NVME_ZS_FULL ? z->start + z->capacity : d->wp * lb;
+	}
+	pthread_mutex_unlock(&c->zlock);
+	return (int)n;
+}
+
+static int ufio_reset_wp(struct thread_data *td, struct fio_file *f, uint64_t offset,
+			 uint64_t length)
+{
+	struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(f);
+	const struct upcie_nvme_ns *ns;
+	struct upcie_nvme_sqe sqe;
+	struct ufio_ctrl *c;
+	uint64_t zb, lba, end;
+	int err;
+
+	(void)td;
+	if (!uf || !uf->ns->zoned)
+		return -EINVAL;
+	ns = uf->ns;
+	c = uf->c;
+	zb = ns->zone_blocks * ns->lba_bytes;
+	pthread_mutex_lock(&c->zlock);
+	err = ufio_zq_get_locked(c);
+	/* zone by zone: fio resets the zones of its range only */
+	for (uint64_t z = offset / zb; !err && z * zb < offset + length; z++) {
+		lba = z * ns->zone_blocks;
+		end = lba + ns->zone_blocks;
+		if (lba >= ns->nsze || end > ns->nsze)
+			break;
+		err =
+		    upcie_nvme_cmd_zone_mgmt_send(&sqe, ns->nsid, lba, UPCIE_NVME_ZSA_RESET, false);
+		if (!err)
+			err = ufio_zcmd_locked(c, &sqe, false);
+		if (err)
+			log_err("upcie: %s namespace %u: Zone Reset at LBA %" PRIu64
+				" failed (%s)\n",
+				c->name, ns->nsid, lba, strerror(-err));
+	}
+	pthread_mutex_unlock(&c->zlock);
+	return err;
+}
+
+static int ufio_get_max_open_zones(struct thread_data *td, struct fio_file *f,
+				   unsigned int *max_open_zones)
+{
+	struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(f);
+	struct upcie_nvme_id_ns_zns *z;
+	int err;
+
+	(void)td;
+	*max_open_zones = 0;
+	if (!uf || !uf->ns->zoned)
+		return 0;
+	z = (struct upcie_nvme_id_ns_zns *)malloc(sizeof(*z));
+	if (!z)
+		return -ENOMEM;
+	err = upcie_nvme_ctrl_identify_csi(&uf->c->ctrl, UPCIE_NVME_CNS_CS_NS, uf->ns->nsid,
+					   UPCIE_NVME_CSI_ZNS, z);
+	if (!err && z->mor != UINT32_MAX) {
+		/* 0's based; fio's limit is a count, 0 for none */
+		*max_open_zones = z->mor + 1 > ZBD_MAX_OPEN_ZONES ? ZBD_MAX_OPEN_ZONES : z->mor + 1;
+	}
+	free(z);
+	if (err)
+		log_err("upcie: %s namespace %u: zoned Identify Namespace failed (%s)\n",
+			uf->c->name, uf->ns->nsid, strerror(-err));
+	return err;
+}
+
 static int ufio_init(struct thread_data *td)
 {
 	struct ufio_options *o = (struct ufio_options *)td->eo;
 	struct upcie_nvme_ioq_opts qo;
 	struct upcie_nvme_ctrl *c;
 	struct ufio_td *t;
-	uint64_t max_bs = td_max_bs(td), xfer, chunk, pieces, depth;
+	uint64_t max_bs = td_max_bs(td), xfer, chunk, pieces, depth, md_need = 0;
+	bool md_any = false;
+	uint32_t chk;
 	int err;
 
 	if (ufio_files_setup(td))
@@ -464,6 +835,47 @@ static int ufio_init(struct thread_data *td)
 			return 1;
 		}
 		t->dsm_live = true;
+	}
+	/* protection information and metadata, per namespace of the job */
+	if (ufio_pi_chk_parse(o->pi_chk, &chk)) {
+		log_err("upcie: pi_chk=%s: want a comma-separated list of GUARD, REFTAG, APPTAG\n",
+			o->pi_chk);
+		return 1;
+	}
+	if ((chk & UPCIE_NVME_RW_PRCHK_APP) || o->apptag || o->apptag_mask != 0xffff) {
+		log_err("upcie: pi_chk=APPTAG, apptag and apptag_mask: upcie's I/O request "
+			"(struct upcie_nvme_io) carries no application tag (CDW15); the "
+			"controller writes application tag 0 with pi_act=1\n");
+		return 1;
+	}
+	for (unsigned i = 0; i < t->nfiles; i++) {
+		uint64_t need;
+
+		err = ufio_file_pi(td, o, &t->files[i], chk, max_bs, &need);
+		if (err) {
+			td_verror(td, -err, "upcie namespace options");
+			return 1;
+		}
+		if (t->files[i].md && need > md_need)
+			md_need = need;
+		md_any |= t->files[i].md;
+	}
+	if (md_any) {
+		/* a power-of-two slot per io_u: never across a page of the buffer, dword aligned */
+		uint64_t want = o->md_per_io_size > md_need ? o->md_per_io_size : md_need;
+
+		t->md_stride = 64;
+		while (t->md_stride < want)
+			t->md_stride <<= 1;
+		err = upcie_nvme_dev_dmamem(&c->dev, (size_t)(t->depth * t->md_stride), &t->md);
+		if (err) {
+			log_err("upcie: no DMA memory for %u metadata buffers of %" PRIu64
+				" bytes (%s)\n",
+				t->depth, t->md_stride, strerror(-err));
+			td_verror(td, -err, "upcie metadata memory");
+			return 1;
+		}
+		t->md_live = true;
 	}
 	if (o->gpu) {
 #if defined(UPCIE_FIO_CUDA)
@@ -605,6 +1017,7 @@ static int ufio_io_u_init(struct thread_data *td, struct io_u *io_u)
 	iu->slot = io_u->index;
 	iu->io_u = io_u;
 	iu->t = (struct ufio_td *)td->io_ops_data;
+	iu->td = td;
 	iu->req.cb = ufio_req_done;
 	iu->req.ctx = iu;
 	io_u->engine_data = iu;
@@ -620,6 +1033,7 @@ static void ufio_io_u_free(struct thread_data *td, struct io_u *io_u)
 
 static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 {
+	struct ufio_options *o = (struct ufio_options *)td->eo;
 	struct ufio_td *t = (struct ufio_td *)td->io_ops_data;
 	struct ufio_iou *iu = (struct ufio_iou *)io_u->engine_data;
 	struct ufio_file *uf = (struct ufio_file *)FILE_ENG_DATA(io_u->file);
@@ -663,6 +1077,23 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		io.slba = io_u->offset / ns->lba_bytes;
 		io.segs = &seg;
 		io.nsegs = 1;
+		io.flags = io_u->ddir == DDIR_READ ? uf->flags_r : uf->flags_w;
+		/* fio's zonemode=zbd issues each zone's writes at its write pointer, in order */
+		io.zoned = ns->zoned && io_u->ddir == DDIR_WRITE;
+		if (uf->md) {
+			if (!t->md_live || iu->slot >= t->depth) {
+				err = -EINVAL;
+				break;
+			}
+			io.md = &t->md;
+			io.md_off = (uint64_t)iu->slot * t->md_stride;
+			if (uf->md_moves && io_u->ddir == DDIR_WRITE)
+				ufio_md_pattern(o, ns, (uint8_t *)t->md.vaddr + io.md_off, io.slba,
+						io_u->xfer_buflen / ns->block_bytes, true);
+			else if (uf->md_moves)
+				memset((char *)t->md.vaddr + io.md_off, 0,
+				       io_u->xfer_buflen / ns->block_bytes * ns->ms);
+		}
 		err = upcie_nvme_ioq_submit_io(&t->q, ns, &io, &iu->req);
 		break;
 	case DDIR_SYNC:
@@ -802,6 +1233,9 @@ static void ufio_cleanup(struct thread_data *td)
 	if (t->dsm_live && !t->stuck)
 		upcie_dmamem_destroy(&t->dsm);
 	t->dsm_live = false;
+	if (t->md_live && !t->stuck)
+		upcie_dmamem_destroy(&t->md);
+	t->md_live = false;
 #if defined(UPCIE_FIO_CUDA)
 	upcie_gpu_cuda_close(&t->gpu);
 #endif
@@ -873,6 +1307,78 @@ static struct fio_option ufio_options_list[] = {
 	    .group = FIO_OPT_G_INVALID,
 	},
 	{
+	    .name = "md_per_io_size",
+	    .lname = "metadata bytes per I/O",
+	    .type = FIO_OPT_STR_VAL,
+	    .off1 = offsetof(struct ufio_options, md_per_io_size),
+	    .def = "0",
+	    .help = "bytes of the separate metadata buffer of each I/O (namespaces with a "
+		    "separate metadata buffer)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "pi_act",
+	    .lname = "protection information action",
+	    .type = FIO_OPT_BOOL,
+	    .off1 = offsetof(struct ufio_options, pi_act),
+	    .def = "1",
+	    .help = "PRACT: the controller inserts the PI on writes and strips it on reads",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "pi_chk",
+	    .lname = "protection information checks",
+	    .type = FIO_OPT_STR_STORE,
+	    .off1 = offsetof(struct ufio_options, pi_chk),
+	    .def = "",
+	    .help = "PRCHK: the PI fields the controller checks, a list of GUARD, REFTAG, APPTAG",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "apptag",
+	    .lname = "application tag",
+	    .type = FIO_OPT_INT,
+	    .off1 = offsetof(struct ufio_options, apptag),
+	    .def = "0",
+	    .help = "PI application tag (refused unless 0: upcie's I/O carries none)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "apptag_mask",
+	    .lname = "application tag mask",
+	    .type = FIO_OPT_INT,
+	    .off1 = offsetof(struct ufio_options, apptag_mask),
+	    .def = "0xffff",
+	    .help = "PI application tag mask (refused unless 0xffff: upcie's I/O carries none)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "upcie_md_verify",
+	    .lname = "upcie metadata verification",
+	    .type = FIO_OPT_BOOL,
+	    .off1 = offsetof(struct ufio_options, md_verify),
+	    .def = "0",
+	    .help = "reads check the separate metadata against what the engine writes with each "
+		    "block (namespaces without PI)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "upcie_md_seed",
+	    .lname = "upcie metadata seed",
+	    .type = FIO_OPT_INT,
+	    .off1 = offsetof(struct ufio_options, md_seed),
+	    .def = "0",
+	    .help = "varies the metadata the engine writes with each block (a function of the LBA)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
 	    .name = NULL,
 	},
 };
@@ -895,6 +1401,10 @@ struct ioengine_ops ioengine = {
 	.iomem_free = ufio_iomem_free,
 	.io_u_init = ufio_io_u_init,
 	.io_u_free = ufio_io_u_free,
+	.get_zoned_model = ufio_get_zoned_model,
+	.report_zones = ufio_report_zones,
+	.reset_wp = ufio_reset_wp,
+	.get_max_open_zones = ufio_get_max_open_zones,
 	.option_struct_size = sizeof(struct ufio_options),
 	.options = ufio_options_list,
 };

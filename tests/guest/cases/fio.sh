@@ -110,6 +110,100 @@ else
 	tap_fail "negative control: the changed block fails fio's verification" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
 fi
 
+# zoned c1n4 (1 MiB zones): fio's zonemode=zbd through the engine's zone hooks (Report Zones,
+# Zone Reset, the open-zone limit), writes at the write pointers, verified; the second pass
+# finds the zones full, so it only runs when the engine reset them
+Z="--name=zbd --filename=$C1/4 --zonemode=zbd --direct=1 --rw=write --bsrange=4k-256k --size=4M --iodepth=4 --verify=crc32c --do_verify=1"
+# shellcheck disable=SC2086
+run_fio "c1n4 zoned: zonemode=zbd sequential writes over 4 zones, crc32c, do_verify" verify $Z
+# shellcheck disable=SC2086
+run_fio "c1n4 zoned: the same zones again (full: the engine resets their write pointers)" verify $Z
+run_fio "c1n4 zoned: zonemode=zbd random writes (fio picks zones and write pointers), md5" verify \
+	--name=zbdr --filename="$C1/4" --zonemode=zbd --direct=1 --rw=randwrite --bs=16k \
+	--offset=4M --size=3M --iodepth=8 --verify=md5 --do_verify=1
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=zw --filename="$C1/4" \
+	--rw=write --bs=4k --size=64k 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'zonemode=zbd'; then
+	tap_ok "c1n4 zoned: a writing job without zonemode=zbd is refused, naming zonemode=zbd"
+else
+	tap_fail "c1n4 zoned: a writing job without zonemode=zbd is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
+fi
+
+# c1n5, PI type 1 in 8 bytes of separate metadata: the controller inserts the PI (pi_act=1) and
+# checks guard and reference tag on every read (pi_chk); fio's crc32c verifies the data
+run_fio "c1n5 PI type 1: pi_act=1 pi_chk=GUARD,REFTAG writes, crc32c, do_verify" verify \
+	--pi_act=1 --pi_chk=GUARD,REFTAG --name=pi --filename="$C1/5" --rw=randwrite \
+	--bsrange=4k-256k --blockalign=4k --size=4M --iodepth=8 --verify=crc32c --do_verify=1
+# negative control: a block rewritten behind fio's back with metadata that is no valid PI
+# (pi_act=0: the engine's own metadata pattern lands where the PI was) fails the pi_chk read
+P="--name=pinc --filename=$C1/5 --rw=write --bs=64k --size=1M --offset=4M --iodepth=4 --verify=crc32c"
+# shellcheck disable=SC2086
+run_fio "PI negative control: write a region with pi_act=1" rc --pi_act=1 $P --do_verify=0
+# shellcheck disable=SC2086
+run_fio "PI negative control: it reads back with pi_chk=GUARD,REFTAG (verify_only)" rc \
+	--pi_act=1 --pi_chk=GUARD,REFTAG $P --verify_only=1
+run_fio "PI negative control: rewrite one block with pi_act=0 (metadata, no PI)" rc \
+	--pi_act=0 --md_per_io_size=8 --name=pibad --filename="$C1/5" --rw=write --bs=4k \
+	--size=4k --offset=4608k
+run_fio "PI negative control: without pi_chk the controller reads the block (no check)" rc \
+	--pi_act=1 --name=pirel --filename="$C1/5" --rw=read --bs=4k --size=4k --offset=4608k
+# shellcheck disable=SC2086
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_act=1 \
+	--pi_chk=GUARD,REFTAG $P --verify_only=1 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'end-to-end guard check error\|end-to-end reference tag check error'; then
+	tap_ok "PI negative control: the pi_chk read of the changed block fails with the controller's PI status (exit $rc)"
+else
+	tap_fail "PI negative control: the pi_chk read of the changed block fails" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
+fi
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_chk=GUARD,APPTAG \
+	--name=pia --filename="$C1/5" --rw=read --bs=4k --size=64k 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'APPTAG.*application tag'; then
+	tap_ok "pi_chk=APPTAG is refused, naming the application tag upcie's I/O cannot carry"
+else
+	tap_fail "pi_chk=APPTAG is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
+fi
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_chk=GUARD \
+	--name=pin --filename="$C1/1" --rw=read --bs=4k --size=64k 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'pi_chk=GUARD.*no protection'; then
+	tap_ok "pi_chk on c1n1 (no PI) is refused, naming pi_chk"
+else
+	tap_fail "pi_chk on c1n1 (no PI) is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
+fi
+
+# c1n2, 16 bytes of separate metadata a block: md_per_io_size gives each I/O its metadata
+# buffer; the engine writes a pattern of the LBA there and upcie_md_verify checks it on reads
+run_fio "c1n2 metadata: md_per_io_size=1k, 4..64 KiB, crc32c + upcie_md_verify, do_verify" verify \
+	--md_per_io_size=1k --upcie_md_verify=1 --name=md --filename="$C1/2" --rw=randwrite \
+	--bsrange=4k-64k --blockalign=4k --size=4M --iodepth=8 --verify=crc32c --do_verify=1
+M="--md_per_io_size=256 --upcie_md_verify=1 --name=mdnc --filename=$C1/2 --rw=write --bs=16k --size=512k --offset=4M --verify=crc32c"
+# shellcheck disable=SC2086
+run_fio "metadata negative control: write a region" rc $M --do_verify=0
+# shellcheck disable=SC2086
+run_fio "metadata negative control: its metadata verifies (verify_only)" rc $M --verify_only=1
+run_fio "metadata negative control: rewrite one block's metadata (upcie_md_seed=1)" rc \
+	--md_per_io_size=16 --upcie_md_seed=1 --name=mdbad --filename="$C1/2" --rw=write \
+	--bs=4k --size=4k --offset=4160k
+# shellcheck disable=SC2086
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path $M --verify_only=1 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'metadata of LBA 1040 .*md_verify'; then
+	tap_ok "metadata negative control: the changed metadata fails upcie_md_verify at LBA 1040 (exit $rc)"
+else
+	tap_fail "metadata negative control: the changed metadata fails upcie_md_verify" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
+fi
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --md_per_io_size=64 \
+	--name=mds --filename="$C1/2" --rw=read --bs=64k --size=64k 2>&1)
+rc=$?
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'md_per_io_size=64: .* needs 256 bytes'; then
+	tap_ok "c1n2: md_per_io_size below the request's metadata is refused, naming the bytes needed"
+else
+	tap_fail "c1n2: md_per_io_size below the request's metadata is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
+fi
+
 # refusals, each with its reason
 out=$(fio --thread=0 --ioengine=external:$ENGINE --upcie_path=$path --name=f --filename="$C0/1" \
 	--rw=read --bs=4k --size=64k 2>&1)
@@ -122,10 +216,10 @@ fi
 out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=md --filename="$C1/2" \
 	--rw=read --bs=4k --size=64k 2>&1)
 rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'metadata'; then
-	tap_ok "c1n2 (separate metadata) is refused, naming the metadata"
+if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'metadata per block in a separate buffer: set md_per_io_size'; then
+	tap_ok "c1n2 (separate metadata) without md_per_io_size is refused, naming md_per_io_size"
 else
-	tap_fail "c1n2 (separate metadata) is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
+	tap_fail "c1n2 (separate metadata) without md_per_io_size is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
 fi
 out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=bad --filename=nvme0 \
 	--rw=read --bs=4k --size=64k 2>&1)
