@@ -379,7 +379,8 @@ static int ufio_files_setup(struct thread_data *td)
 			t->nfiles++;
 			FILE_SET_ENG_DATA(f, uf);
 		}
-		f->real_file_size = (uint64_t)uf->ns->nsze * uf->ns->lba_bytes;
+		/* fio's offsets count blocks of block_bytes (extended LBAs: data and metadata) */
+		f->real_file_size = (uint64_t)uf->ns->nsze * uf->ns->block_bytes;
 		fio_file_set_size_known(f);
 		/* fio's zonemode=zbd asks the engine's zone hooks about block devices only (a
 		   regular file gets emulated zones) */
@@ -469,7 +470,7 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 		if (io_u->ddir == DDIR_READ && o->md_verify && uf->md_moves && !uf->ns->pi &&
 		    ufio_md_pattern(o, uf->ns,
 				    (uint8_t *)t->md.vaddr + (uint64_t)iu->slot * t->md_stride,
-				    io_u->offset / uf->ns->lba_bytes,
+				    io_u->offset / uf->ns->block_bytes,
 				    io_u->xfer_buflen / uf->ns->block_bytes, false))
 			io_u->error = EILSEQ;
 #if defined(UPCIE_FIO_CUDA)
@@ -668,7 +669,7 @@ static int ufio_report_zones(struct thread_data *td, struct fio_file *f, uint64_
 		return -EINVAL;
 	ns = uf->ns;
 	c = uf->c;
-	lb = ns->lba_bytes;
+	lb = ns->block_bytes;
 	pthread_mutex_lock(&c->zlock);
 	err = ufio_zq_get_locked(c);
 	if (!err)
@@ -721,7 +722,7 @@ static int ufio_reset_wp(struct thread_data *td, struct fio_file *f, uint64_t of
 		return -EINVAL;
 	ns = uf->ns;
 	c = uf->c;
-	zb = ns->zone_blocks * ns->lba_bytes;
+	zb = ns->zone_blocks * ns->block_bytes;
 	pthread_mutex_lock(&c->zlock);
 	err = ufio_zq_get_locked(c);
 	/* zone by zone: fio resets the zones of its range only */
@@ -1047,10 +1048,10 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 	switch (io_u->ddir) {
 	case DDIR_READ:
 	case DDIR_WRITE:
-		if (io_u->offset % ns->lba_bytes || io_u->xfer_buflen % ns->block_bytes ||
+		if (io_u->offset % ns->block_bytes || io_u->xfer_buflen % ns->block_bytes ||
 		    !io_u->xfer_buflen) {
 			log_err("upcie: %llu bytes at offset %llu are not whole %u-byte blocks\n",
-				io_u->xfer_buflen, io_u->offset, ns->lba_bytes);
+				io_u->xfer_buflen, io_u->offset, ns->block_bytes);
 			err = -EINVAL;
 			break;
 		}
@@ -1074,7 +1075,7 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 #endif
 		memset(&io, 0, sizeof(io));
 		io.opc = io_u->ddir == DDIR_READ ? UPCIE_NVME_NVM_READ : UPCIE_NVME_NVM_WRITE;
-		io.slba = io_u->offset / ns->lba_bytes;
+		io.slba = io_u->offset / ns->block_bytes;
 		io.segs = &seg;
 		io.nsegs = 1;
 		io.flags = io_u->ddir == DDIR_READ ? uf->flags_r : uf->flags_w;
@@ -1102,9 +1103,9 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		break;
 	case DDIR_TRIM: {
 		struct upcie_nvme_dsm_range *rg;
-		uint64_t nlb = io_u->xfer_buflen / ns->lba_bytes;
+		uint64_t nlb = io_u->xfer_buflen / ns->block_bytes;
 
-		if (io_u->offset % ns->lba_bytes || io_u->xfer_buflen % ns->lba_bytes || !nlb ||
+		if (io_u->offset % ns->block_bytes || io_u->xfer_buflen % ns->block_bytes || !nlb ||
 		    nlb > UINT32_MAX || !t->dsm_live || iu->slot >= t->depth) {
 			err = -EINVAL;
 			break;
@@ -1113,7 +1114,7 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		rg = (struct upcie_nvme_dsm_range *)((char *)t->dsm.vaddr + off);
 		memset(rg, 0, sizeof(*rg));
 		rg->nlb = (uint32_t)nlb;
-		rg->slba = io_u->offset / ns->lba_bytes;
+		rg->slba = io_u->offset / ns->block_bytes;
 		err = upcie_nvme_ioq_dsm(&t->q, ns, &t->dsm, off, 1, UPCIE_NVME_DSM_AD, &iu->req);
 		break;
 	}
