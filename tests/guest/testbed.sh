@@ -1517,8 +1517,9 @@ boot_guest() { # CONFIG CASE[,CASE...] : one boot; appends TAP records to $RESUL
 		if ! grep -q "^==TB== END $k " <(tr -d '\r' <"$dir/console.log"); then
 			continue
 		fi
+		# awk reads to the end: an early exit would end tr with SIGPIPE (pipefail, set -e)
 		tr -d '\r' <"$dir/console.log" | awk -v k="$k" '
-			$0 == "==TB== CASE " k { on = 1; next } on && /^==TB== END / { exit } on' >"$dir/$k.guest.out"
+			$0 == "==TB== CASE " k { on = 1; next } on && /^==TB== END / { on = 0 } on' >"$dir/$k.guest.out"
 		(
 			cd "$dir"
 			export TB_CONFIG=$c TB_CASE=$k TB_NONCE=$nonce TB_RUN_DIR=$dir TB_KERNEL=$KV
