@@ -10,7 +10,10 @@
 # trims. The DMA path is the configuration's: uio (A), vfio type1 (B), vfio cdev + iommufd (C).
 # Every write-and-verify job must read back as many bytes as it wrote (fio's terse output), so a
 # job that silently skipped verification fails. Negative control: a block overwritten behind
-# fio's back must make a verify-only pass fail. The engine's refusals are checked too.
+# fio's back must make a verify-only pass fail. Metadata, PI and zones: zonemode=zbd on the
+# zoned c1n4 (fio's zone hooks), pi_act/pi_chk on the PI type 1 c1n5 (a block rewritten
+# without valid PI must fail the pi_chk read), md_per_io_size with upcie_md_verify on c1n2
+# (changed metadata must fail it). The engine's refusals are checked too.
 #
 # configs: A B C
 # timeout: 600
