@@ -1020,6 +1020,46 @@ __attribute__((noinline)) static void t_retry_parked_end(void)
 	}
 }
 
+/* The model has posted `n` completions on queue 1. */
+static bool q1_posted_one(struct rig *r)
+{
+	return __atomic_load_n(&r->cm.q[1].m.posted, __ATOMIC_ACQUIRE) >= 1;
+}
+
+/* 20. A failure with DNR clear that a reset finds in the CQ is delivered after the reset and
+ * not retried (its CID slot may have been built into meanwhile): the request ends with its
+ * status, nothing is sent again. */
+__attribute__((noinline)) static void t_retry_not_after_reset(void)
+{
+	struct rig r;
+	struct op a;
+	uint64_t f;
+	int err;
+
+	rig_setup(&r);
+	rig_up(&r, NULL, NULL);
+	fail_next(&r, 1, UPCIE_NVME_SC_INTERNAL, false, 0);
+	err = op_read(&r, &a, 3, 512, 4096, NULL);
+	CHECK(
+	    err == 0 && until(q1_posted_one, &r, UPCIE_NSEC_PER_SEC) && a.calls == 0,
+	    "retry/reset: a read failed with DNR clear, its completion in the CQ, not reaped (%d)",
+	    err);
+	f = fetched(&r);
+	err = upcie_nvme_ctrl_reset(&r.c);
+	upcie_nvme_ioq_poll(&r.q, 64);
+	upcie_sleep_ns(50 * MS);
+	upcie_nvme_ioq_poll(&r.q, 64);
+	CHECK(err == 0 && a.calls == 1 && a.req.err == -EIO &&
+		  upcie_nvme_cqe_code(&a.req.cqe) == UPCIE_NVME_SC_INTERNAL && fetched(&r) == f &&
+		  r.c.nretried == 0,
+	      "retry/reset: delivered after the reset with its status, not sent again (%d, %d "
+	      "calls, %d, %llu sent since)",
+	      err, a.calls, a.req.err, (unsigned long long)(fetched(&r) - f));
+	until(q1_idle, &r, UPCIE_NSEC_PER_SEC);
+	nvme_eo_check(&r.eo, "retry/reset");
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(log_print, NULL);
@@ -1042,5 +1082,6 @@ int main(void)
 	t_retry_crd();
 	t_retry_not_ready();
 	t_retry_parked_end();
+	t_retry_not_after_reset();
 	return check_done();
 }

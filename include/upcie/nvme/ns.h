@@ -261,6 +261,15 @@ static inline bool upcie_nvme_retry_hold_(struct upcie_nvme_ioq *q, uint32_t idx
 	uint64_t due;
 	uint16_t cid;
 
+	/*
+	 * Only a completion reap is handing over from the queue's own CQ: then the CID it just
+	 * freed is on top and nothing ran since, so slot `idx` and its shadow are still this
+	 * command's. A completion delivered later (a reset's, a deletion's deferred callbacks, after
+	 * other callbacks may have built into that slot) is not retried.
+	 */
+	if (!q->qp.cq || (uintptr_t)cqe < (uintptr_t)q->qp.cq ||
+	    (uintptr_t)cqe > (uintptr_t)&q->qp.cq[q->qp.cq_last])
+		return false;
 	if (!q->live || !q->retry || upcie_nvme_req_stale_(r) ||
 	    !upcie_nvme_retry_plan_(q->ctrl, cqe, n, first_ns, now, &due) ||
 	    upcie_nvme_qpair_hold_(&q->qp, idx, upcie_nvme_retry_cpl_, r, &cid))
