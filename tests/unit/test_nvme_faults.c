@@ -838,7 +838,7 @@ __attribute__((noinline)) static void t_retry_bound(void)
 
 	for (unsigned i = 0; i < UPCIE_ARRAY_SIZE(cases); i++) {
 		struct upcie_nvme_ctrl_opts o = opts_retries(cases[i].opt);
-		struct upcie_nvme_cqe cqe;
+		struct upcie_nvme_cqe cqe = { 0 };
 		struct rig r;
 		uint64_t f0;
 		int err;
@@ -906,7 +906,7 @@ __attribute__((noinline)) static void t_retry_crd(void)
 __attribute__((noinline)) static void t_retry_not_ready(void)
 {
 	for (int longer = 0; longer < 2; longer++) {
-		struct upcie_nvme_cqe cqe;
+		struct upcie_nvme_cqe cqe = { 0 };
 		struct rig r;
 		uint64_t f0, t0, el;
 		int err;
