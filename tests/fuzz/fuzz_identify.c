@@ -124,6 +124,8 @@ static struct upcie_nvme_ctrl fc;
 static struct upcie_nvme_ioq q;
 static struct upcie_nvme_sqe sq[64] __attribute__((aligned(64)));
 static struct upcie_nvme_cqe cq[64] __attribute__((aligned(64)));
+static struct upcie_nvme_sqe shadow[64] __attribute__((aligned(64))); /* per CID slot */
+static struct upcie_nvme_retry_ retry[64];
 static volatile uint32_t sqdb, cqdb;
 static uint8_t *lists; /* 63 CIDs x up to 16 pages */
 static struct upcie_dmamem lmem, dmem, mmem;
@@ -226,6 +228,8 @@ static void t_ns(struct fz *f)
 	q.loff = 0;
 	q.lpages = LPAGES; /* 8 MiB / 4 KiB + 1 entries fit in 5 PRP or 9 SGL list pages */
 	q.depth = 64;
+	q.shadow = shadow;
+	q.retry = retry;
 	memset(&qc, 0, sizeof(qc));
 	qc.sq = sq;
 	qc.cq = cq;
