@@ -471,8 +471,7 @@ static inline int upcie_nvme_ioq_delete(struct upcie_nvme_ioq *q)
 	for (uint32_t i = 0; q->nparked && i <= q->qp.cid_mask; i++) {
 		uint32_t tag = q->qp.slots[i].tag;
 
-		if ((tag & UPCIE_NVME_CID_HELD_) &&
-		    !(tag & (UPCIE_NVME_CID_FREE_ | UPCIE_NVME_CID_CANCELLED_)))
+		if (upcie_nvme_qpair_tag_held_(tag))
 			upcie_nvme_qpair_cancel(&q->qp, (uint16_t)tag);
 	}
 	q->nparked = 0;

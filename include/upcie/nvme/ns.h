@@ -335,9 +335,7 @@ upcie_nvme_ioq_retry_run_(struct upcie_nvme_ioq *q)
 		const struct upcie_nvme_cid_slot *s = &q->qp.slots[i];
 		uint32_t tag = s->tag;
 
-		if (tag == UPCIE_NVME_CID_UNUSED_ || !(tag & UPCIE_NVME_CID_HELD_) ||
-		    (tag & (UPCIE_NVME_CID_FREE_ | UPCIE_NVME_CID_CANCELLED_)) ||
-		    s->cb != upcie_nvme_retry_cpl_)
+		if (!upcie_nvme_qpair_tag_held_(tag) || s->cb != upcie_nvme_retry_cpl_)
 			continue;
 		if (q->retry[i].due_ns <= now)
 			upcie_nvme_retry_send_(q, i, (uint16_t)tag,
@@ -893,7 +891,7 @@ static inline int upcie_nvme_ioq_end_req_(struct upcie_nvme_ioq *q, struct upcie
 			continue;
 		if (ctx != r)
 			continue;
-		if (tag & UPCIE_NVME_CID_HELD_)
+		if (upcie_nvme_qpair_tag_held_(tag))
 			upcie_nvme_qpair_cancel(&q->qp, (uint16_t)tag); /* not sent: ends now */
 		else
 			cids[n++] = (uint16_t)tag;

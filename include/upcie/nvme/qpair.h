@@ -461,12 +461,6 @@ UPCIE_HD static inline int upcie_nvme_qpair_send_held_(struct upcie_nvme_qpair *
 }
 
 /*
- * Free held command `cid` without a callback (its owner ends it another way). Returns 0,
- * -ENOENT when `cid` is not held.
- */
-UPCIE_HD static inline int upcie_nvme_qpair_drop_held_(struct upcie_nvme_qpair *qp, uint16_t cid);
-
-/*
  * Free the slot of `cid` (its command ended): the tag keeps the CID, so a repeat of this
  * completion is recognised, and the next command of the slot gets the next generation.
  */
@@ -478,6 +472,10 @@ UPCIE_HD static inline void upcie_nvme_qpair_cid_put_(struct upcie_nvme_qpair *q
 	qp->cid_free[qp->nfree++] = upcie_nvme_qpair_cid_next_(qp, cid);
 }
 
+/*
+ * Free held command `cid` without a callback (its owner ends it another way). Returns 0,
+ * -ENOENT when `cid` is not held.
+ */
 UPCIE_HD static inline int upcie_nvme_qpair_drop_held_(struct upcie_nvme_qpair *qp, uint16_t cid)
 {
 	struct upcie_nvme_cid_slot *slot = upcie_nvme_qpair_slot_(qp, cid);
@@ -728,6 +726,12 @@ UPCIE_HD static inline uint32_t upcie_nvme_qpair_inflight(const struct upcie_nvm
 UPCIE_HD static inline bool upcie_nvme_qpair_tag_outstanding_(uint32_t tag)
 {
 	return !(tag & (UPCIE_NVME_CID_CANCELLED_ | UPCIE_NVME_CID_FREE_));
+}
+
+/* Whether `tag` is that of a held command (upcie_nvme_qpair_hold_(), not sent yet). */
+UPCIE_HD static inline bool upcie_nvme_qpair_tag_held_(uint32_t tag)
+{
+	return upcie_nvme_qpair_tag_outstanding_(tag) && (tag & UPCIE_NVME_CID_HELD_);
 }
 
 /* The slot of outstanding command `cid`, or NULL (out of range: *range set; not outstanding). */
