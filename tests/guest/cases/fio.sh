@@ -55,6 +55,20 @@ run_fio() {
 	fi
 }
 
+# fio_fails DESC ERE FIO-ARGS... : fio must exit non-zero with output matching ERE (a refusal, or
+# a negative control's failure)
+fio_fails() {
+	_desc=$1 _re=$2
+	shift 2
+	_out=$(fio --ioengine=external:"$ENGINE" --upcie_path="$path" "$@" 2>&1)
+	_rc=$?
+	if [ "$_rc" != 0 ] && printf '%s\n' "$_out" | grep -q "$_re"; then
+		tap_ok "$_desc (exit $_rc)"
+	else
+		tap_fail "$_desc" "exit $_rc" "$(printf '%s\n' "$_out" | tail -n 10)"
+	fi
+}
+
 # the engine binds c0 itself (from the kernel driver: nothing is mounted, so the guard lets go)
 tb_bind "$TB_C0_BDF" nvme
 run_fio "c0n1 512 B: one-LBA sequential writes, flush every 8, crc32c, do_verify, upcie_bind=1" verify \
@@ -105,13 +119,8 @@ run_fio "negative control: overwrite one block of it" rc \
 	--name=corrupt --filename="$C1/1" --rw=write --bs=4k --size=4k --offset=12M \
 	--buffer_pattern=0x55
 # shellcheck disable=SC2086
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path $W --verify_only=1 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'verify: bad\|verify failed\|bad magic'; then
-	tap_ok "negative control: the changed block fails fio's verification (exit $rc)"
-else
-	tap_fail "negative control: the changed block fails fio's verification" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
-fi
+fio_fails "negative control: the changed block fails fio's verification" \
+	'verify: bad\|verify failed\|bad magic' --thread=1 $W --verify_only=1
 
 # zoned c1n4 (1 MiB zones): fio's zonemode=zbd through the engine's zone hooks (Report Zones,
 # Zone Reset, the open-zone limit), writes at the write pointers, verified; the second pass
@@ -124,14 +133,9 @@ run_fio "c1n4 zoned: the same zones again (full: the engine resets their write p
 run_fio "c1n4 zoned: zonemode=zbd random writes (fio picks zones and write pointers), md5" verify \
 	--name=zbdr --filename="$C1/4" --zonemode=zbd --direct=1 --rw=randwrite --bs=16k \
 	--offset=4M --size=3M --iodepth=8 --verify=md5 --do_verify=1
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=zw --filename="$C1/4" \
-	--rw=write --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'zonemode=zbd'; then
-	tap_ok "c1n4 zoned: a writing job without zonemode=zbd is refused, naming zonemode=zbd"
-else
-	tap_fail "c1n4 zoned: a writing job without zonemode=zbd is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
+fio_fails "c1n4 zoned: a writing job without zonemode=zbd is refused, naming zonemode=zbd" \
+	'zonemode=zbd' --thread=1 --name=zw --filename="$C1/4" \
+	--rw=write --bs=4k --size=64k
 
 # c1n5, PI type 1 in 8 bytes of separate metadata: the controller inserts the PI (pi_act=1) and
 # checks guard and reference tag on every read (pi_chk); fio's crc32c verifies the data
@@ -152,30 +156,15 @@ run_fio "PI negative control: rewrite one block with pi_act=0 (metadata, no PI)"
 run_fio "PI negative control: without pi_chk the controller reads the block (no check)" rc \
 	--pi_act=1 --name=pirel --filename="$C1/5" --rw=read --bs=4k --size=4k --offset=4608k
 # shellcheck disable=SC2086
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_act=1 \
-	--pi_chk=GUARD,REFTAG $P --verify_only=1 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'end-to-end guard check error\|end-to-end reference tag check error'; then
-	tap_ok "PI negative control: the pi_chk read of the changed block fails with the controller's PI status (exit $rc)"
-else
-	tap_fail "PI negative control: the pi_chk read of the changed block fails" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
-fi
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_chk=GUARD,APPTAG \
-	--name=pia --filename="$C1/5" --rw=read --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'APPTAG.*application tag'; then
-	tap_ok "pi_chk=APPTAG is refused, naming the application tag upcie's I/O cannot carry"
-else
-	tap_fail "pi_chk=APPTAG is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --pi_chk=GUARD \
-	--name=pin --filename="$C1/1" --rw=read --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'pi_chk=GUARD.*no protection'; then
-	tap_ok "pi_chk on c1n1 (no PI) is refused, naming pi_chk"
-else
-	tap_fail "pi_chk on c1n1 (no PI) is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
+fio_fails "PI negative control: the pi_chk read of the changed block fails with the controller's PI status" \
+	'end-to-end guard check error\|end-to-end reference tag check error' --thread=1 --pi_act=1 \
+	--pi_chk=GUARD,REFTAG $P --verify_only=1
+fio_fails "pi_chk=APPTAG is refused, naming the application tag upcie's I/O cannot carry" \
+	'APPTAG.*application tag' --thread=1 --pi_chk=GUARD,APPTAG \
+	--name=pia --filename="$C1/5" --rw=read --bs=4k --size=64k
+fio_fails "pi_chk on c1n1 (no PI) is refused, naming pi_chk" \
+	'pi_chk=GUARD.*no protection' --thread=1 --pi_chk=GUARD \
+	--name=pin --filename="$C1/1" --rw=read --bs=4k --size=64k
 
 # c1n2, 16 bytes of separate metadata a block: md_per_io_size gives each I/O its metadata
 # buffer; the engine writes a pattern of the LBA there and upcie_md_verify checks it on reads
@@ -191,45 +180,20 @@ run_fio "metadata negative control: rewrite one block's metadata (upcie_md_seed=
 	--md_per_io_size=16 --upcie_md_seed=1 --name=mdbad --filename="$C1/2" --rw=write \
 	--bs=4k --size=4k --offset=4160k
 # shellcheck disable=SC2086
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path $M --verify_only=1 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'metadata of LBA 1040 .*md_verify'; then
-	tap_ok "metadata negative control: the changed metadata fails upcie_md_verify at LBA 1040 (exit $rc)"
-else
-	tap_fail "metadata negative control: the changed metadata fails upcie_md_verify" "exit $rc" "$(printf '%s\n' "$out" | tail -n 10)"
-fi
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --md_per_io_size=64 \
-	--name=mds --filename="$C1/2" --rw=read --bs=64k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'md_per_io_size=64: .* needs 256 bytes'; then
-	tap_ok "c1n2: md_per_io_size below the request's metadata is refused, naming the bytes needed"
-else
-	tap_fail "c1n2: md_per_io_size below the request's metadata is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
+fio_fails "metadata negative control: the changed metadata fails upcie_md_verify at LBA 1040" \
+	'metadata of LBA 1040 .*md_verify' --thread=1 $M --verify_only=1
+fio_fails "c1n2: md_per_io_size below the request's metadata is refused, naming the bytes needed" \
+	'md_per_io_size=64: .* needs 256 bytes' --thread=1 --md_per_io_size=64 \
+	--name=mds --filename="$C1/2" --rw=read --bs=64k --size=64k
 
 # refusals, each with its reason
-out=$(fio --thread=0 --ioengine=external:$ENGINE --upcie_path=$path --name=f --filename="$C0/1" \
-	--rw=read --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'needs thread=1'; then
-	tap_ok "fork mode (thread=0) is refused, naming thread=1"
-else
-	tap_fail "fork mode (thread=0) is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=md --filename="$C1/2" \
-	--rw=read --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q 'metadata per block in a separate buffer: set md_per_io_size'; then
-	tap_ok "c1n2 (separate metadata) without md_per_io_size is refused, naming md_per_io_size"
-else
-	tap_fail "c1n2 (separate metadata) without md_per_io_size is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
-out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path --name=bad --filename=nvme0 \
-	--rw=read --bs=4k --size=64k 2>&1)
-rc=$?
-if [ "$rc" != 0 ] && printf '%s\n' "$out" | grep -q "0000.01.00.0/1"; then
-	tap_ok "a file name that is no PCI address is refused with an example"
-else
-	tap_fail "a file name that is no PCI address is refused" "exit $rc" "$(printf '%s\n' "$out" | tail -n 5)"
-fi
+fio_fails "fork mode (thread=0) is refused, naming thread=1" \
+	'needs thread=1' --thread=0 --name=f --filename="$C0/1" \
+	--rw=read --bs=4k --size=64k
+fio_fails "c1n2 (separate metadata) without md_per_io_size is refused, naming md_per_io_size" \
+	'metadata per block in a separate buffer: set md_per_io_size' --thread=1 --name=md --filename="$C1/2" \
+	--rw=read --bs=4k --size=64k
+fio_fails "a file name that is no PCI address is refused with an example" \
+	"0000.01.00.0/1" --thread=1 --name=bad --filename=nvme0 \
+	--rw=read --bs=4k --size=64k
 tap_done
