@@ -1373,6 +1373,10 @@ judge_console() { # LOG CASES ALLOWFILE QEMU-RC TIMEOUT : TAP records "status<TA
 	TB_CASES="$2" TB_BAD_RE="$DMESG_BAD" TB_QEMU_RC="$4" TB_TIMEOUT="$5" awk -F'\t' '
 	FNR == NR { if (FNR > 1) { nallow[$1]++; allow[$1, nallow[$1]] = $2 }; next }
 	function rec(st, c, t) { printf "%s\t%s\t%s\n", st, c, t }
+	# what was blocked in the kernel when the case ran out of time
+	function blocked_diag(c,   j) {
+		for (j = 1; timedout[c] && j <= nblk[c]; j++) rec("diag", c, "# blocked: " blocked[c, j])
+	}
 	function allowed(c, line,   i) {
 		for (i = 1; i <= nallow[c]; i++) if (line ~ allow[c, i]) return 1
 		return 0
@@ -1393,6 +1397,13 @@ judge_console() { # LOG CASES ALLOWFILE QEMU-RC TIMEOUT : TAP records "status<TA
 		if (match($0, /rc=[0-9]+/)) rc[cur] = substr($0, RSTART + 3, RLENGTH - 3)
 		ended[cur] = 1; next
 	}
+	/^==TB== TIMEOUT / { timedout[cur] = 1; next }
+	/^==TB== BLOCKED / {
+		b = $0; sub(/^==TB== BLOCKED /, "", b)
+		if (nblk[cur] < 8) blocked[cur, ++nblk[cur]] = b
+		next
+	}
+	/^==TB== UNKILLABLE / { unkillable[cur] = 1; incase = 0; next }
 	/^==TB== DMESG / { dm = $0; sub(/^==TB== DMESG /, "", dm); indm = 1; next }
 	/^==TB== DMESGEND/ { indm = 0; next }
 	/^==TB== RESULT / { result = 1; next }
@@ -1421,10 +1432,17 @@ judge_console() { # LOG CASES ALLOWFILE QEMU-RC TIMEOUT : TAP records "status<TA
 			for (j = 1; j <= nboot; j++)
 				if (!allowed(c, bootline[j])) rec("fail", c, "dmesg (boot): " bootline[j])
 			if (!seen[c]) { rec("fail", c, (started ? "case never started: " : "guest never reached /init: ") why); unfinished++; continue }
-			if (!ended[c]) { rec("fail", c, "case did not finish: " why); unfinished++; continue }
+			if (!ended[c] && unkillable[c]) {
+				rec("fail", c, "case killed by its timeout in the guest, but it did not die: a task is blocked in the kernel (guest then ended: " why ")")
+				unfinished++
+			} else if (!ended[c]) {
+				rec("fail", c, "case did not finish: " why)
+				unfinished++
+			}
+			if (!ended[c]) { blocked_diag(c); continue }
 			if (!ntap[c]) rec("fail", c, "case printed no TAP line")
 			# a non-zero exit after "not ok" lines (tap_done) is not a failure of its own
-			if (rc[c] == 137) rec("fail", c, "case killed by its timeout in the guest")
+			if (rc[c] == 137) { rec("fail", c, "case killed by its timeout in the guest"); blocked_diag(c) }
 			else if (rc[c] != 0 && !nfail[c]) rec("fail", c, "case exited with status " rc[c])
 			if ((c in plan) && plan[c] != ntap[c]) rec("fail", c, "planned " plan[c] " tests, ran " ntap[c])
 		}
