@@ -351,4 +351,34 @@ UPCIE_HD static inline int upcie_nvme_cmd_zone_report(struct upcie_nvme_sqe *sqe
 	return 0;
 }
 
+/*
+ * Virtualization Management (SR-IOV): action `act` (UPCIE_NVME_VIRT_*) on controller `cntlid`
+ * for resource type `rt` (UPCIE_NVME_VIRT_RT_*), `nr` resources (assign and allocate). The
+ * completion's DW0 is the number of resources the controller now has of that type.
+ */
+UPCIE_HD static inline int upcie_nvme_cmd_virt_mgmt(struct upcie_nvme_sqe *sqe, uint8_t act,
+						    uint8_t rt, uint16_t cntlid, uint16_t nr)
+{
+	if (act > 0xf || rt > 0x7)
+		return -EINVAL;
+	upcie_nvme_cmd_init_(sqe, UPCIE_NVME_ADMIN_VIRT_MGMT, 0);
+	sqe->cdw10 = act | ((uint32_t)rt << 8) | ((uint32_t)cntlid << 16);
+	sqe->cdw11 = nr;
+	return 0;
+}
+
+/*
+ * Namespace Attachment: attach (`attach` true) or detach namespace `nsid` to or from the
+ * controllers of a Controller List (struct upcie_nvme_ctrl_list, 4096 bytes, the data).
+ */
+UPCIE_HD static inline int upcie_nvme_cmd_ns_attach(struct upcie_nvme_sqe *sqe, uint32_t nsid,
+						    bool attach)
+{
+	if (!nsid || nsid == UPCIE_NVME_NSID_ALL)
+		return -EINVAL;
+	upcie_nvme_cmd_init_(sqe, UPCIE_NVME_ADMIN_NS_ATTACH, nsid);
+	sqe->cdw10 = attach ? 0u : 1u;
+	return 0;
+}
+
 #endif /* UPCIE_NVME_CMD_H */

@@ -572,6 +572,14 @@ enum upcie_nvme_code {
 	UPCIE_NVME_SC_FEATURE_NOT_SAVEABLE = 0x10d,
 	UPCIE_NVME_SC_FEATURE_NOT_CHANGEABLE = 0x10e,
 	UPCIE_NVME_SC_FEATURE_NOT_PER_NS = 0x10f,
+	UPCIE_NVME_SC_NS_ALREADY_ATTACHED = 0x118,
+	UPCIE_NVME_SC_NS_PRIVATE = 0x119,
+	UPCIE_NVME_SC_NS_NOT_ATTACHED = 0x11a,
+	UPCIE_NVME_SC_CTRL_LIST_INVALID = 0x11c,
+	UPCIE_NVME_SC_CTRL_ID_INVALID = 0x11f,
+	UPCIE_NVME_SC_SEC_CTRL_STATE = 0x120,
+	UPCIE_NVME_SC_NUM_RESOURCES = 0x121,
+	UPCIE_NVME_SC_RESOURCE_ID = 0x122,
 	UPCIE_NVME_SC_CONFLICTING_ATTRS = 0x180,
 	UPCIE_NVME_SC_INVALID_PI = 0x181,
 	UPCIE_NVME_SC_READ_ONLY = 0x182,
@@ -766,6 +774,22 @@ UPCIE_HD static inline const char *upcie_nvme_status_str(uint16_t code)
 		return "feature not changeable";
 	case UPCIE_NVME_SC_FEATURE_NOT_PER_NS:
 		return "feature not namespace specific";
+	case UPCIE_NVME_SC_NS_ALREADY_ATTACHED:
+		return "namespace already attached";
+	case UPCIE_NVME_SC_NS_PRIVATE:
+		return "namespace is private";
+	case UPCIE_NVME_SC_NS_NOT_ATTACHED:
+		return "namespace not attached";
+	case UPCIE_NVME_SC_CTRL_LIST_INVALID:
+		return "controller list invalid";
+	case UPCIE_NVME_SC_CTRL_ID_INVALID:
+		return "invalid controller identifier";
+	case UPCIE_NVME_SC_SEC_CTRL_STATE:
+		return "invalid secondary controller state";
+	case UPCIE_NVME_SC_NUM_RESOURCES:
+		return "invalid number of controller resources";
+	case UPCIE_NVME_SC_RESOURCE_ID:
+		return "invalid resource identifier";
 	case UPCIE_NVME_SC_CONFLICTING_ATTRS:
 		return "conflicting attributes";
 	case UPCIE_NVME_SC_INVALID_PI:

@@ -34,6 +34,11 @@
 #define UPCIE_NVME_CNS_CS_NS		 0x05 /* I/O command set specific namespace (2.0) */
 #define UPCIE_NVME_CNS_CS_CTRL		 0x06 /* I/O command set specific controller (2.0) */
 #define UPCIE_NVME_CNS_CS_NS_ACTIVE_LIST 0x07 /* I/O command set specific active list (2.0) */
+#define UPCIE_NVME_CNS_NS_ALLOC_LIST	 0x10 /* allocated namespace ID list (subsystem) */
+#define UPCIE_NVME_CNS_NS_CTRL_LIST	 0x12 /* controllers a namespace is attached to */
+#define UPCIE_NVME_CNS_CTRL_LIST	 0x13 /* controllers of the NVM subsystem */
+#define UPCIE_NVME_CNS_PRI_CTRL_CAP	 0x14 /* primary controller capabilities (SR-IOV) */
+#define UPCIE_NVME_CNS_SEC_CTRL_LIST	 0x15 /* secondary controller list (SR-IOV) */
 #define UPCIE_NVME_CSI_NVM		 0x00
 #define UPCIE_NVME_CSI_KV		 0x01
 #define UPCIE_NVME_CSI_ZNS		 0x02
@@ -252,6 +257,75 @@ struct upcie_nvme_id_ns {
 struct upcie_nvme_ns_list {
 	uint32_t nsid[1024];
 };
+
+/*
+ * Controller List (CNS 12h, 13h; the data of Namespace Attachment): NUMID identifiers, ascending,
+ * at most 2047.
+ */
+struct upcie_nvme_ctrl_list {
+	uint16_t numid;
+	uint16_t id[2047];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_ctrl_list) == 4096, "Controller List size");
+
+/*
+ * Primary Controller Capabilities (CNS 14h): the flexible resources of an SR-IOV physical
+ * function that Virtualization Management hands to its secondary (virtual function) controllers.
+ * VQ = queue resources (one per submission/completion queue pair, the admin queue included), VI =
+ * interrupt resources (MSI-X vectors). "Flexible" ones move between the primary and secondaries;
+ * the primary's share (VQRFAP/VIRFAP) changes at its next function-level reset only.
+ */
+struct upcie_nvme_pri_ctrl_cap {
+	uint16_t cntlid; /* 0 */
+	uint16_t portid; /* 2 */
+	uint8_t crt;	 /* 4: resource types supported: bit 0 VQ, bit 1 VI */
+	uint8_t rsvd5[27];
+	uint32_t vqfrt;	 /* 32: VQ flexible resources, total */
+	uint32_t vqrfa;	 /* 36: VQ flexible resources assigned to secondaries */
+	uint16_t vqrfap; /* 40: VQ flexible resources allocated to the primary */
+	uint16_t vqprt;	 /* 42: VQ private resources of the primary */
+	uint16_t vqfrsm; /* 44: VQ flexible resources a secondary may have, at most */
+	uint16_t vqgran; /* 46: VQ granularity */
+	uint8_t rsvd48[16];
+	uint32_t vifrt;	 /* 64 */
+	uint32_t virfa;	 /* 68 */
+	uint16_t virfap; /* 72 */
+	uint16_t viprt;	 /* 74 */
+	uint16_t vifrsm; /* 76 */
+	uint16_t vigran; /* 78 */
+	uint8_t rsvd80[4016];
+};
+UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_pri_ctrl_cap, vifrt) == 64, "VIFRT");
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_pri_ctrl_cap) == 4096, "CNS 14h size");
+
+/* One Secondary Controller Entry of CNS 15h. */
+struct upcie_nvme_sec_ctrl {
+	uint16_t scid; /* 0: the secondary controller's CNTLID */
+	uint16_t pcid; /* 2: its primary's CNTLID */
+	uint8_t scs;   /* 4: bit 0: online */
+	uint8_t rsvd5[3];
+	uint16_t vfn; /* 8: its virtual function number (1-based; 0: not a VF) */
+	uint16_t nvq; /* 10: VQ flexible resources assigned */
+	uint16_t nvi; /* 12: VI flexible resources assigned */
+	uint8_t rsvd14[18];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_sec_ctrl) == 32, "Secondary Controller Entry");
+
+/* Secondary Controller List (CNS 15h): NUMID entries from the CNTID of the command on. */
+struct upcie_nvme_sec_ctrl_list {
+	uint8_t numid;
+	uint8_t rsvd1[31];
+	struct upcie_nvme_sec_ctrl sc[127];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_sec_ctrl_list) == 4096, "CNS 15h size");
+
+/* Virtualization Management actions (CDW10 ACT) and resource types (RT). */
+#define UPCIE_NVME_VIRT_PRI_ALLOC   0x1 /* primary flexible allocation (after its next FLR) */
+#define UPCIE_NVME_VIRT_SEC_OFFLINE 0x7 /* secondary offline: stops it, frees its resources */
+#define UPCIE_NVME_VIRT_SEC_ASSIGN  0x8 /* secondary assign (offline secondaries only) */
+#define UPCIE_NVME_VIRT_SEC_ONLINE  0x9 /* secondary online */
+#define UPCIE_NVME_VIRT_RT_VQ	    0x0
+#define UPCIE_NVME_VIRT_RT_VI	    0x1
 
 /*
  * Namespace Identification Descriptor list (CNS 03h): descriptors of a 4-byte header (type NIDT,
