@@ -19,6 +19,8 @@
  *   nvme/ctrl_ioq.h    I/O queue pairs: create, create_ext, delete, interrupts, abort sets
  *   nvme/ctrl_cmb.h    the controller memory buffer
  *   nvme/ctrl_reset.h  shutdown, Flush on close, reset, subsystem reset, close
+ *   nvme/ctrl_virt.h   SR-IOV: secondary controllers, Virtualization Management, namespace
+ *                      attachment
  * This header adds the two ways in: upcie_nvme_ctrl_init() and upcie_nvme_ctrl_open(). Include it
  * (or nvme/ns.h) rather than a part.
  *
@@ -37,6 +39,7 @@
 #define UPCIE_NVME_CTRL_H
 
 #include <upcie/nvme/ctrl_reset.h>
+#include <upcie/nvme/ctrl_virt.h>
 
 /*
  * Bring up a controller whose registers are mapped at `regs` (regs_size bytes of BAR0) with
