@@ -11,6 +11,7 @@
 #include <upcie/pci/driver.h>
 #include <upcie/pci/bar.h>
 #include <upcie/pci/inuse.h>
+#include <upcie/pci/sriov.h>
 #include <upcie/pci/uio.h>
 
 #endif /* UPCIE_PCI_H */
