@@ -101,6 +101,11 @@ struct upcie_nvme_dev_opts {
 	/* source of the DMA memory upcie_nvme_dev_dmamem() allocates; NULL: hugetlb memfd of
 	 * the default hugepage size; either way on the function's NUMA node unless numa is set */
 	const struct upcie_hugepage_opts *hugepage;
+	/* type1: the function's IOMMU group file, opened by someone else (a served/ server handing
+	 * out a VF); the dev owns it from the open on (closed on failure too). 0: open it here */
+	int vfio_group_fd;
+	/* type1: the VF token to present (a VF of a PF under vfio-pci), UUID text; NULL: none */
+	const char *vf_token;
 };
 
 struct upcie_nvme_dev {
@@ -276,6 +281,39 @@ static inline int upcie_nvme_dev_uio_iommu_check_(const struct upcie_nvme_dev *d
 	return 0;
 }
 
+/*
+ * Keep the function's own memory BARs out of the IOVAs its domain hands out. A DMA address equal
+ * to a BAR's bus address is the device's own register space to a device that decodes it before
+ * the IOMMU (QEMU's nvme refuses it with Data Transfer Error; a VF's 64-bit BAR above 4 GiB sits
+ * where the IOVA allocator starts), and the kernel's own DMA API keeps PCI windows out of its
+ * IOVAs for the same reason. A range another user of a shared domain already holds is left
+ * (logged).
+ */
+static inline int upcie_nvme_dev_iova_keep_bars_(struct upcie_nvme_dev *dev)
+{
+	struct upcie_vfio_iova_space *sp =
+	    dev->path == UPCIE_NVME_PATH_TYPE1 ? &dev->container->iovas : &dev->ioas->iovas;
+	struct upcie_pci_resource res[UPCIE_PCI_NUM_RES];
+	int err = upcie_pci_func_resources(&dev->bdf, res);
+
+	if (err || !sp->ready)
+		return 0; /* no resource file (a fake tree), or a domain upcie does not allocate in */
+	for (int i = 0; i < UPCIE_PCI_NUM_BARS; i++) {
+		if (!(res[i].flags & UPCIE_PCI_RES_MEM) || !res[i].size ||
+		    res[i].start > UINT64_MAX - res[i].size)
+			continue;
+		err =
+		    upcie_vfio_iova_space_exclude(sp, res[i].start, res[i].start + res[i].size - 1);
+		if (err == -EBUSY)
+			UPCIE_WARN("nvme: %s: BAR %d [0x%" PRIx64 ", +0x%" PRIx64
+				   ") is in use as IOVA in the shared domain",
+				   dev->name, i, res[i].start, res[i].size);
+		else if (err)
+			return err;
+	}
+	return 0;
+}
+
 static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 					    const struct upcie_nvme_dev_opts *o)
 {
@@ -293,10 +331,14 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 				return err;
 			dev->container = &dev->own_container;
 		}
-		err = upcie_vfio_group_open(&dev->group, dev->container, gid);
+		if (o->vfio_group_fd > 0)
+			err = upcie_vfio_group_adopt(&dev->group, dev->container, gid,
+						     o->vfio_group_fd);
+		else
+			err = upcie_vfio_group_open(&dev->group, dev->container, gid);
 		if (err)
 			return err;
-		err = upcie_vfio_device_open(&dev->vdev, &dev->group, &dev->bdf);
+		err = upcie_vfio_device_open_token(&dev->vdev, &dev->group, &dev->bdf, o->vf_token);
 		if (err)
 			return err;
 		dev->owned = true;
@@ -325,6 +367,9 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
 		if (err)
 			return err;
 	}
+	err = upcie_nvme_dev_iova_keep_bars_(dev);
+	if (err)
+		return err;
 	err = upcie_vfio_region_map(&dev->vdev, VFIO_PCI_BAR0_REGION_INDEX, &dev->bar0r);
 	if (err)
 		return err;
@@ -348,6 +393,7 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	struct upcie_nvme_dev_opts def;
 	struct upcie_pci_func fn;
 	const char *driver;
+	bool gfd_taken = false; /* opts->vfio_group_fd handed on (the group owns it then) */
 	int err;
 
 	if (!dev)
@@ -399,6 +445,12 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 				 dev->name);
 		goto fail;
 	}
+	if ((opts->vfio_group_fd > 0 || opts->vf_token) && dev->path != UPCIE_NVME_PATH_TYPE1) {
+		err = UPCIE_FAIL(-EINVAL,
+				 "nvme: %s: a group file and a VF token are for the type1 path",
+				 dev->name);
+		goto fail;
+	}
 	driver = dev->path == UPCIE_NVME_PATH_UIO ? "uio_pci_generic" : "vfio-pci";
 	if (opts->bind) {
 		/* never pull a mounted namespace, swap or a volume member from under the system */
@@ -417,7 +469,8 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	err = upcie_nvme_dev_driver_check_(dev, driver);
 	if (err)
 		goto fail;
-	if (opts->path == UPCIE_NVME_PATH_AUTO && dev->path == UPCIE_NVME_PATH_TYPE1) {
+	if (opts->path == UPCIE_NVME_PATH_AUTO && dev->path == UPCIE_NVME_PATH_TYPE1 &&
+	    opts->vfio_group_fd <= 0 && !opts->vf_token) {
 		bool cdev = upcie_nvme_dev_has_cdev_(bdf), iommu = access("/dev/iommu", F_OK) == 0;
 
 		if (cdev && iommu)
@@ -458,6 +511,7 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 		dev->regs = dev->bar0.addr;
 		dev->regs_size = dev->bar0.size;
 	} else {
+		gfd_taken = true;
 		err = upcie_nvme_dev_open_vfio_(dev, opts);
 		if (err)
 			goto fail;
@@ -478,6 +532,8 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 		   dev->path_why);
 	return 0;
 fail:
+	if (opts->vfio_group_fd > 0 && !gfd_taken)
+		close(opts->vfio_group_fd);
 	upcie_nvme_dev_close(dev);
 	return err;
 }

@@ -218,6 +218,59 @@ static inline int upcie_vfio_region_rw(const struct upcie_vfio_device *dev, uint
 	return (size_t)n == len ? 0 : -EIO;
 }
 
+/* A VF token (UUID) as text: 36 characters and a NUL, the form vfio-pci parses. */
+#define UPCIE_VFIO_VF_TOKEN_STRLEN 37
+
+/* Format the 16 bytes of a VF token as 8-4-4-4-12 lower-case hex into buf (>= 37 bytes). */
+static inline void upcie_vfio_vf_token_format(const uint8_t uuid[16], char *buf)
+{
+	static const char hex[] = "0123456789abcdef";
+	int i, o = 0;
+
+	for (i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			buf[o++] = '-';
+		buf[o++] = hex[uuid[i] >> 4];
+		buf[o++] = hex[uuid[i] & 15];
+	}
+	buf[o] = '\0';
+}
+
+/*
+ * Set the VF token of an SR-IOV physical function opened through vfio-pci
+ * (VFIO_DEVICE_FEATURE_PCI_VF_TOKEN): the UUID that whoever opens one of its VFs must present
+ * (upcie_vfio_device_open_token()), so that a user-space PF driver consents to each VF user.
+ * While a VF is open the PF can be opened again only with the same token. -EOPNOTSUPP: not an
+ * SR-IOV PF under vfio-pci (or a kernel before 5.7).
+ */
+static inline int upcie_vfio_device_set_vf_token(const struct upcie_vfio_device *pf,
+						 const uint8_t uuid[16])
+{
+	union {
+		struct vfio_device_feature f;
+		uint8_t b[sizeof(struct vfio_device_feature) + 16];
+	} a;
+	int err = upcie_vfio_device_check_(pf, "set VF token");
+
+	if (err)
+		return err;
+	if (!uuid)
+		return UPCIE_FAIL(-EINVAL, "vfio: %s: NULL VF token", pf->name);
+	memset(&a, 0, sizeof(a));
+	a.f.argsz = sizeof(a);
+	a.f.flags = VFIO_DEVICE_FEATURE_SET | VFIO_DEVICE_FEATURE_PCI_VF_TOKEN;
+	memcpy(a.b + sizeof(struct vfio_device_feature), uuid, 16);
+	if (ioctl(pf->fd, VFIO_DEVICE_FEATURE, a.b)) {
+		err = upcie_neg_errno();
+		if (err == -ENOTTY || err == -EINVAL)
+			err = -EOPNOTSUPP;
+		return UPCIE_FAIL(err, "vfio: %s: set VF token: %s%s", pf->name, strerror(-err),
+				  err == -EOPNOTSUPP ? " (not an SR-IOV PF bound to vfio-pci?)"
+						     : "");
+	}
+	return 0;
+}
+
 /*
  * Function-level reset (VFIO_DEVICE_RESET): whatever reset the kernel found for the function
  * (FLR, PM, slot or bus reset where the whole bus is owned). -EOPNOTSUPP when the kernel reports

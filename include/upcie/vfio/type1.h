@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <upcie/base/log.h>
@@ -347,6 +348,9 @@ static inline int upcie_vfio_group_noiommu_check_(int id)
 			  id);
 }
 
+static inline int upcie_vfio_group_attach_(struct upcie_vfio_group *g,
+					   struct upcie_vfio_container *c, int id, int fd);
+
 /*
  * Open IOMMU group `id`, check that it is viable and attach it to the container; the first group
  * attached also selects the type1v2 backend. The container's IOVA allocator then follows the
@@ -360,21 +364,61 @@ static inline int upcie_vfio_group_noiommu_check_(int id)
 static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie_vfio_container *c,
 					int id)
 {
+	return upcie_vfio_group_attach_(g, c, id, -1);
+}
+
+/*
+ * As upcie_vfio_group_open(), with the group file `fd` someone opened for us (for example a
+ * served/ server handing out a VF's group over a socket: the caller need not be able to open
+ * /dev/vfio/<id> itself). fd must be that group's file (checked against /dev/vfio/<id>); the
+ * handle owns it from the call on, and it is closed on failure too.
+ */
+static inline int upcie_vfio_group_adopt(struct upcie_vfio_group *g, struct upcie_vfio_container *c,
+					 int id, int fd)
+{
+	if (fd <= 0) {
+		if (g)
+			g->fd = -1;
+		return UPCIE_FAIL(-EBADF, "vfio: group %d: no file to adopt", id);
+	}
+	return upcie_vfio_group_attach_(g, c, id, fd);
+}
+
+/* Open (fd < 0) or adopt (fd, closed on failure) group `id` and attach it to the container. */
+static inline int upcie_vfio_group_attach_(struct upcie_vfio_group *g,
+					   struct upcie_vfio_container *c, int id, int fd)
+{
 	struct upcie_vfio_group_ref_ *ref, *ng;
 	struct vfio_group_status st;
+	struct stat fst, nst;
 	char path[64];
-	int fd, err;
+	int err;
 
-	if (!g)
+	if (!g) {
+		if (fd > 0)
+			close(fd);
 		return UPCIE_FAIL(-EINVAL, "vfio: NULL group");
+	}
 	g->fd = -1;
 	g->id = id;
 	g->container = NULL;
 	g->cgen = 0;
-	if (!c || c->fd <= 0 || id < 0)
+	snprintf(path, sizeof(path), "/dev/vfio/%d", id);
+	if (fd > 0 && (fstat(fd, &fst) || stat(path, &nst) || !S_ISCHR(fst.st_mode) ||
+		       fst.st_rdev != nst.st_rdev)) {
+		close(fd);
+		return UPCIE_FAIL(-EINVAL, "vfio: the file given for group %d is not %s", id, path);
+	}
+	if (!c || c->fd <= 0 || id < 0) {
+		if (fd > 0)
+			close(fd);
 		return UPCIE_FAIL(-EINVAL, "vfio: group %d: invalid container or group id", id);
+	}
 	ref = upcie_vfio_group_ref_find_(c, id);
 	if (ref) {
+		/* the container has the group's file already: a second one is not needed */
+		if (fd > 0)
+			close(fd);
 		ref->refs++;
 		g->fd = ref->fd;
 		g->container = c;
@@ -383,11 +427,14 @@ static inline int upcie_vfio_group_open(struct upcie_vfio_group *g, struct upcie
 	}
 	ng = (struct upcie_vfio_group_ref_ *)realloc(c->groups,
 						     ((size_t)c->ngroups + 1) * sizeof(*ng));
-	if (!ng)
+	if (!ng) {
+		if (fd > 0)
+			close(fd);
 		return UPCIE_FAIL(-ENOMEM, "vfio: group %d: out of memory", id);
+	}
 	c->groups = ng;
-	snprintf(path, sizeof(path), "/dev/vfio/%d", id);
-	fd = upcie_vfio_fd_not_zero_(open(path, O_RDWR | O_CLOEXEC));
+	if (fd <= 0)
+		fd = upcie_vfio_fd_not_zero_(open(path, O_RDWR | O_CLOEXEC));
 	if (fd < 0) {
 		err = upcie_neg_errno();
 		if (err == -ENOENT && upcie_vfio_group_noiommu_check_(id))
@@ -504,10 +551,17 @@ static inline int upcie_vfio_group_id(const struct upcie_pci_bdf *bdf)
 	return fn.iommu_group;
 }
 
-/* Get the device fd for bdf from an open group. */
-static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct upcie_vfio_group *g,
-					 const struct upcie_pci_bdf *bdf)
+/*
+ * Get the device fd for bdf from an open group, presenting VF token `vf_token` (a UUID as text,
+ * upcie_vfio_vf_token_format(); NULL: none). vfio-pci asks for the token for a VF whose PF is
+ * bound to vfio-pci (-EACCES without it or with another one; the kernel log says which).
+ */
+static inline int upcie_vfio_device_open_token(struct upcie_vfio_device *dev,
+					       struct upcie_vfio_group *g,
+					       const struct upcie_pci_bdf *bdf,
+					       const char *vf_token)
 {
+	char arg[UPCIE_PCI_BDF_STRLEN + 16 + UPCIE_VFIO_VF_TOKEN_STRLEN];
 	int fd, err;
 
 	if (!dev || !bdf)
@@ -518,10 +572,20 @@ static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct u
 	upcie_pci_bdf_format(bdf, dev->name, sizeof(dev->name));
 	if (!g || g->fd <= 0)
 		return UPCIE_FAIL(-EINVAL, "vfio: %s: group not open", dev->name);
-	fd = upcie_vfio_fd_not_zero_(ioctl(g->fd, VFIO_GROUP_GET_DEVICE_FD, dev->name));
+	if (vf_token && strlen(vf_token) != UPCIE_VFIO_VF_TOKEN_STRLEN - 1)
+		return UPCIE_FAIL(-EINVAL, "vfio: %s: a VF token is a UUID of 36 characters",
+				  dev->name);
+	if (vf_token)
+		snprintf(arg, sizeof(arg), "%s vf_token=%s", dev->name, vf_token);
+	else
+		snprintf(arg, sizeof(arg), "%s", dev->name);
+	fd = upcie_vfio_fd_not_zero_(ioctl(g->fd, VFIO_GROUP_GET_DEVICE_FD, arg));
 	if (fd < 0) {
 		err = upcie_neg_errno();
-		return UPCIE_FAIL(err, "vfio: %s: GET_DEVICE_FD: %s", dev->name, strerror(-err));
+		return UPCIE_FAIL(err, "vfio: %s: GET_DEVICE_FD: %s%s", dev->name, strerror(-err),
+				  err == -EACCES ? " (a VF of a PF under vfio-pci: the PF owner's "
+						   "VF token is needed)"
+						 : "");
 	}
 	dev->fd = fd;
 	err = upcie_vfio_device_info_(dev);
@@ -530,6 +594,13 @@ static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct u
 		dev->fd = -1;
 	}
 	return err;
+}
+
+/* Get the device fd for bdf from an open group (no VF token). */
+static inline int upcie_vfio_device_open(struct upcie_vfio_device *dev, struct upcie_vfio_group *g,
+					 const struct upcie_pci_bdf *bdf)
+{
+	return upcie_vfio_device_open_token(dev, g, bdf, NULL);
 }
 
 /* The message for a mapping refused because the container's DMA-mapping budget is used up. */
