@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -47,6 +48,7 @@
 #include <upcie/nvme/dev.h>
 #include <upcie/served/server.h>
 #include <upcie/pci/bdf.h>
+#include <upcie/pci/sriov.h>
 
 #include "opt.h"
 
@@ -77,6 +79,53 @@ static void *served_thread(void *arg)
 
 	o->err = upcie_served_run(&o->s, &served_stop);
 	return NULL;
+}
+
+/*
+ * Before VFs can get resources the primary must give its flexible ones back, which takes effect
+ * at its next function reset: with no VF enabled, close the controller, reset the PF through
+ * sysfs and open it again.
+ */
+static int served_vf_primary(struct served_one *o, const struct upcie_nvme_ctrl_opts *co)
+{
+	char path[PATH_MAX];
+	unsigned num = 0;
+	bool reset;
+	int err = upcie_nvme_ctrl_virt_release_primary(&o->c, &reset);
+
+	if (err || !reset)
+		return err;
+	err = upcie_pci_sriov_num(&o->bdf, &num);
+	if (err)
+		return err;
+	if (num) {
+		fprintf(stderr,
+			"upcie-served: %s: the primary holds flexible resources and %u VFs are "
+			"enabled: a PF reset would take them away (set sriov_numvfs to 0 first)\n",
+			o->name, num);
+		return -EBUSY;
+	}
+	upcie_nvme_ctrl_close(&o->c);
+	o->open = false;
+	err = upcie_pci_func_path(&o->bdf, "reset", path, sizeof(path));
+	if (!err)
+		err = upcie_file_write_str(path, "1");
+	if (err) {
+		fprintf(stderr, "upcie-served: %s: PF reset: %s\n", o->name, upcie_errno_name(err));
+		return err;
+	}
+	err = upcie_nvme_ctrl_open(&o->c, &o->bdf, co);
+	if (err)
+		return err;
+	o->open = true;
+	err = upcie_nvme_ctrl_virt_release_primary(&o->c, &reset);
+	if (!err && reset)
+		err = -EAGAIN;
+	if (!err)
+		printf("upcie-served: %s: the primary's flexible resources went back to the pool "
+		       "(PF reset)\n",
+		       o->name);
+	return err;
 }
 
 static void usage(FILE *f)
@@ -112,6 +161,9 @@ static void usage(FILE *f)
 	    "                        doorbells themselves (every register, every queue)\n"
 	    "  --relay-spin-us N     the poller spins N us after the last work, then sleeps until\n"
 	    "                        a client wakes it (default 50)\n"
+	    "  --vfs N               SR-IOV: enable N VFs and give each client that asks one of\n"
+	    "                        its own, with the namespaces its whole-namespace grants name\n"
+	    "                        (vfio only; vfio-pci loaded with enable_sriov=1)\n"
 	    "  --dry-run             print what the options say, serve nothing\n"
 	    "  -h, --help            this text\n"
 	    "  --version             the upcie version this tool was built from\n"
@@ -142,6 +194,7 @@ enum {
 	SRV_O_QP_RESERVE,
 	SRV_O_HELLO_TO,
 	SRV_O_RELAY_SPIN,
+	SRV_O_VFS,
 	SRV_O_DRY_RUN,
 	SRV_O_VERSION,
 };
@@ -168,6 +221,7 @@ static const struct option served_long_opts[] = {
 	{ "qp-reserve", required_argument, NULL, SRV_O_QP_RESERVE },
 	{ "hello-timeout-ms", required_argument, NULL, SRV_O_HELLO_TO },
 	{ "relay-spin-us", required_argument, NULL, SRV_O_RELAY_SPIN },
+	{ "vfs", required_argument, NULL, SRV_O_VFS },
 	{ "dry-run", no_argument, NULL, SRV_O_DRY_RUN },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, SRV_O_VERSION },
@@ -373,6 +427,11 @@ int main(int argc, char **argv)
 				return opt_bad("--relay-spin-us", v, "microseconds 1..10000000");
 			so.relay_spin_ns = x * 1000;
 			break;
+		case SRV_O_VFS:
+			if (opt_u64_range(v, 1, 255, &x))
+				return opt_bad("--vfs", v, "a number of VFs 1..255");
+			so.vfs = (uint32_t)x;
+			break;
 		case SRV_O_DRY_RUN:
 			dry_run = true;
 			break;
@@ -418,7 +477,7 @@ int main(int argc, char **argv)
 		printf("path %s bind %d mode %04o group %ld allow-uid %ld max-clients %u max-qp %u "
 		       "max-mem %u max-bytes %" PRIu64 " max-depth %u trusted-whole-device %d "
 		       "trust %s uid-max-clients %u uid-max-qp %u uid-max-bytes %" PRIu64
-		       " qp-reserve %u hello-timeout-ms %u relay-spin-us %" PRIu64 "\n",
+		       " qp-reserve %u hello-timeout-ms %u relay-spin-us %" PRIu64 " vfs %u\n",
 		       path_name, bind, (unsigned)so.mode, so.gid == (gid_t)-1 ? -1L : (long)so.gid,
 		       so.allow_uid, so.max_clients, so.max_qp, so.max_mem, so.max_bytes,
 		       so.max_depth, so.direct_whole_device,
@@ -426,7 +485,7 @@ int main(int argc, char **argv)
 		       : so.trust == UPCIE_SERVED_TRUST_ALL ? "all"
 							    : "owner",
 		       so.uid_max_clients, so.uid_max_qp, so.uid_max_bytes, so.qp_reserve,
-		       so.hello_timeout_ms, so.relay_spin_ns / 1000);
+		       so.hello_timeout_ms, so.relay_spin_ns / 1000, so.vfs);
 		for (unsigned i = 0; i < so.ngrants; i++)
 			printf("grant uid %ld gid %ld nsid %u blocks %" PRIu64 "+%" PRIu64 " %s\n",
 			       grants[i].uid, grants[i].gid, grants[i].nsid, grants[i].slba,
@@ -465,6 +524,15 @@ int main(int argc, char **argv)
 			break;
 		}
 		o->open = true;
+		if (so.vfs) {
+			err = served_vf_primary(o, &co);
+			if (err) {
+				fprintf(stderr, "upcie-served: %s: VFs: %s\n", o->name,
+					upcie_errno_name(err));
+				failed++;
+				break;
+			}
+		}
 		/* MSI-X vectors for isolated queues (vfio): the poller sleeps on their completions
 		 * instead of spinning (fewer where the function has fewer; none on uio) */
 		for (unsigned v = 0; o->c.dev.path != UPCIE_NVME_PATH_UIO && v < 3; v++) {
@@ -513,11 +581,11 @@ int main(int argc, char **argv)
 		       " dropped=%" PRIu64 " timeouts=%" PRIu64 " iso_ok=%" PRIu64
 		       " iso_bad=%" PRIu64 " faults=%" PRIu64 " naps=%" PRIu64 " nap_us=%" PRIu64
 		       " sleeps=%" PRIu64 " woken=%" PRIu64 " sleep_timeouts=%" PRIu64
-		       " irqs=%" PRIu64 "\n",
+		       " irqs=%" PRIu64 " vf_given=%" PRIu64 " vf_back=%" PRIu64 "\n",
 		       o->name, st.clients, st.refused, st.gone, st.qp_made, st.qp_gone, st.qp_lost,
 		       st.kept, st.bad, st.resets, st.relayed, st.dropped, st.timeouts, st.iso_ok,
 		       st.iso_bad, st.faults, st.naps, st.nap_us, st.sleeps, st.woken,
-		       st.sleep_timeouts, st.irqs);
+		       st.sleep_timeouts, st.irqs, st.vf_given, st.vf_back);
 		if (o->err)
 			failed++;
 	close:

@@ -78,6 +78,7 @@
 #include <upcie/base/log.h>
 #include <upcie/mem/dmamem.h>
 #include <upcie/nvme/cmd.h>
+#include <upcie/nvme/dev.h>
 #include <upcie/nvme/dptr.h>
 #include <upcie/nvme/prp.h>
 #include <upcie/nvme/qpair.h>
@@ -161,6 +162,19 @@ struct upcie_served_qp_opts {
 	uint64_t max_xfer; /* bytes per command; 0: min(MDTS, 128 KiB) */
 };
 
+/*
+ * A VF of the client's own (upcie_served_vf_get()): open it as a controller with
+ * upcie_served_vf_dev_opts() (the type1 path, in a container of this process).
+ */
+struct upcie_served_vf {
+	struct upcie_pci_bdf bdf;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	char token[UPCIE_VFIO_VF_TOKEN_STRLEN];
+	int group;    /* its IOMMU group */
+	int group_fd; /* the group's file; the dev owns it once opened with it */
+	uint16_t cntlid, nvq, nvi, nns;
+};
+
 struct upcie_served_qp {
 	struct upcie_nvme_qpair qp;
 	struct upcie_nvme_dptr_cfg dptr;
@@ -242,6 +256,65 @@ static inline int upcie_served_wake_get_(struct upcie_served_client *cl)
 	cl->wake_fd = fd;
 	cl->wake = true;
 	return 0;
+}
+
+/*
+ * Ask the server for an SR-IOV VF of this client's own (served/server_vf.h): a controller with
+ * exactly the namespaces its grants name, whose DMA the IOMMU confines to what this process maps.
+ * On success vf->group_fd is the VF's IOMMU group file; pass it with
+ * upcie_served_vf_dev_opts() to upcie_nvme_ctrl_open(), or close it. The VF goes back (offline:
+ * its controller stops) when this connection closes, whatever still holds its files. Returns
+ * 0, -EOPNOTSUPP (the server hands out no VFs), -EPERM (a grant is an LBA range or read-only,
+ * or none names this client), -EBUSY (every VF is held), -EALREADY (this connection has one),
+ * -ENOTCONN, -EPROTO.
+ */
+static inline int upcie_served_vf_get(struct upcie_served_client *cl, struct upcie_served_vf *vf)
+{
+	const struct upcie_served_rsp *rp;
+	struct upcie_served_req rq;
+	int err, fd = -1;
+
+	if (!cl || cl->sock < 0 || !vf)
+		return UPCIE_FAIL(-EINVAL, "served: vf: not connected or NULL argument");
+	memset(vf, 0, sizeof(*vf));
+	vf->group_fd = -1;
+	memset(&rq, 0, sizeof(rq));
+	rq.op = UPCIE_SERVED_OP_VF;
+	err = upcie_served_call_(cl, &rq, -1, &fd, NULL);
+	if (err)
+		return err;
+	rp = (const struct upcie_served_rsp *)cl->buf;
+	if (fd < 0 || memchr(rp->u.vf.bdf, 0, sizeof(rp->u.vf.bdf)) == NULL ||
+	    memchr(rp->u.vf.token, 0, sizeof(rp->u.vf.token)) == NULL ||
+	    strlen(rp->u.vf.token) != UPCIE_VFIO_VF_TOKEN_STRLEN - 1 ||
+	    upcie_pci_bdf_parse(rp->u.vf.bdf, &vf->bdf)) {
+		if (fd >= 0)
+			close(fd);
+		return UPCIE_FAIL(-EPROTO, "served: vf: malformed answer");
+	}
+	upcie_pci_bdf_format(&vf->bdf, vf->name, sizeof(vf->name));
+	memcpy(vf->token, rp->u.vf.token, sizeof(vf->token));
+	vf->group = rp->u.vf.group;
+	vf->group_fd = fd;
+	vf->cntlid = rp->u.vf.cntlid;
+	vf->nvq = rp->u.vf.nvq;
+	vf->nvi = rp->u.vf.nvi;
+	vf->nns = rp->u.vf.nns;
+	return 0;
+}
+
+/*
+ * Device options that open `vf` (type1 path with its group file and VF token) into *o. The
+ * group file then belongs to the dev (vf->group_fd is set to -1 here: do not close it).
+ */
+static inline void upcie_served_vf_dev_opts(struct upcie_served_vf *vf,
+					    struct upcie_nvme_dev_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->path = UPCIE_NVME_PATH_TYPE1;
+	o->vfio_group_fd = vf->group_fd;
+	o->vf_token = vf->token;
+	vf->group_fd = -1;
 }
 
 /*

@@ -62,6 +62,8 @@ enum upcie_served_op {
 					  allows it): doorbells, registers, everything */
 	UPCIE_SERVED_OP_IQP_CREATE = 8, /* depth -> slot, ring memfd (isolated queue pair) */
 	UPCIE_SERVED_OP_WAKE = 9,	/* -> the connection's wake eventfd (see the relay page) */
+	UPCIE_SERVED_OP_VF = 10,	/* -> an SR-IOV VF of its own: address, VF token, the
+					  group's fd (served/server_vf.h) */
 };
 
 /* HELLO flags */
@@ -150,6 +152,15 @@ struct upcie_served_rsp {
 			uint32_t rsvd;
 			uint64_t regs; /* offset of BAR0's register page in the fd's mapping */
 		} doorbells;
+		struct {
+			char bdf[16];	 /* the VF's PCI address, text */
+			char token[40];	 /* the VF token to open it with (UUID text) */
+			int32_t group;	 /* its IOMMU group (fd in SCM_RIGHTS) */
+			uint16_t cntlid; /* its controller's ID in the NVM subsystem */
+			uint16_t nvq;	 /* queue resources: the admin queue + nvq - 1 I/O */
+			uint16_t nvi;	 /* interrupt resources (MSI-X vectors) */
+			uint16_t nns;	 /* namespaces attached to it: those granted */
+		} vf;
 		uint8_t raw[80];
 	} u;
 };

@@ -98,6 +98,7 @@
 #include <upcie/served/proto.h>
 #include <upcie/served/server_poll.h>
 #include <upcie/served/server_state.h>
+#include <upcie/served/server_vf.h>
 
 /* Close the socket (removing its file when it is still the one we made), free the tables,
  * zero `s`. */
@@ -116,6 +117,7 @@ static inline void upcie_served_release_(struct upcie_served *s)
 	free(s->conns);
 	free(s->uids);
 	free(s->scratch);
+	free(s->vfs);
 	memset(s, 0, sizeof(*s));
 	s->lfd = -1;
 }
@@ -315,6 +317,9 @@ static inline int upcie_served_init(struct upcie_served *s, struct upcie_nvme_ct
 		goto fail;
 	}
 	upcie_served_ns_refresh_(s);
+	err = upcie_served_vf_setup_(s);
+	if (err)
+		goto fail;
 	s->wake_ctl = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->wake_ctl < 0) {
 		err = -errno;
@@ -544,6 +549,10 @@ static inline void upcie_served_conn_drop_(struct upcie_served *s, uint32_t i)
 		if (cn->qps[k].used && upcie_served_qp_drop_(s, cn, k))
 			keep = true;
 	pthread_mutex_lock(&s->lock);
+	if (cn->vf) {
+		upcie_served_vf_back_(s, cn);
+		upcie_served_after_(s);
+	}
 	for (uint32_t m = 0; m < s->o.max_mem; m++)
 		if (cn->mems[m].used)
 			upcie_served_mem_drop_(s, cn, &cn->mems[m]);
@@ -1242,6 +1251,12 @@ static inline bool upcie_served_serve_(struct upcie_served *s, uint32_t i)
 		break;
 	case UPCIE_SERVED_OP_DOORBELLS:
 		err = upcie_served_do_doorbells_(s, cn, rp, &sfd);
+		break;
+	case UPCIE_SERVED_OP_VF:
+		pthread_mutex_lock(&s->lock);
+		err = upcie_served_vf_give_(s, cn, rp, &sfd);
+		upcie_served_after_(s);
+		pthread_mutex_unlock(&s->lock);
 		break;
 	case UPCIE_SERVED_OP_WAKE:
 		/* the connection's own eventfd: what it does with it wakes or fails only itself */

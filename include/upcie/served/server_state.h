@@ -134,6 +134,9 @@ struct upcie_served_opts {
 					themselves: every register, every queue, reset */
 	uint64_t relay_spin_ns;	   /* the poller spins this long after the last work, then
 				      sleeps until a client's wakeup (OP_WAKE); 0: 50 us */
+	uint32_t vfs;		   /* SR-IOV: VFs to enable and hand out, one per client that
+				      asks (OP_VF; served/server_vf.h); 0: none */
+	uint16_t vf_nvq, vf_nvi;   /* queue and interrupt resources per VF; 0: the most */
 };
 
 #ifdef UPCIE_SERVED_TEST_HOOKS
@@ -164,6 +167,8 @@ struct upcie_served_stats {
 	uint64_t woken;		 /* it was woken by a client's submission (not its timeout) */
 	uint64_t sleep_timeouts; /* it woke at its sleep's timeout */
 	uint64_t irqs;		 /* it was woken by an isolated queue's interrupt vector */
+	uint64_t vf_given;	 /* VFs handed to clients */
+	uint64_t vf_back;	 /* VFs taken back (offline) from clients that went */
 };
 
 struct upcie_served_mem_ {
@@ -214,8 +219,18 @@ struct upcie_served_qp_ {
 	uint16_t free_cmd; /* head of the free list, depth: none */
 };
 
+/* A VF the server hands out (served/server_vf.h). */
+struct upcie_served_vf_ {
+	struct upcie_pci_bdf bdf;
+	char name[UPCIE_PCI_BDF_STRLEN];
+	int group;	 /* its IOMMU group */
+	uint16_t vfn;	 /* 1-based */
+	uint16_t cntlid; /* its secondary controller */
+};
+
 struct upcie_served_conn_ {
 	int fd;
+	uint32_t vf; /* index + 1 of the VF it holds, 0: none */
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
@@ -278,7 +293,10 @@ struct upcie_served {
 	bool irq_distrust;  /* a vector slept through completions: look for them instead */
 	uint64_t reaped;    /* completions the poller took from isolated queues (under lock) */
 	struct upcie_served_stats st;
-	uint8_t *scratch; /* message buffer */
+	uint8_t *scratch;	      /* message buffer */
+	struct upcie_served_vf_ *vfs; /* o.vfs of them */
+	uint8_t vf_token[16];
+	char vf_token_str[UPCIE_VFIO_VF_TOKEN_STRLEN];
 };
 
 /* Built-in mappers: the controller's own path. */
