@@ -73,7 +73,7 @@ static inline int upcie_pci_sriov_num(const struct upcie_pci_bdf *pf, unsigned *
 static inline int upcie_pci_sriov_set(const struct upcie_pci_bdf *pf, unsigned num)
 {
 	char path[PATH_MAX], val[16], name[UPCIE_PCI_BDF_STRLEN];
-	unsigned total, cur;
+	unsigned total = 0, cur = 0;
 	int err;
 
 	if (!pf)
