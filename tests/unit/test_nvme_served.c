@@ -532,6 +532,14 @@ static void test_basic(void)
 	CHECK_EQ(((struct upcie_nvme_id_ns *)id)->nsze, RIG_NS_BLOCKS, "NSZE");
 	CHECK_EQ(upcie_served_identify(&c.cl, 0x10, 0, id), -EPERM,
 		 "CNS 0x10 (allocated namespaces) is not served");
+	{
+		struct upcie_served_vf vf;
+
+		CHECK(upcie_served_vf_get(&c.cl, &vf) == -EOPNOTSUPP && vf.group_fd == -1,
+		      "a VF from a server that hands out none: -EOPNOTSUPP, no file");
+		CHECK_EQ(upcie_served_identify(&c.cl, UPCIE_NVME_CNS_CTRL, 0, id), 0,
+			 "... and the connection goes on");
+	}
 	upcie_served_disconnect(&c.cl);
 
 	memset(&c, 0, sizeof(c));

@@ -33,7 +33,8 @@
  *   is when every file of it is closed (vfio then resets the VF).
  * - Server gone: the kernel closes the PF's device file, vfio-pci resets the PF, and a PF reset
  *   disables its VFs in the device: every VF controller stops. The VFs stay enabled in the
- *   kernel; a new server reuses them when none is still open.
+ *   kernel; a new server disables and enables them again, when none is still open (-EBUSY
+ *   otherwise, naming the VF).
  * Not done: VFs on the uio path (uio_pci_generic cannot enable VFs) or through the vfio cdev
  * (the client side is type1; a cdev bind of a VF needs the VF token in the bind, Linux 6.17).
  */
@@ -54,6 +55,53 @@ static inline int upcie_served_vf_quiet_(struct upcie_served *s, struct upcie_se
 	if (!err)
 		err = upcie_nvme_ctrl_ns_attach_only(s->c, v->cntlid, NULL, 0);
 	return err;
+}
+
+/*
+ * Enable the VFs afresh. VFs left enabled (an earlier server) may be dead in the device: the
+ * reset of the PF when that server's file closed disabled them there. They are disabled first,
+ * but only when no process holds one: each VF's group is opened here (exclusive: -EBUSY naming
+ * the VF when someone has it) and held while the VFs go, so nothing can open them meanwhile
+ * (vfio would make the disable wait for that user).
+ */
+static inline int upcie_served_vf_recreate_(struct upcie_served *s)
+{
+	const struct upcie_nvme_dev *d = &s->c->dev;
+	unsigned cur = 0, k;
+	int fds[256], err;
+
+	err = upcie_pci_sriov_num(&d->bdf, &cur);
+	if (err || !cur)
+		return err ? err : upcie_pci_sriov_set(&d->bdf, s->o.vfs);
+	for (k = 0; k < cur && k < 256; k++) {
+		struct upcie_pci_bdf vf;
+		char path[64], name[UPCIE_PCI_BDF_STRLEN];
+		int g;
+
+		fds[k] = -1;
+		err = upcie_pci_sriov_vf(&d->bdf, k, &vf);
+		if (err)
+			break;
+		g = upcie_vfio_group_id(&vf);
+		if (g < 0)
+			continue; /* not under an IOMMU group: no vfio user can hold it */
+		snprintf(path, sizeof(path), "/dev/vfio/%d", g);
+		fds[k] = open(path, O_RDWR | O_CLOEXEC);
+		if (fds[k] < 0 && errno != ENOENT) {
+			err = -errno;
+			upcie_pci_bdf_format(&vf, name, sizeof(name));
+			UPCIE_ERR("served: VF %s (group %d) is in use (%s): its VFs cannot be made "
+				  "afresh",
+				  name, g, strerror(errno));
+			break;
+		}
+	}
+	if (!err)
+		err = upcie_pci_sriov_set(&d->bdf, 0);
+	for (unsigned i = 0; i < k && i < 256; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return err ? err : upcie_pci_sriov_set(&d->bdf, s->o.vfs);
 }
 
 /* Enable and quiet the VFs (see the header). Called by upcie_served_init(). */
@@ -118,7 +166,7 @@ static inline int upcie_served_vf_setup_(struct upcie_served *s)
 	if (!err)
 		err = upcie_vfio_device_set_vf_token(&d->vdev, s->vf_token);
 	if (!err)
-		err = upcie_pci_sriov_set(&d->bdf, s->o.vfs);
+		err = upcie_served_vf_recreate_(s);
 	if (err)
 		return err;
 	s->vfs = (struct upcie_served_vf_ *)calloc(s->o.vfs, sizeof(*s->vfs));
