@@ -105,6 +105,14 @@ readonly NAMESPACES_SUBSYS=(
 	"c3n1 c3 1 512 0 8M"
 	"c3n2 c3 2 512 0 8M"
 )
+# Controller c7, an SR-IOV physical function in an NVM subsystem of its own, only on boots of
+# cases that ask for it ("# devices: sriov"): two VFs (00:0c.1, 00:0c.2) with 4 queue and 2
+# interrupt flexible resources each, two shared namespaces of 8 MiB, 512 B LBAs.
+readonly BDF_C7=0000:00:0c.0 SN_C7=cafe0007
+readonly NAMESPACES_SRIOV=(
+	"c7n1 c7 1 512 0 8M"
+	"c7n2 c7 2 512 0 8M"
+)
 # Seven more plain controllers s1..s7 (with c0: eight), only on boots of cases that ask for them
 # ("# devices: scale"): one namespace of 8 MiB, 512 B LBAs each, at slots 10..16 of the root bus.
 readonly SCALE_N=7
@@ -1206,6 +1214,7 @@ boot_devices() { # CASE[,CASE...] NAME : whether one of the cases asks for devic
 boot_faulty() { boot_devices "$1" faulty; } # the faulty controller c2
 boot_scale() { boot_devices "$1" scale; }   # s1..s7
 boot_subsys() { boot_devices "$1" subsys; } # c3 in an NVM subsystem
+boot_sriov() { boot_devices "$1" sriov; }   # c7, an SR-IOV PF with two VFs
 boot_qmp() { boot_devices "$1" qmp; }       # a QMP socket and tools/qmp_hook.py beside the boot
 
 cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CFG_NS)
@@ -1220,6 +1229,9 @@ cfg_namespaces() { # CONFIG CASES : the namespace lines of a boot (into array CF
 	fi
 	if boot_subsys "$2"; then
 		CFG_NS+=("${NAMESPACES_SUBSYS[@]}")
+	fi
+	if boot_sriov "$2"; then
+		CFG_NS+=("${NAMESPACES_SRIOV[@]}")
 	fi
 	return 0
 }
@@ -1289,6 +1301,11 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 		qns+=("${NAMESPACES_SUBSYS[@]}")
 		QARGS+=(-device "nvme-subsys,id=subsys0,nqn=upcie-testbed-subsys"
 			-device "nvme,id=c3,serial=$SN_C3,subsys=subsys0,addr=${BDF_C3:8:2}.${BDF_C3:11:1}")
+	fi
+	if boot_sriov "$cases"; then
+		qns+=("${NAMESPACES_SRIOV[@]}")
+		QARGS+=(-device "nvme-subsys,id=subsys1,nqn=upcie-testbed-sriov"
+			-device "nvme,id=c7,serial=$SN_C7,subsys=subsys1,addr=${BDF_C7:8:2}.${BDF_C7:11:1},sriov_max_vfs=2,sriov_vq_flexible=8,sriov_vi_flexible=4")
 	fi
 	local scale_bdfs=
 	if boot_scale "$cases"; then
@@ -1362,6 +1379,7 @@ qemu_args() { # CONFIG RUNDIR NONCE CASES : the QEMU command line (into array QA
 	append+=" tb_ns=$(IFS=,; echo "${nsfacts[*]}") tb_case_timeout=$CASE_TIMEOUT tb_timeout_scale=${CFG_TSCALE[$c]}"
 	[ -n "$scale_bdfs" ] && append+=" tb_scale_bdfs=$scale_bdfs"
 	boot_subsys "$cases" && append+=" tb_c3_bdf=$BDF_C3 tb_c3_sn=$SN_C3"
+	boot_sriov "$cases" && append+=" tb_c7_bdf=$BDF_C7 tb_c7_sn=$SN_C7"
 	if boot_faulty "$cases"; then
 		append+=" tb_c2_bdf=$BDF_C2 tb_c2_sn=$SN_C2 tb_c2_rerr=$C2_RERR tb_c2_werr=$C2_WERR tb_c2_iops=$C2_IOPS"
 	fi

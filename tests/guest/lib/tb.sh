@@ -23,6 +23,7 @@
 #   TB_C2_BDF TB_C2_SN TB_C2_RERR TB_C2_WERR TB_C2_IOPS (faulty controller: boots of cases
 #     with "# devices: faulty" only)
 #   TB_C3_BDF TB_C3_SN (controller of an NVM subsystem: boots of cases with "# devices: subsys")
+#   TB_C7_BDF TB_C7_SN (an SR-IOV PF with two VFs: boots of cases with "# devices: sriov")
 #   TB_NS = name/nsid/lba-size/metadata-size/image-size,...
 #   tb_tag NAME          pattern tag of a backing file: c0n1, c1n1, ..., vram, pmr (D: c4n1,
 #                        c5n1, vrm2)
@@ -145,6 +146,7 @@ tb_ctrl_bdf() { # NAME (c0n1 or c0) -> PCI address
 	c5*) [ -n "${TB_C5_BDF:-}" ] && echo "$TB_C5_BDF" ;;
 	c2*) echo "${TB_C2_BDF:?no faulty controller on this boot}" ;;
 	c3*) echo "${TB_C3_BDF:?no subsystem controller on this boot}" ;;
+	c7*) echo "${TB_C7_BDF:?no SR-IOV controller on this boot}" ;;
 	vram) echo "$TB_VRAM_BDF" ;;
 	vrm2) [ -n "${TB_VRM2_BDF:-}" ] && echo "$TB_VRM2_BDF" ;;
 	*) return 1 ;;
@@ -160,6 +162,7 @@ tb_ctrl_sn() {
 	c6*) [ -n "${TB_C6_SN:-}" ] && echo "$TB_C6_SN" ;;
 	c2*) echo "${TB_C2_SN:?no faulty controller on this boot}" ;;
 	c3*) echo "${TB_C3_SN:?no subsystem controller on this boot}" ;;
+	c7*) echo "${TB_C7_SN:?no SR-IOV controller on this boot}" ;;
 	*) return 1 ;;
 	esac
 }
