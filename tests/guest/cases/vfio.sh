@@ -4,7 +4,8 @@
 # vfio: vfio/ and the vfio dmamem constructors on NVMe c0 and the ivshmem "vram" function, both
 # bound to vfio-pci. type1 (B, C): one container for both groups, its IOVA ranges, a hugepage
 # buffer and an ivshmem BAR slice mapped at allocated IOVAs, NVMe Identify DMA'd into both, MSI-X
-# through eventfds, function reset, BAR dma-buf export (-ENOTTY on 6.1). iommufd (C): cdev
+# through eventfds, function reset, BAR dma-buf export (-ENOTTY on 6.1; on C the doorbell page of
+# the NVMe BAR0 is exported too, and its mmap refused: no doorbell-only mapping). iommufd (C): cdev
 # bind/attach of both functions to one IOAS, IOVA ranges, IOAS_MAP (kernel-chosen and fixed
 # IOVA), MAP_FILE of a memfd, the PFNMAP refusal, the ivshmem BAR as a vfio dma-buf imported
 # with MAP_FILE, what MAP_FILE answers for udmabuf and vgem dma-bufs, and NVMe DMA through it all.

@@ -377,6 +377,30 @@ static void part_type1(const struct upcie_pci_bdf *nvme_bdf, const struct upcie_
 		    err);
 		if (fd > 0)
 			close(fd);
+		/*
+		 * A doorbell-only mapping for a served client would be the NVMe BAR0 page of the
+		 * doorbells exported as a dma-buf and mmapped by the client: the export works, but
+		 * vfio-pci's dma-buf has no mmap (up to 7.3 at least), so the kernel refuses it.
+		 * Recorded as the fact upcie-served's --trusted-whole-device rests on; a kernel
+		 * that maps it fails this check, and the server should then hand out that page.
+		 */
+		err = upcie_vfio_dmabuf_export(&nvme, 0, 0x1000, 0x1000, &fd);
+		TAP(err == 0 && fd > 0, "type1: NVMe BAR0 doorbell page exported as dma-buf (%d)",
+		    err);
+		if (fd > 0) {
+			void *p = mmap(NULL, 0x1000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			int merr = p == MAP_FAILED ? -errno : 0;
+
+			TAP(p == MAP_FAILED,
+			    "type1: that dma-buf cannot be mmapped on %s (%s): no doorbell-only "
+			    "mapping, only the whole device's file",
+			    kernel_release(), merr ? upcie_errno_name(merr) : "mapped");
+			printf("# tb: dmabuf_doorbell_mmap_%s=%s\n", kernel_release(),
+			       merr ? upcie_errno_name(merr) : "ok");
+			if (p != MAP_FAILED)
+				munmap(p, 0x1000);
+			close(fd);
+		}
 	} else {
 		TAP(err == -ENOTTY, "type1: BAR dma-buf export on %s: -ENOTTY (needs 6.19) (%d)",
 		    kernel_release(), err);
