@@ -17,6 +17,8 @@
 #     (the server took the VF offline at once);
 #   - a VF handed out again shows the data the first client wrote; the server's account at
 #     SIGTERM counts the VFs given and taken back;
+#   - the owner of the PF (before the server starts) and a client through its VF each read 4 KiB
+#     at QD 1 1000 times: the mean latencies are printed (# tb: served_vf_*_qd1_mean_us);
 #   - negative control: against a server built to leave the VF online (progs/t_served_keepvf.c)
 #     the closed client's next Read succeeds.
 # served_vf.host.sh checks c7n1 and c7n2's images: each client's 64 KiB holds its pattern.
@@ -49,6 +51,10 @@ relay() { # LOG
 		esac
 	done <"$1"
 }
+
+# the owner's QD 1 reads on the PF, before any server: the figure beside the VF client's
+/bin/t_served_vf ownerperf "$TB_C7_BDF" "$path" 1 1000 >/tmp/vf_operf.log 2>&1
+relay /tmp/vf_operf.log
 
 /bin/upcie-served "$TB_C7_BDF" --socket "$S" --path "$path" --mode 0666 --vfs 2 \
 	--grant 1000:1 --grant 1001:2 --grant 1002:1:0+1024 >/tmp/served_vf.log 2>&1 &
@@ -105,12 +111,16 @@ touch /tmp/vf_addr2.done
 wait "$own2"
 relay /tmp/vf_own2.log
 
+# the same reads by a client through its VF (the server is in no command's path)
+/bin/t_served_vf --as 1000 perf "$S" 1 1000 >/tmp/vf_perf.log 2>&1
+relay /tmp/vf_perf.log
+
 kill -TERM "$srv"
 wait "$srv"
 rc=$?
 st=$(grep -o 'vf_given=[0-9]* vf_back=[0-9]*' /tmp/served_vf.log)
-tap_is "$rc $st" "0 vf_given=5 vf_back=5" "the server stopped cleanly: 5 VFs given, 5 taken back"
-[ "$rc $st" = "0 vf_given=5 vf_back=5" ] || sed 's/^/# /' /tmp/served_vf.log | tail -30
+tap_is "$rc $st" "0 vf_given=6 vf_back=6" "the server stopped cleanly: 6 VFs given, 6 taken back"
+[ "$rc $st" = "0 vf_given=6 vf_back=6" ] || sed 's/^/# /' /tmp/served_vf.log | tail -30
 
 # negative control of the revocation: a server built to leave a client's VF online
 /bin/t_served_keepvf "$TB_C7_BDF" --socket "$S" --path "$path" --mode 0666 --vfs 2 \

@@ -19,6 +19,11 @@
  *   revoke NSID            take a VF, I/O works; close the connection only (the controller stays
  *                          open in this process): the next I/O must fail
  *   reread TAG LBA NSID    take a VF again: the data `own` wrote is there
+ *   perf NSID N            take a VF; N reads of 4 KiB at QD 1 from the first 8 MiB of NSID
+ *                          (a benchmark: prints the mean latency, asserts only that they ran)
+ *   ownerperf BDF PATH NSID N
+ *                          the same reads by a process that opens the PF itself (no server):
+ *                          the owner's figure beside the VF client's
  * Prints TAP lines; exits 1 when one failed.
  */
 #include <upcie/base/feature.h>
@@ -317,6 +322,73 @@ static void role_reread(const char *sock, const char *name, uint64_t lba, uint32
 	vfc_close(&v);
 }
 
+/* N reads of 4 KiB at QD 1 at offsets spread over the first 8 MiB; prints the mean latency. */
+static void qd1_reads(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q,
+		      struct upcie_dmamem *mem, uint32_t nsid, unsigned n, const char *who)
+{
+	struct upcie_nvme_ns ns;
+	uint64_t t0, t1;
+	unsigned i = 0;
+	int err = upcie_nvme_ns_open(&ns, c, nsid);
+
+	if (!err && (4 * KiB) % ns.lba_bytes)
+		err = -EINVAL;
+	t0 = upcie_time_ns();
+	for (; !err && i < n; i++) {
+		/* 4 KiB unit i * 7919 mod 2048: spread over the first 8 MiB */
+		uint64_t lba = (uint64_t)i * 7919 % 2048 * (4 * KiB / ns.lba_bytes);
+
+		err = upcie_nvme_ioq_read_sync(q, &ns, lba, mem, 0, 4 * KiB, NULL);
+	}
+	t1 = upcie_time_ns();
+	TAP(err == 0 && i == n, "%s: %u reads of 4 KiB at QD 1 (%d)", who, i, err);
+	if (!err && n)
+		printf("# tb: served_vf_%s_qd1_mean_us=%.1f\n", who,
+		       (double)(t1 - t0) / 1000.0 / (double)n);
+}
+
+static void role_perf(const char *sock, uint32_t nsid, unsigned n)
+{
+	struct vfc v;
+	int err = vfc_open(&v, sock);
+
+	TAP(err == 0, "perf: a VF of its own (%d)", err);
+	if (!err)
+		qd1_reads(&v.c, &v.q, &v.mem, nsid, n, "client");
+	vfc_close(&v);
+}
+
+static void role_ownerperf(const char *bdfs, const char *path, uint32_t nsid, unsigned n)
+{
+	struct upcie_nvme_ctrl_opts o;
+	struct upcie_nvme_ctrl c;
+	struct upcie_nvme_ioq q;
+	struct upcie_dmamem mem;
+	struct upcie_pci_bdf bdf;
+	int err;
+
+	memset(&o, 0, sizeof(o));
+	memset(&mem, 0, sizeof(mem));
+	o.host_mem = 4 * MiB;
+	err = upcie_pci_bdf_parse(bdfs, &bdf);
+	if (!err)
+		err = upcie_nvme_path_parse(path, &o.dev.path);
+	if (!err)
+		err = upcie_nvme_ctrl_open(&c, &bdf, &o);
+	TAP(err == 0, "perf: the PF opened by its owner on the %s path (%d)", path, err);
+	if (err)
+		return;
+	err = upcie_nvme_dev_dmamem(&c.dev, 4 * MiB, &mem);
+	if (!err)
+		err = upcie_nvme_ioq_create(&q, &c, NULL);
+	if (!err) {
+		qd1_reads(&c, &q, &mem, nsid, n, "owner");
+		upcie_nvme_ioq_delete(&q);
+	}
+	upcie_dmamem_destroy(&mem);
+	upcie_nvme_ctrl_close(&c);
+}
+
 int main(int argc, char **argv)
 {
 	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
@@ -358,6 +430,12 @@ int main(int argc, char **argv)
 	else if (!strcmp(role, "reread") && argc == 6)
 		role_reread(sock, argv[3], strtoull(argv[4], NULL, 0),
 			    (uint32_t)strtoul(argv[5], NULL, 0));
+	else if (!strcmp(role, "perf") && argc == 5)
+		role_perf(sock, (uint32_t)strtoul(argv[3], NULL, 0),
+			  (unsigned)strtoul(argv[4], NULL, 0));
+	else if (!strcmp(role, "ownerperf") && argc == 6) /* SOCKET is the PF's address here */
+		role_ownerperf(sock, argv[3], (uint32_t)strtoul(argv[4], NULL, 0),
+			       (unsigned)strtoul(argv[5], NULL, 0));
 	else {
 		fprintf(stderr, "t_served_vf: bad role or arguments\n");
 		return 2;
