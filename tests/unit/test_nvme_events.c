@@ -195,6 +195,92 @@ static void t_format_through_driver(void)
 	}
 }
 
+/* Format NVM through upcie_nvme_ctrl_admin_async(): revalidated as the synchronous path is,
+ * before its callback runs, so the callback's own read on the handle opened before is refused;
+ * the effects log decides where there is one (the control: an effects entry without LBCC leaves
+ * the handle as it was). */
+struct fmt_cb {
+	struct rig *r;
+	struct upcie_nvme_ioq *q;
+	const struct upcie_nvme_ns *ns;
+	int calls;
+	int err;
+	uint16_t code;
+	int read_err; /* the callback's read on the old handle */
+};
+
+static void format_cb(void *ctx, const struct upcie_nvme_cqe *cqe, int err)
+{
+	struct fmt_cb *f = (struct fmt_cb *)ctx;
+
+	f->calls++;
+	f->err = err;
+	f->code = upcie_nvme_cqe_code(cqe);
+	/* delivered by the test's own admin poll: the thread that owns the queue */
+	f->read_err = read_at(f->q, f->ns, 0, f->r, 0, 4096);
+}
+
+static void t_format_async(void)
+{
+	struct upcie_nvme_ns ns, ns2;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_sqe sqe;
+	struct fmt_cb f;
+	struct rig r;
+	uint64_t t0;
+	int err;
+
+	for (int effects = 0; effects < 3; effects++) {
+		memset(&f, 0, sizeof(f));
+		rig_setup(&r);
+		add_fmt_ns(&r);
+		if (effects) {
+			r.cm.lpa = 2; /* Commands Supported and Effects log */
+			/* CSUPP, and LBCC (logical block content change) in the first run */
+			r.cm.effects[UPCIE_NVME_ADMIN_FORMAT_NVM] = effects == 1 ? 0x3u : 0x1u;
+		}
+		rig_start(&r);
+		err = up(&r, &q, &ns, 1);
+		f.r = &r;
+		f.q = &q;
+		f.ns = &ns;
+		memset(&sqe, 0, sizeof(sqe));
+		sqe.opc = UPCIE_NVME_ADMIN_FORMAT_NVM;
+		sqe.nsid = 1;
+		sqe.cdw10 = 1; /* LBA format 1: 4 KiB */
+		if (!err)
+			err = upcie_nvme_ctrl_admin_async(&r.c, &sqe, NULL, 0, format_cb, &f, NULL);
+		t0 = upcie_time_ns();
+		while (!err && !f.calls && upcie_time_ns() - t0 < 2 * UPCIE_NSEC_PER_SEC)
+			upcie_nvme_ctrl_admin_poll(&r.c);
+		if (effects == 2) {
+			CHECK(err == 0 && f.calls == 1 && r.cm.n_format == 1 && r.c.effects_read &&
+				  r.c.nrevalidated == 0 && f.read_err != -ESTALE,
+			      "control: async Format NVM, effects log says it changes nothing: not "
+			      "revalidated, the handle is not refused (%d, %d calls, %d)",
+			      err, f.calls, f.read_err);
+		} else {
+			CHECK(err == 0 && f.calls == 1 && f.err == 0 && f.code == 0 &&
+				  r.cm.n_format == 1 && r.c.effects_read == (effects == 1) &&
+				  r.c.nrevalidated == 1 && f.read_err == -ESTALE,
+			      "Format NVM through upcie_nvme_ctrl_admin_async() (%s): namespace "
+			      "revalidated before the callback, whose read on the handle opened "
+			      "before is refused with -ESTALE (%d, %d calls, %d, %d)",
+			      effects ? "effects log: LBCC" : "no effects log: Format NVM listed",
+			      err, f.calls, f.err, f.read_err);
+			err = read_at(&q, &ns, 0, &r, 0, 4096);
+			CHECK_EQ(err, -ESTALE,
+				 "after the callback the old handle still refuses I/O");
+			err = upcie_nvme_ns_open(&ns2, &r.c, 1);
+			CHECK(err == 0 && ns2.lba_bytes == 4096 &&
+				  read_at(&q, &ns2, 0, &r, 0, 4096) == 0,
+			      "re-opened with 4 KiB blocks, I/O works (%d)", err);
+		}
+		upcie_nvme_ioq_delete(&q);
+		rig_teardown(&r);
+	}
+}
+
 /* Events. */
 struct evlog {
 	int n;
@@ -730,6 +816,7 @@ int main(void)
 	upcie_log_set_handler(rig_log, NULL);
 	t_stale_geometry();
 	t_format_through_driver();
+	t_format_async();
 	t_aer_smart();
 	t_ns_detach();
 	t_admin_async();

@@ -7,13 +7,28 @@
  * found enabling at takeover or slow to become ready, a completion posted after a reset into the
  * recreated queue, a controller with a write cache that vanishes while idle and is closed. Every
  * test ends with the exactly-once checker (nvme_eo.h): each submitted operation got exactly one
- * callback, and the model never touched a buffer after it was handed back.
+ * callback, and the model never touched a buffer after it was handed back. Also: a fatal status
+ * found by another thread ends at once the wait of an interrupt queue's owner asleep on its
+ * vector (the halt wakes it; the control removes that wake) and a synchronous call waiting for
+ * queue room.
  */
+
+/*
+ * The negative control of the halt's wake (t_escalation_wakes_irq()): while set, a halt does
+ * not wake the interrupt queues' owners (UPCIE_NVME_TEST_NO_HALT_WAKE, nvme/ctrl_regs.h). Only
+ * that test sets it, before its threads start.
+ */
+static int no_halt_wake;
+#define UPCIE_NVME_TEST_NO_HALT_WAKE no_halt_wake
+
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/ns.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "nvme_ctrl_model.h"
@@ -1060,6 +1075,195 @@ __attribute__((noinline)) static void t_retry_not_after_reset(void)
 	rig_teardown(&r);
 }
 
+/*
+ * MSI-X vectors as upcie_vfio_irq_enable() leaves them, without a device: `n` non-blocking
+ * eventfds (the model raises no interrupts: here only a halt writes them). Returns 0 or -errno.
+ */
+static int fake_vectors(struct upcie_nvme_ctrl *c, uint32_t n)
+{
+	int *efd = (int *)malloc(n * sizeof(*efd));
+
+	if (!efd)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		efd[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (efd[i] < 0) {
+			int err = -errno;
+
+			while (i--)
+				close(efd[i]);
+			free(efd);
+			return err;
+		}
+	}
+	c->irqs.efd = efd;
+	c->irqs.count = n;
+	return 0;
+}
+
+/* Close and forget them (before close, which would only free the array: no device fd). */
+static void fake_vectors_fini(struct upcie_nvme_ctrl *c)
+{
+	for (uint32_t i = 0; c->irqs.efd && i < c->irqs.count; i++)
+		close(c->irqs.efd[i]);
+	free(c->irqs.efd);
+	c->irqs.efd = NULL;
+	c->irqs.count = 0;
+}
+
+struct esc_irq {
+	struct rig *r;
+	int err;
+};
+
+/* Another thread's admin command finds the controller dead (CSTS.CFS) on its timeout path and
+ * escalates: halt, CC.EN = 0. It starts once the owner is asleep on its vector. */
+static void *escalate_dead(void *arg)
+{
+	struct esc_irq *e = (struct esc_irq *)arg;
+	uint8_t *id = (uint8_t *)malloc(4096);
+
+	upcie_sleep_ns(100 * MS);
+	e->err = id ? upcie_nvme_ctrl_identify(&e->r->c, UPCIE_NVME_CNS_CTRL, 0, id) : -ENOMEM;
+	free(id);
+	return NULL;
+}
+
+/* 21. The owner of an interrupt queue sleeps on its vector's eventfd (ppoll) for a read the
+ * controller holds; the controller then reports a fatal status, which another thread's admin
+ * command finds and escalates (halt: CC.EN = 0). The halt wakes the owner, which ends its read
+ * once (-ECANCELED) and returns the escalation's error (-EIO) at once, not at its deadline (3 s).
+ * The control: the same with the halt's wake removed (UPCIE_NVME_TEST_NO_HALT_WAKE): the owner
+ * sleeps to its deadline. */
+static void t_escalation_wakes_irq(void)
+{
+	const uint64_t deadline = 3 * UPCIE_NSEC_PER_SEC;
+
+	for (int ctl = 0; ctl < 2; ctl++) {
+		const char *what = ctl ? "escalation/irq control (no wake)" : "escalation/irq";
+		struct upcie_nvme_ioq_opts qo;
+		struct upcie_nvme_ioq qi;
+		struct esc_irq e;
+		struct rig r;
+		struct op a;
+		pthread_t t;
+		uint64_t t0, ms;
+		bool started = false;
+		int err, werr = 1;
+
+		memset(&qi, 0, sizeof(qi));
+		memset(&a, 0, sizeof(a));
+		rig_setup(&r);
+		r.cm.cfs_after_io = 1; /* fatal once the read is fetched */
+		err = rig_up(&r, NULL, NULL);
+		if (!err)
+			err = fake_vectors(&r.c, 2);
+		memset(&qo, 0, sizeof(qo));
+		qo.irq = true;
+		qo.vector = 1;
+		if (!err)
+			err = upcie_nvme_ioq_create(&qi, &r.c, &qo);
+		CHECK(err == 0 && qi.irq && qi.qid == 2, "%s: an interrupt queue on vector 1 (%d)",
+		      what, err);
+		r_hold(&r, true); /* the read stays with the controller */
+		a.req.cb = op_cb;
+		a.req.ctx = &a;
+		a.r = &r;
+		a.id = nvme_eo_op(&r.eo);
+		nvme_eo_lend(&r.eo, a.id, r.region[9], qi.qid, NVME_EO_NOCID);
+		if (!err)
+			err = upcie_nvme_ioq_read(&qi, &r.nsp, 0, &r.data, 9 * BUF, 4096, &a.req);
+		if (err)
+			nvme_eo_unlend(&r.eo, a.id);
+		no_halt_wake = ctl;
+		e.r = &r;
+		e.err = 0;
+		t0 = upcie_time_ns();
+		if (!err)
+			started = pthread_create(&t, NULL, escalate_dead, &e) == 0;
+		if (started)
+			werr = upcie_nvme_ioq_wait(&qi, &a.req, deadline);
+		ms = (upcie_time_ns() - t0) / MS;
+		if (started)
+			pthread_join(t, NULL);
+		no_halt_wake = 0;
+		if (!ctl)
+			CHECK(
+			    started && werr == -EIO && e.err == -EIO && r.c.stopped &&
+				a.calls == 1 && a.req.err == -ECANCELED && ms < 1500,
+			    "%s: the halt wakes the owner: its wait returns the escalation's -EIO "
+			    "after %llu ms (deadline %llu ms), the read ended once with "
+			    "-ECANCELED (%d, %d, %d calls, %d)",
+			    what, (unsigned long long)ms, (unsigned long long)(deadline / MS), werr,
+			    e.err, a.calls, a.req.err);
+		else
+			CHECK(started && e.err == -EIO && r.c.stopped && a.calls == 1 &&
+				  ms >= deadline / MS - 50,
+			      "%s: the controller halted all the same (%d), but the owner slept "
+			      "%llu ms, to its deadline (%llu ms; %d)",
+			      what, e.err, (unsigned long long)ms,
+			      (unsigned long long)(deadline / MS), werr);
+		r_hold(&r, false);
+		upcie_nvme_ioq_delete(&qi);
+		fake_vectors_fini(&r.c);
+		nvme_eo_check(&r.eo, what);
+		rig_teardown(&r);
+	}
+}
+
+/* 22. A synchronous read of two commands on a queue with room for one: the first is held by the
+ * controller, the call waits for room for the second; then another thread's admin command finds
+ * the controller dead (CSTS.CFS) and escalates. The call ends at once with the escalation's -EIO,
+ * not at its timeout (3 s), and its buffer is the caller's again. */
+static void t_escalation_room(void)
+{
+	const uint64_t timeout = 3 * UPCIE_NSEC_PER_SEC;
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+	struct esc_irq e;
+	struct rig r;
+	pthread_t t;
+	uint64_t id, t0, ms;
+	bool started = false;
+	int err;
+
+	rig_setup(&r);
+	r.cm.cfs_after_io = 1; /* fatal once the first command is fetched */
+	memset(&qo, 0, sizeof(qo));
+	qo.depth = 2;	    /* one command at a time */
+	qo.max_xfer = 4096; /* 8 KiB: two commands */
+	err = rig_up(&r, NULL, &qo);
+	r_hold(&r, true);
+	seg.mem = &r.data;
+	seg.off = 10 * BUF;
+	seg.len = 8192;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_NVM_READ;
+	io.slba = 0;
+	io.segs = &seg;
+	io.nsegs = 1;
+	e.r = &r;
+	e.err = 0;
+	id = nvme_eo_op(&r.eo);
+	nvme_eo_lend(&r.eo, id, r.region[10], r.q.qid, NVME_EO_NOCID);
+	t0 = upcie_time_ns();
+	if (!err)
+		started = pthread_create(&t, NULL, escalate_dead, &e) == 0;
+	err = started ? upcie_nvme_ioq_io_sync(&r.q, &r.nsp, &io, timeout, NULL) : -EAGAIN;
+	ms = (upcie_time_ns() - t0) / MS;
+	if (started)
+		pthread_join(t, NULL);
+	nvme_eo_done(&r.eo, id, err);
+	CHECK(err == -EIO && e.err == -EIO && r.c.stopped && ms < 1500,
+	      "escalation/room: a sync read waiting for queue room ends with the escalation's -EIO "
+	      "after %llu ms (timeout %llu ms; %d, %d)",
+	      (unsigned long long)ms, (unsigned long long)(timeout / MS), err, e.err);
+	r_hold(&r, false);
+	nvme_eo_check(&r.eo, "escalation/room");
+	rig_teardown(&r);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(log_print, NULL);
@@ -1083,5 +1287,7 @@ int main(void)
 	t_retry_not_ready();
 	t_retry_parked_end();
 	t_retry_not_after_reset();
+	t_escalation_wakes_irq();
+	t_escalation_room();
 	return check_done();
 }

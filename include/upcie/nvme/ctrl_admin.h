@@ -225,7 +225,13 @@ static inline unsigned upcie_nvme_admin_take_locked_(struct upcie_nvme_ctrl *c,
 
 /*
  * Hand the completed asynchronous admin commands to their callbacks, with the lock released (a
- * callback may submit admin commands again). Returns how many were delivered.
+ * callback may submit admin commands again). When one of them succeeded and may have changed a
+ * namespace (upcie_nvme_admin_changes_ns_()), as the synchronous path does, the open namespaces
+ * are revalidated first, still without the lock and on this thread (it issues Identify through
+ * the synchronous path, which delivers what completed meanwhile), and only then do the callbacks
+ * run: a callback, or a thread it signals, that submits I/O on a handle opened before meets
+ * -ESTALE, never the old geometry. Not while the controller is not ready (a reset revalidates
+ * everything once it is back). Returns how many were delivered.
  */
 static inline int upcie_nvme_ctrl_admin_deliver_(struct upcie_nvme_ctrl *c)
 {
@@ -234,9 +240,17 @@ static inline int upcie_nvme_ctrl_admin_deliver_(struct upcie_nvme_ctrl *c)
 	unsigned n;
 
 	do {
+		bool ready, reval = false;
+
 		pthread_mutex_lock(&c->lock);
 		n = upcie_nvme_admin_take_locked_(c, batch, UPCIE_ARRAY_SIZE(batch));
+		ready = c->state == UPCIE_NVME_CTRL_READY && !c->stopped;
 		pthread_mutex_unlock(&c->lock);
+		for (unsigned i = 0; ready && i < n; i++)
+			reval |= !batch[i].err && upcie_nvme_cqe_ok(&batch[i].cqe) &&
+				 upcie_nvme_admin_changes_ns_(c, batch[i].opc);
+		if (reval)
+			upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
 		for (unsigned i = 0; i < n; i++)
 			batch[i].cb(batch[i].ctx, &batch[i].cqe, batch[i].err);
 		total += (int)n;
@@ -293,6 +307,7 @@ static inline int upcie_nvme_admin_submit_rec_locked_(struct upcie_nvme_ctrl *c,
 	r->cb = cb;
 	r->ctx = ctx;
 	r->aer = aer;
+	r->opc = cmd->opc;
 	r->err = 0;
 	err = upcie_nvme_qpair_submit(&c->admin, cmd, upcie_nvme_admin_rec_cb_, r, &k);
 	if (err)
@@ -309,7 +324,13 @@ static inline int upcie_nvme_admin_submit_rec_locked_(struct upcie_nvme_ctrl *c,
  * by whichever call of this controller next reaps the admin queue and releases the lock
  * (upcie_nvme_ctrl_admin_poll(), any synchronous admin command, the event thread of
  * upcie_nvme_ctrl_events_start(), a reset), never with a driver lock held: err 0 with the
- * controller's status in cqe, or -ECANCELED when a reset or close ended it. Data: `nsegs`
+ * controller's status in cqe, or -ECANCELED when a reset or close ended it. A command that
+ * succeeded and may have changed a namespace (as for upcie_nvme_ctrl_admin(): Format NVM,
+ * Sanitize, namespace management and attachment, firmware commit, or what the Commands Supported
+ * and Effects log says) is followed by a revalidation of the open namespaces, run by that same
+ * call before the callback (so the callback already finds handles opened before refusing I/O
+ * with -ESTALE); the call that delivers it takes that much longer (one Identify per open
+ * namespace). Data: `nsegs`
  * segments (PRPs) of at most two controller pages in all (no PRP list: the admin list pages
  * belong to the synchronous path), in memory the caller keeps until the callback. No timeout:
  * the caller decides (upcie_nvme_ctrl_abort() with the CID in *cid). Returns 0, -EBUSY (the

@@ -504,7 +504,10 @@ static inline struct upcie_nvme_lists upcie_nvme_ioq_lists(const struct upcie_nv
 
 /*
  * Sleep until the queue's interrupt vector fires or timeout_ns passes (queues created with
- * `irq`). Returns 0 (interrupts arrived; reap), -ETIMEDOUT, -EINVAL (no interrupt queue).
+ * `irq`). A halt of the controller (a reset, an escalation, a fatal status) wakes the sleeper too,
+ * since no interrupt will come then: look at c->stopped after waking (the waits of nvme/ns.h
+ * and upcie_nvme_ioq_wait_cid() do). Returns 0 (interrupts arrived, or a halt: reap and look),
+ * -ETIMEDOUT, -EINVAL (no interrupt queue).
  */
 static inline int upcie_nvme_ioq_irq_wait(const struct upcie_nvme_ioq *q, uint64_t timeout_ns)
 {
@@ -690,8 +693,10 @@ static inline int upcie_nvme_ioq_abort(struct upcie_nvme_ioq *q, uint16_t cid, b
  * Reap `q` until command `cid` has completed (or was cancelled) or timeout_ns passed: spinning,
  * or for an `irq` queue sleeping on its vector between empty reaps. On a timeout the command is
  * aborted (upcie_nvme_ioq_abort()) and -ETIMEDOUT returned: check whether it ended
- * (upcie_nvme_qpair_cid_ctx()); if not, its memory is still the controller's. -ENODEV / -EIO:
- * the controller is dead (reset, the command cancelled). Returns 0 otherwise.
+ * (upcie_nvme_qpair_cid_ctx()); if not, its memory is still the controller's. When the
+ * controller lets go of everything meanwhile (an escalation or reset in another thread:
+ * c->stopped), the wait ends at once, asleep or not, and the command is cancelled: -ECANCELED.
+ * -ENODEV / -EIO: the controller is dead (reset, the command cancelled). Returns 0 otherwise.
  */
 static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid,
 					  uint64_t timeout_ns)
@@ -703,13 +708,26 @@ static inline int upcie_nvme_ioq_wait_cid(struct upcie_nvme_ioq *q, uint16_t cid
 	upcie_deadline_set(&dl, timeout_ns);
 	for (unsigned spins = 0;; spins++) {
 		int n = upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+		bool look;
 
 		if (upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx))
 			return 0;
 		if (n > 0)
 			continue;
-		/* the clock can cost microseconds in a VM: look at it every 16th empty poll */
-		if (!(spins & 15) && upcie_deadline_passed(&dl))
+		/* the clock can cost microseconds in a VM: look at it, and at the controller's
+		 * state, every 16th empty poll, and before every sleep (a halt after this look
+		 * wakes the sleep: upcie_nvme_ctrl_wake_waiters_locked_()) */
+		look = q->irq || !(spins & 15);
+		if (look && __atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
+			/* the controller let go: what it posted before is in the CQ; else the
+			 * command ends here (the abort of a stopped controller cancels it) */
+			upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
+			if (upcie_nvme_qpair_cid_ctx(&q->qp, cid, &ctx))
+				return 0;
+			upcie_nvme_ioq_abort(q, cid, NULL);
+			return upcie_nvme_ctrl_stopped_err_(q->ctrl);
+		}
+		if (look && upcie_deadline_passed(&dl))
 			break;
 		if (q->irq)
 			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));

@@ -162,6 +162,7 @@ struct upcie_nvme_admin_rec_ {
 	struct upcie_nvme_cqe cqe;
 	int err;
 	uint16_t cid;
+	uint8_t opc;   /* the command's opcode: whether its success calls for a revalidation */
 	uint8_t state; /* UPCIE_NVME_AREC_* */
 	bool aer;      /* one of the driver's Asynchronous Event Requests */
 };
@@ -221,9 +222,14 @@ struct upcie_nvme_ctrl {
 	/*
 	 * The controller cannot touch host memory any more: disabled (CC.EN = 0 and CSTS.RDY = 0
 	 * seen), gone (registers read all ones), or its bus mastering turned off. Set by a reset
-	 * or an escalation, cleared when it is enabled again. Under `lock`.
+	 * or an escalation, cleared when it is enabled again. Written under `lock` (release: see
+	 * upcie_nvme_ctrl_stopped_()); the I/O queues' owners read it without the lock (acquire).
 	 */
 	bool stopped;
+	/* Why the last halt stopped it, for those waits: -ENODEV (gone), -EIO (fatal status,
+	 * CSTS.CFS), -ECANCELED (a reset or an escalation); 0 when no halt stopped it. Written
+	 * before `stopped` is set, read after `stopped` was seen set. */
+	int stop_err;
 	bool gone;   /* registers read all ones */
 	bool bm_off; /* halt turned bus mastering off (the controller did not disable) */
 	/* from Identify Controller */
@@ -537,6 +543,27 @@ static inline int upcie_nvme_ctrl_csts_wait_(struct upcie_nvme_ctrl *c, uint32_t
 }
 
 /*
+ * Set or clear c->stopped (lock held). The owners of the I/O queues read it without the lock
+ * (nvme/ns.h): the release store makes what was written before it (c->stop_err, the admin queue
+ * stopped) visible to a reader whose acquire load sees it set.
+ */
+static inline void upcie_nvme_ctrl_stopped_(struct upcie_nvme_ctrl *c, bool stopped)
+{
+	__atomic_store_n(&c->stopped, stopped, __ATOMIC_RELEASE);
+}
+
+/*
+ * What a wait that saw c->stopped set (acquire) returns for the commands it ends: a dead
+ * controller's error (-ENODEV, -EIO), as its timeout path would, else -ECANCELED.
+ */
+static inline int upcie_nvme_ctrl_stopped_err_(const struct upcie_nvme_ctrl *c)
+{
+	int why = __atomic_load_n(&c->stop_err, __ATOMIC_RELAXED);
+
+	return why == -ENODEV || why == -EIO ? why : -ECANCELED;
+}
+
+/*
  * CC.EN = 0 and wait for CSTS.RDY = 0: a controller level reset, after which the controller
  * touches no host memory. A controller still becoming ready (CC.EN = 1, CSTS.RDY = 0: taken over
  * mid-enable, or our own enable timed out) is given its ready timeout to finish first: clearing
@@ -570,7 +597,7 @@ static inline int upcie_nvme_ctrl_disable_(struct upcie_nvme_ctrl *c)
 	}
 	if (err == -ENODEV) {
 		c->gone = true;
-		c->stopped = true;
+		upcie_nvme_ctrl_stopped_(c, true);
 		return UPCIE_FAIL(err, "nvme %s: registers read all ones: device gone", c->name);
 	}
 	if (err)
@@ -578,7 +605,7 @@ static inline int upcie_nvme_ctrl_disable_(struct upcie_nvme_ctrl *c)
 				  "nvme %s: CSTS.RDY still 1 %" PRIu64 " ms after clearing CC.EN "
 				  "(CSTS 0x%08x)",
 				  c->name, c->ready_timeout_ns / UPCIE_NSEC_PER_MSEC, csts);
-	c->stopped = true;
+	upcie_nvme_ctrl_stopped_(c, true);
 	return 0;
 }
 
@@ -605,6 +632,39 @@ static inline int upcie_nvme_ctrl_dead_(struct upcie_nvme_ctrl *c)
 }
 
 /*
+ * Wake every owner of an interrupt queue that sleeps on its vector (upcie_nvme_ioq_irq_wait()):
+ * the controller let go, and no interrupt will come from it, so without this a waiter sleeps to
+ * its own deadline. One write to each such queue's eventfd, after c->stopped was set: a waiter
+ * that looked at c->stopped before it was set and then sleeps finds the eventfd's counter
+ * raised (it stays raised until read), so no wakeup is lost; and the write(2) orders the store
+ * before the waiter's read(2) of the counter (the kernel's eventfd lock), so the waiter, looking
+ * again once awake, sees c->stopped set. A queue's vector is its own (upcie_nvme_ioq_create()),
+ * so the one extra count wakes its owner, who reads it as "look again". Lock held.
+ *
+ * UPCIE_NVME_TEST_NO_HALT_WAKE exists for the tests' negative control only: defined as an
+ * expression, the wake is skipped while it is true (the rule removed).
+ */
+static inline void upcie_nvme_ctrl_wake_waiters_locked_(struct upcie_nvme_ctrl *c)
+{
+	const uint64_t one = 1;
+
+#ifdef UPCIE_NVME_TEST_NO_HALT_WAKE
+	if (UPCIE_NVME_TEST_NO_HALT_WAKE)
+		return;
+#endif
+	for (uint32_t q = 1; c->ioqs && c->irqs.efd && q <= c->nslots; q++) {
+		const struct upcie_nvme_ioq *io = c->ioqs[q];
+
+		if (!io || !io->irq || io->vector >= c->irqs.count || c->irqs.efd[io->vector] < 0)
+			continue;
+		/* EAGAIN: the counter is full, so the waiter wakes anyway */
+		if (write(c->irqs.efd[io->vector], &one, sizeof(one)) < 0 && errno != EAGAIN)
+			UPCIE_WARN("nvme %s: waking the owner of queue %u (vector %u): %s", c->name,
+				   q, io->vector, strerror(errno));
+	}
+}
+
+/*
  * Make the controller let go of all host memory: reset it (CC.EN = 0), or, if it does not even
  * do that and we hold the PCI function, turn its bus mastering off. One rule for that fallback
  * everywhere: with bus mastering off the function cannot reach host memory, so it counts as
@@ -612,9 +672,10 @@ static inline int upcie_nvme_ctrl_dead_(struct upcie_nvme_ctrl *c)
  * turned on again only once the controller is disabled (upcie_nvme_ctrl_reset(): disable, else a
  * function reset, as at open), and close keeps the host memory of a controller that never
  * disabled (whoever turns bus mastering on next could let it resume). Then the admin commands
- * still outstanding end with -ECANCELED; the I/O queues' owners end theirs (their waits see
- * c->stopped), and upcie_nvme_ctrl_reset() brings the controller back. Lock held. Returns 0 when
- * the controller has let go (c->stopped), else the disable's error.
+ * still outstanding end with -ECANCELED; the I/O queues' owners end theirs: their waits see
+ * c->stopped at once, polling or asleep on an interrupt (upcie_nvme_ctrl_wake_waiters_locked_()),
+ * and return c->stop_err's reason; upcie_nvme_ctrl_reset() brings the controller back. Lock
+ * held. Returns 0 when the controller has let go (c->stopped), else the disable's error.
  *
  * upcie_nvme_ctrl_fail_locked_() is the escalation: a command that owns memory did not end (or
  * the controller is dead); it logs why and sets state FAILED first.
@@ -624,13 +685,22 @@ static inline int upcie_nvme_ctrl_halt_locked_(struct upcie_nvme_ctrl *c)
 	int err = 0;
 
 	if (!c->stopped) {
+		/* why, for the waiters: read before the disable clears CSTS.CFS */
+		uint32_t csts =
+		    c->gone ? UPCIE_NVME_REG_GONE : upcie_nvme_ctrl_rd32(c, UPCIE_NVME_REG_CSTS);
+
+		__atomic_store_n(&c->stop_err,
+				 csts == UPCIE_NVME_REG_GONE ? -ENODEV
+				 : upcie_nvme_csts_cfs(csts) ? -EIO
+							     : -ECANCELED,
+				 __ATOMIC_RELAXED);
 		err = upcie_nvme_ctrl_disable_(c);
 		if (err == -ENODEV)
 			err = 0; /* gone: it cannot reach our memory either */
 	}
 	if (err && c->dev.open && !upcie_nvme_dev_bus_master(&c->dev, false)) {
 		UPCIE_ERR("nvme %s: not disabled: bus mastering turned off instead", c->name);
-		c->stopped = true;
+		upcie_nvme_ctrl_stopped_(c, true);
 		c->bm_off = true;
 		err = 0;
 	}
@@ -640,6 +710,7 @@ static inline int upcie_nvme_ctrl_halt_locked_(struct upcie_nvme_ctrl *c)
 				  "stays allocated",
 				  c->name);
 	upcie_nvme_qpair_stop(&c->admin, false);
+	upcie_nvme_ctrl_wake_waiters_locked_(c);
 	return 0;
 }
 
@@ -787,7 +858,8 @@ static inline int upcie_nvme_ctrl_enable_(struct upcie_nvme_ctrl *c)
 	if (err)
 		return UPCIE_FAIL(err, "nvme %s: cannot compose CC", c->name);
 	upcie_wmb(); /* queue memory before the enable */
-	c->stopped = false;
+	__atomic_store_n(&c->stop_err, 0, __ATOMIC_RELAXED);
+	upcie_nvme_ctrl_stopped_(c, false);
 	upcie_nvme_ctrl_wr32(c, UPCIE_NVME_REG_CC, c->cc);
 	err = upcie_nvme_ctrl_csts_wait_(c, 1, 1, c->ready_timeout_ns, false, &csts);
 	if (err == -EIO)

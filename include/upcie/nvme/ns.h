@@ -667,6 +667,13 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 				continue;
 			if (q->nparked)
 				upcie_nvme_ioq_retry_run_(q);
+			/* a controller that let go (an escalation elsewhere) makes no room: the
+			 * request ends now, not at the deadline (the wait that follows cancels what
+			 * was submitted and returns the halt's error) */
+			if (__atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
+				err = upcie_nvme_ctrl_stopped_err_(q->ctrl);
+				break;
+			}
 			if (upcie_deadline_passed(&dl)) {
 				err = -ETIMEDOUT;
 				break;
@@ -911,6 +918,19 @@ static inline int upcie_nvme_ioq_end_req_(struct upcie_nvme_ioq *q, struct upcie
 	return err == -ETIMEDOUT ? 0 : err;
 }
 
+/*
+ * The error a wait returns when the controller let go of everything (c->stopped) and request
+ * `r` ended: a dead controller's (-ENODEV, -EIO: c->stop_err), as on the timeout path, for a
+ * request that ended because of it; else the request's own.
+ */
+static inline int upcie_nvme_ioq_stopped_err_(const struct upcie_nvme_ioq *q,
+					      const struct upcie_nvme_req *r)
+{
+	int err = r->done ? r->err : -ECANCELED;
+
+	return err == -ECANCELED ? upcie_nvme_ctrl_stopped_err_(q->ctrl) : err;
+}
+
 static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
 				       uint64_t timeout_ns, bool escalate)
 {
@@ -922,6 +942,8 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 		return UPCIE_FAIL(-EINVAL, "nvme: wait: queue not live or NULL request");
 	upcie_deadline_set(&dl, timeout_ns);
 	for (unsigned spins = 0; !r->done; spins++) {
+		bool sleep, look;
+
 		if (upcie_nvme_qpair_reap(&q->qp, 0xffffffffu) > 0)
 			continue;
 		if (r->done)
@@ -931,16 +953,21 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 			if (r->done)
 				break;
 		}
+		/* polling: the clock and the controller's state every 16th empty poll; before
+		 * every sleep on the interrupt, since a halt after this look raises the eventfd
+		 * (upcie_nvme_ctrl_wake_waiters_locked_()) and one before it is seen here */
+		sleep = q->irq && !q->nparked;
+		look = sleep || !(spins & 15);
 		/* an escalation elsewhere (another thread reset the controller): seen at once */
-		if (!(spins & 15) && __atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
+		if (look && __atomic_load_n(&q->ctrl->stopped, __ATOMIC_ACQUIRE)) {
 			stopped = true;
 			break;
 		}
-		if (!(spins & 15) && upcie_deadline_passed(&dl)) {
+		if (look && upcie_deadline_passed(&dl)) {
 			timed_out = true;
 			break;
 		}
-		if (q->irq && !q->nparked)
+		if (sleep)
 			upcie_nvme_ioq_irq_wait(q, upcie_deadline_remaining_ns(&dl));
 		else
 			upcie_cpu_relax();
@@ -949,7 +976,7 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
 		/* the controller let go of everything: what is left of the request ends here */
 		upcie_nvme_qpair_reap(&q->qp, 0xffffffffu);
 		upcie_nvme_ioq_end_req_(q, r, false);
-		return r->done ? r->err : -ECANCELED;
+		return upcie_nvme_ioq_stopped_err_(q, r);
 	}
 	if (!timed_out)
 		return r->err;
@@ -966,9 +993,11 @@ static inline int upcie_nvme_ioq_wait_(struct upcie_nvme_ioq *q, struct upcie_nv
  * the controller's abort timeout to end, and this returns -ETIMEDOUT: r->done says whether the
  * request ended (late completion, or aborted: r->err). If not, the controller still holds its
  * commands: `r` and its buffers stay in use until its callback, which comes with their late
- * completion, or with -ECANCELED from upcie_nvme_ctrl_reset() or the queue's deletion. Returns
- * -ENODEV / -EIO when the controller is dead (reset; the request ended with -ECANCELED), and
- * r->err otherwise (0, -EIO, -ECANCELED).
+ * completion, or with -ECANCELED from upcie_nvme_ctrl_reset() or the queue's deletion. When the
+ * controller lets go of everything meanwhile (another thread's escalation or reset: c->stopped),
+ * the wait ends at once, polling or asleep on the interrupt (the halt wakes it), and what is
+ * left of the request is cancelled. Returns -ENODEV / -EIO when the controller is dead (reset;
+ * the request ended with -ECANCELED), and r->err otherwise (0, -EIO, -ECANCELED).
  */
 static inline int upcie_nvme_ioq_wait(struct upcie_nvme_ioq *q, struct upcie_nvme_req *r,
 				      uint64_t timeout_ns)
@@ -1001,8 +1030,10 @@ static inline int upcie_nvme_io_report_(const struct upcie_nvme_ioq *q,
  * -EIO it is the first error status. Returns 0, -EIO (status logged), -EINVAL, -EOPNOTSUPP, or
  * -ETIMEDOUT: its commands were aborted, and those the Abort did not end reset the controller
  * (state FAILED: upcie_nvme_ctrl_reset() brings it back); either way the buffers are the
- * caller's again when this returns. -ENODEV / -EIO: the controller is dead. Other commands in
- * flight on `q` keep completing through their own callbacks meanwhile.
+ * caller's again when this returns. -ENODEV / -EIO: the controller is dead. -ECANCELED: another
+ * thread's escalation or reset stopped the controller meanwhile (seen at once, also while the
+ * call waits for queue room; the request's commands cancelled, the buffers the caller's). Other
+ * commands in flight on `q` keep completing through their own callbacks meanwhile.
  */
 static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 					 const struct upcie_nvme_io *io, uint64_t timeout_ns,
