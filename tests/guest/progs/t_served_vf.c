@@ -323,8 +323,8 @@ static void role_reread(const char *sock, const char *name, uint64_t lba, uint32
 }
 
 /* N reads of 4 KiB at QD 1 at offsets spread over the first 8 MiB; prints the mean latency. */
-static void qd1_reads(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q,
-		      struct upcie_dmamem *mem, uint32_t nsid, unsigned n, const char *who)
+static void qd1_reads(struct upcie_nvme_ctrl *c, struct upcie_nvme_ioq *q, struct upcie_dmamem *mem,
+		      uint32_t nsid, unsigned n, const char *who)
 {
 	struct upcie_nvme_ns ns;
 	uint64_t t0, t1;
