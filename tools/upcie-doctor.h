@@ -9,7 +9,11 @@
  * /lib/modules and /boot (UPCIE_DOCTOR_ROOT prefixes those), from getrlimit(), and for GPU
  * memory sizes from the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64) when one
  * can be loaded (never linked: the tool runs on machines without them). A fact that cannot be read gives "unknown", never a guess.
- * Reading config space past 64 bytes (ACS) needs root; without it ACS is unknown.
+ * Reading config space past 64 bytes (ACS) needs root; without it ACS is unknown. The placement
+ * check per GPU reads System RAM from iomem under the procfs root ($UPCIE_IOMEM_PATH wins, as in
+ * gpu/p2p_check.h); the kernel shows its addresses to CAP_SYS_ADMIN only, so without root that
+ * verdict is unknown. upcie_doctor_run() is for one thread: while it runs it sets the log level,
+ * and UPCIE_IOMEM_PATH where that is unset.
  */
 #ifndef UPCIE_TOOLS_DOCTOR_H
 #define UPCIE_TOOLS_DOCTOR_H
@@ -34,6 +38,7 @@
 #include <upcie/base/compiler.h>
 #include <upcie/base/log.h>
 #include <upcie/base/sysfs.h>
+#include <upcie/gpu/p2p_check.h>
 #include <upcie/pci/bdf.h>
 #include <upcie/pci/config.h>
 #include <upcie/pci/func.h>
@@ -811,6 +816,116 @@ static inline void upcie_doctor_gpu(struct upcie_doctor *d, const struct upcie_p
 	upcie_doctor_bar1_verdict(d, fn->name, bar, idx, err, mem);
 }
 
+/*
+ * System RAM from iomem, read by the heaps' own loader (gpu/p2p_check.h). That loader takes its
+ * file from $UPCIE_IOMEM_PATH alone (else /proc/iomem); the doctor reads procfs under its root,
+ * so where the variable is unset it names <procfs root>/iomem for this one call and is removed
+ * again: the same file as the heaps read unless UPCIE_PROCFS_ROOT moves procfs. The file read
+ * is in `path`.
+ */
+static inline int upcie_doctor_sysram_(struct upcie_gpu_p2p_sysram *s, char *path, size_t len)
+{
+	const char *env = getenv("UPCIE_IOMEM_PATH");
+	int err;
+
+	if (env) {
+		(void)upcie_path_fmt(path, len, "%s", env);
+		return upcie_gpu_p2p_sysram_load(s);
+	}
+	(void)upcie_path_fmt(path, len, "%s/iomem", upcie_procfs_root());
+	if (setenv("UPCIE_IOMEM_PATH", path, 1))
+		return -errno;
+	err = upcie_gpu_p2p_sysram_load(s);
+	(void)unsetenv("UPCIE_IOMEM_PATH");
+	return err;
+}
+
+/*
+ * Placement of GPU `fn`'s memory: can upcie verify that what it hands a controller as this GPU's
+ * memory lies in this GPU's BAR window? The IMPORT heaps (gpu/heap_cuda.h, gpu/heap_hip.h) check
+ * every segment, at heap creation and at every registration, against the largest memory BAR (the
+ * one gpu/dev_cuda.h and gpu/dev_hip.h pick, as upcie_doctor_big_bar_() does) and against the
+ * System RAM of iomem. Here: whether that window is there, whether iomem gives real addresses,
+ * whether the window itself lies clear of System RAM, and whether /dev/dmabuf_import (where the
+ * IMPORT heap gets its bus addresses) is there. No buffer is seen, so none is judged.
+ */
+static inline void upcie_doctor_placement(struct upcie_doctor *d, const struct upcie_pci_func *fn)
+{
+	struct upcie_gpu_p2p_window w;
+	struct upcie_gpu_p2p_sysram *s;
+	char path[PATH_MAX], win[96];
+	struct stat st;
+	unsigned i = 0;
+	int idx, err;
+
+	(void)upcie_doctor_big_bar_(fn, &idx);
+	if (idx < 0) {
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_FAIL, NULL,
+				 "no memory BAR in sysfs resource: no window to check this GPU's "
+				 "memory against (the heaps refuse a GPU without one)");
+		return;
+	}
+	err = upcie_gpu_p2p_window_read(fn->name, idx, &w);
+	if (err) {
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot verify: BAR%d unreadable from sysfs resource (%s)", idx,
+				 strerror(-err));
+		return;
+	}
+	snprintf(win, sizeof(win), "BAR%d 0x%" PRIx64 "-0x%" PRIx64 " (%" PRIu64 " MiB)", w.bar,
+		 w.start, w.start + w.size - 1, w.size >> 20);
+	s = (struct upcie_gpu_p2p_sysram *)malloc(sizeof(*s));
+	if (!s) {
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot verify: out of memory");
+		return;
+	}
+	err = upcie_doctor_sysram_(s, path, sizeof(path));
+	if (err == -EPERM)
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_UNKNOWN,
+				 "run as root (a program using the IMPORT heap needs "
+				 "CAP_SYS_ADMIN for the same file)",
+				 "cannot verify: %s shows every address as 0 without "
+				 "CAP_SYS_ADMIN, and the heaps' check then refuses (-EPERM); "
+				 "window %s",
+				 path, win);
+	else if (err == -ENOSPC)
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_FAIL, NULL,
+				 "%s lists more than %d System RAM ranges: the heaps' check "
+				 "refuses (-ENOSPC); window %s",
+				 path, UPCIE_GPU_P2P_SYSRAM_MAX, win);
+	else if (err == -ENOENT && stat(path, &st) == 0)
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot verify: %s lists no System RAM (the heaps' check refuses "
+				 "then); window %s",
+				 path, win);
+	else if (err)
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_UNKNOWN, NULL,
+				 "cannot verify: %s unreadable (%s); window %s", path,
+				 strerror(-err), win);
+	else if (upcie_gpu_p2p_in_sysram(s, w.start, w.size, &i))
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_FAIL,
+				 "check the firmware's BAR assignment and the kernel log "
+				 "(resource conflicts)",
+				 "window %s overlaps System RAM 0x%" PRIx64 "-0x%" PRIx64
+				 " in %s: the heaps refuse memory at those addresses (-EXDEV)",
+				 win, s->start[i], s->end[i], path);
+	else if (upcie_doctor_dev_exists_("/dev/dmabuf_import"))
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_OK, NULL,
+				 "window %s, clear of System RAM (%u ranges in %s); "
+				 "/dev/dmabuf_import present: the IMPORT heap checks each segment "
+				 "against this window at heap creation and at every registration",
+				 win, s->n, path);
+	else
+		upcie_doctor_add(d, "gpu-placement", fn->name, UPCIE_DOCTOR_INFO,
+				 "apt install ./upcie-dmabuf-import-dkms_*.deb "
+				 "(scripts/build-dkms.sh), then modprobe dmabuf_import",
+				 "window %s, clear of System RAM (%u ranges in %s); no "
+				 "/dev/dmabuf_import: no IMPORT heap, so no bus addresses to check",
+				 win, s->n, path);
+	free(s);
+}
+
 /* sysfs device path components of a function: "pci0000:00", "0000:00:01.0", ... */
 static inline int upcie_doctor_devpath_(const struct upcie_pci_func *fn, char comp[][16], int max)
 {
@@ -1017,9 +1132,9 @@ struct upcie_doctor_pick_ {
  * An NVMe controller the path can take: bound to `driver` already, or not in use (bind takes
  * it). iommu: 0 any, 1 needs a group (vfio), 2 needs no translation (uio: none or identity).
  */
-static inline void upcie_doctor_pick_(const struct upcie_doctor *d,
-				      const struct upcie_doctor_fns *f, const char *driver,
-				      int iommu, struct upcie_doctor_pick_ *pk)
+static inline void upcie_doctor_choose_(const struct upcie_doctor *d,
+					const struct upcie_doctor_fns *f, const char *driver,
+					int iommu, struct upcie_doctor_pick_ *pk)
 {
 	unsigned busy = 0, wrong = 0;
 
@@ -1084,7 +1199,7 @@ static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie
 	unsigned pairs = 0;
 
 	/* uio: physical addresses; root for pagemap; no translation in the controller's group */
-	upcie_doctor_pick_(d, f, "uio_pci_generic", 2, &pk);
+	upcie_doctor_choose_(d, f, "uio_pci_generic", 2, &pk);
 	if (!pk.fn)
 		upcie_doctor_verdict_(d, "uio", NULL, UPCIE_DOCTOR_NO, NULL, "%s", pk.why);
 	else if (!uio || (uio->verdict != UPCIE_DOCTOR_OK && uio->verdict != UPCIE_DOCTOR_INFO) ||
@@ -1111,7 +1226,7 @@ static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie
 	host_ready |= d->np && d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0;
 
 	/* vfio type1 */
-	upcie_doctor_pick_(d, f, "vfio-pci", 1, &pk);
+	upcie_doctor_choose_(d, f, "vfio-pci", 1, &pk);
 	if (!pk.fn)
 		upcie_doctor_verdict_(d, "vfio-type1", NULL, UPCIE_DOCTOR_NO, NULL, "%s", pk.why);
 	else if (!t1 || (t1->verdict != UPCIE_DOCTOR_OK && t1->verdict != UPCIE_DOCTOR_INFO))
@@ -1158,7 +1273,8 @@ static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie
 	if (d->p[d->np - 1].verdict == (enum upcie_doctor_verdict)0)
 		host_ready = vfio_ready = true;
 
-	/* GPU peer-to-peer, per GPU x NVMe pair: the path between them and the GPU's BAR1 */
+	/* GPU peer-to-peer, per GPU x NVMe pair: the path between them, the GPU's BAR1, and a BAR
+	 * window that overlaps System RAM (gpu-placement fail: the heaps refuse that memory) */
 	if (!f->ngpu)
 		upcie_doctor_verdict_(d, "gpu-p2p", NULL, UPCIE_DOCTOR_NO, NULL,
 				      "no NVIDIA or AMD GPU on this machine");
@@ -1168,6 +1284,8 @@ static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie
 	for (unsigned g = 0; g < f->ngpu; g++) {
 		const struct upcie_doctor_line *bar =
 		    upcie_doctor_line_(d, "gpu-bar1", f->gpu[g].name);
+		const struct upcie_doctor_line *place =
+		    upcie_doctor_line_(d, "gpu-placement", f->gpu[g].name);
 
 		for (unsigned j = 0; j < f->nnvme; j++) {
 			char subj[48];
@@ -1181,6 +1299,9 @@ static inline void upcie_doctor_paths(struct upcie_doctor *d, const struct upcie
 			if (pl->verdict == UPCIE_DOCTOR_FAIL)
 				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_NO, pl,
 						      "a GPU and an NVMe controller on one socket");
+			else if (place && place->verdict == UPCIE_DOCTOR_FAIL)
+				upcie_doctor_because_(d, "gpu-p2p", subj, UPCIE_DOCTOR_NO, place,
+						      NULL);
 			else if (!host_ready)
 				upcie_doctor_verdict_(
 				    d, "gpu-p2p", subj, UPCIE_DOCTOR_NO,
@@ -1286,6 +1407,7 @@ static inline void upcie_doctor_run(struct upcie_doctor *d)
 					 "no NVIDIA or AMD GPU found");
 		for (unsigned i = 0; i < f->ngpu; i++) {
 			upcie_doctor_gpu(d, &f->gpu[i]);
+			upcie_doctor_placement(d, &f->gpu[i]);
 			upcie_doctor_group(d, &f->gpu[i]);
 			for (unsigned j = 0; j < f->nnvme; j++)
 				upcie_doctor_path(d, &f->gpu[i], &f->nvme[j]);

@@ -3,7 +3,10 @@
  * The verdicts of `upcie-setup doctor` per path (tools/upcie-doctor.h, upcie_doctor_paths()):
  * on the fake machine of tests/unit/fake_machine.h, each fact that decides a path is flipped and
  * the verdict, its deciding fact and the exit status must follow; a fact that cannot be read
- * makes the verdict unknown, and no line contradicts another.
+ * makes the verdict unknown, and no line contradicts another. The placement check per GPU
+ * (gpu-placement) is run against fake iomem files: real addresses with System RAM ending one byte
+ * below the GPU's BAR1, the same ending on BAR1's first byte, the all-zero view of a user without
+ * CAP_SYS_ADMIN, and no file.
  */
 #include <upcie/base/feature.h>
 
@@ -49,6 +52,59 @@ static bool path_is(const char *path, const char *subject, enum upcie_doctor_sta
 	return true;
 }
 
+/* The check line (check, subject) has verdict `v` and its detail holds `text`. */
+static const struct upcie_doctor_line *line_is(const char *check, const char *subject,
+					       enum upcie_doctor_verdict v, const char *text)
+{
+	for (unsigned i = 0; i < d.n; i++) {
+		const struct upcie_doctor_line *x = &d.l[i];
+
+		if (strcmp(x->check, check) || strcmp(x->subject, subject))
+			continue;
+		if (x->verdict == v && strstr(x->detail, text))
+			return x;
+		printf("# %s %s: %s '%s' (want %s '%s')\n", check, subject,
+		       upcie_doctor_verdict_name(x->verdict), x->detail,
+		       upcie_doctor_verdict_name(v), text);
+		return NULL;
+	}
+	printf("# %s %s: no line (want %s '%s')\n", check, subject, upcie_doctor_verdict_name(v),
+	       text);
+	return NULL;
+}
+
+static unsigned lines_of(const char *check)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < d.n; i++)
+		n += !strcmp(d.l[i].check, check);
+	return n;
+}
+
+/* /proc/iomem as root sees it; the third System RAM range ends one byte below the GPU's BAR1
+ * (0x40000000000-0x43fffffffff in fake_machine.h). */
+#define IOMEM_HEAD                                                                                 \
+	"00000000-00000fff : Reserved\n"                                                           \
+	"00001000-0009fbff : System RAM\n"                                                         \
+	"000a0000-000bffff : PCI Bus 0000:00\n"                                                    \
+	"00100000-7ffdffff : System RAM\n"                                                         \
+	"  01000000-01ffffff : Kernel code\n"                                                      \
+	"80000000-afffffff : PCI Bus 0000:00\n"                                                    \
+	"  90000000-90ffffff : 0000:00:09.0\n"
+#define IOMEM_TAIL                                                                                 \
+	"40000000000-44fffffffff : PCI Bus 0000:00\n"                                              \
+	"  40000000000-43fffffffff : 0000:00:09.0\n"
+#define IOMEM_OK IOMEM_HEAD "100000000-3ffffffffff : System RAM\n" IOMEM_TAIL
+/* the same with System RAM running onto BAR1's first byte */
+#define IOMEM_OVER IOMEM_HEAD "100000000-40000000000 : System RAM\n" IOMEM_TAIL
+/* what a user without CAP_SYS_ADMIN reads */
+#define IOMEM_HIDDEN                                                                               \
+	"00000000-00000000 : Reserved\n"                                                           \
+	"00000000-00000000 : System RAM\n"                                                         \
+	"00000000-00000000 : PCI Bus 0000:00\n"                                                    \
+	"  00000000-00000000 : 0000:00:09.0\n"
+
 static bool any_text(const char *text)
 {
 	for (unsigned i = 0; i < d.n; i++)
@@ -74,6 +130,8 @@ int main(void)
 	bool root = geteuid() == 0;
 
 	fm_machine();
+	unsetenv("UPCIE_IOMEM_PATH"); /* iomem under the fake procfs root */
+	fm_put("proc/iomem", IOMEM_OK);
 	snprintf(droot, sizeof(droot), "%s/root", fm_root);
 	setenv("UPCIE_DOCTOR_ROOT", droot, 1);
 	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
@@ -187,6 +245,99 @@ int main(void)
 			  strstr(buf, "\"exit\": 1}"),
 		      "JSON: schema, paths with states, exit status");
 	}
+
+	/* 8: placement of the GPU's memory: BAR1's window, iomem with real addresses, the module */
+	{
+		const struct upcie_doctor_line *x;
+		char buf[65536], other[256];
+		unsigned fails;
+		FILE *f;
+
+		fm_put("root/dev/dmabuf_import", "");
+		run();
+		snprintf(
+		    other, sizeof(other),
+		    "window BAR1 0x40000000000-0x43fffffffff (262144 MiB), clear of System RAM "
+		    "(3 ranges in %s/proc/iomem); /dev/dmabuf_import present",
+		    fm_root);
+		CHECK(line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_OK, other),
+		      "placement: ok, naming BAR1's window and the fake procfs's iomem; System RAM "
+		      "ends one byte below the window");
+		CHECK(!getenv("UPCIE_IOMEM_PATH"), "placement: the environment is left as it was");
+		x = path_line("gpu-p2p", "0000:00:09.0<->0000:00:07.0");
+		CHECK(x && !strstr(x->detail, "gpu-placement"),
+		      "placement ok: it does not decide the GPU's P2P verdicts");
+		fails = d.count[UPCIE_DOCTOR_FAIL];
+		f = fmemopen(buf, sizeof(buf), "w");
+		upcie_doctor_print(&d, f, true);
+		fclose(f);
+		CHECK(strstr(buf, "{\"schema\": 2, \"paths\": [") &&
+			  strstr(buf,
+				 "{\"check\": \"gpu-placement\", \"subject\": \"0000:00:09.0\", "
+				 "\"verdict\": \"ok\", \"detail\": \"window BAR1 "
+				 "0x40000000000-0x43fffffffff"),
+		      "JSON: the placement line among the checks, schema still 2");
+
+		fm_rm("root/dev/dmabuf_import");
+		run();
+		x = line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_INFO,
+			    "no /dev/dmabuf_import: no IMPORT heap");
+		CHECK(x && strstr(x->fix, "modprobe dmabuf_import"),
+		      "placement without the import module: info, the fix names the module");
+
+		fm_put("proc/iomem", IOMEM_HIDDEN);
+		run();
+		x = line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_UNKNOWN,
+			    "cannot verify: ");
+		CHECK(x && strstr(x->detail, "every address as 0") &&
+			  strstr(x->detail, "window BAR1 0x40000000000") &&
+			  !strncmp(x->fix, "run as root", 11),
+		      "iomem without addresses (not root): cannot verify, fix: run as root");
+		CHECK_EQ(d.count[UPCIE_DOCTOR_FAIL], fails, "cannot verify is not a fail");
+
+		/* $UPCIE_IOMEM_PATH wins over the procfs root, as in gpu/p2p_check.h */
+		snprintf(other, sizeof(other), "%s/iomem-root", fm_root);
+		fm_put("iomem-root", IOMEM_OK);
+		setenv("UPCIE_IOMEM_PATH", other, 1);
+		run();
+		CHECK(line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_INFO, "iomem-root"),
+		      "UPCIE_IOMEM_PATH names the file read");
+		CHECK(getenv("UPCIE_IOMEM_PATH") && !strcmp(getenv("UPCIE_IOMEM_PATH"), other),
+		      "UPCIE_IOMEM_PATH kept as the caller set it");
+		unsetenv("UPCIE_IOMEM_PATH");
+
+		fm_rm("proc/iomem");
+		run();
+		CHECK(line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_UNKNOWN,
+			      "cannot verify: "),
+		      "no iomem: cannot verify, unknown");
+
+		fm_put("proc/iomem", IOMEM_OVER);
+		run();
+		CHECK(
+		    line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_FAIL,
+			    "window BAR1 0x40000000000-0x43fffffffff (262144 MiB) overlaps System "
+			    "RAM 0x100000000-0x40000000000"),
+		    "System RAM onto BAR1's first byte: fail, naming both ranges");
+		CHECK_EQ(d.count[UPCIE_DOCTOR_FAIL], fails + 1, "the overlap is one more fail");
+		CHECK(path_is("gpu-p2p", "0000:00:09.0<->0000:00:07.0", UPCIE_DOCTOR_NO,
+			      "gpu-placement 0000:00:09.0: window BAR1"),
+		      "GPU P2P: no, decided by the placement check");
+
+		fm_put("proc/iomem", IOMEM_OK);
+		fm_put(FM_DEV "0000:00:09.0/resource",
+		       "0x0000000000001000 0x000000000000107f 0x0000000000040101\n");
+		run();
+		CHECK(line_is("gpu-placement", "0000:00:09.0", UPCIE_DOCTOR_FAIL, "no memory BAR"),
+		      "a GPU with no memory BAR: fail, no window");
+	}
+
+	/* 9: no GPU: no placement line, the one gpu line says so */
+	fm_rm("sys/bus/pci/devices/0000:00:09.0");
+	run();
+	CHECK(lines_of("gpu-placement") == 0 &&
+		  line_is("gpu", "", UPCIE_DOCTOR_INFO, "no NVIDIA or AMD GPU found"),
+	      "no GPU: no gpu-placement line");
 	upcie_doctor_free(&d);
 	fm_cleanup();
 	return check_done();
