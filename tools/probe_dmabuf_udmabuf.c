@@ -14,8 +14,9 @@
  *
  * Needs /dev/udmabuf (Linux 4.20 with CONFIG_UDMABUF; Debian's 6.12 and 7.x kernels, not 6.1);
  * the segments need the dmabuf_import module and root.
- * Usage: probe_dmabuf_udmabuf
- * Prints findings and exits 0; 2 for usage errors, 1 when there is no /dev/udmabuf.
+ * Usage: probe_dmabuf_udmabuf   (also -h/--help, --version; tools/opt.h parses)
+ * Prints findings and exits 0; 2 for usage errors (with a message naming the argument), 1 when
+ * there is no /dev/udmabuf.
  */
 #include <upcie/base/feature.h>
 
@@ -29,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "opt.h"
 #include "probe_common.h"
 #include "probe_dmabuf.h"
 
@@ -109,15 +111,42 @@ static int probe_dmabuf_export(struct probe_dmabuf_rt *rt, uint64_t ptr, uint64_
 	return 0;
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: probe_dmabuf_udmabuf\n"
+		   "  -h, --help this text; --version the version\n"
+		   "Asks udmabuf (/dev/udmabuf) what its dma-bufs describe; the segments need the\n"
+		   "dmabuf_import module. Exits 0; 2 for usage errors, 1 without /dev/udmabuf.\n");
+}
+
+enum { UDMABUF_O_VERSION = 256 };
+
+static const struct option udmabuf_long_opts[] = {
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, UDMABUF_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
 int main(int argc, char **argv)
 {
 	struct probe_dmabuf_rt rt;
+	int c;
 
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "usage: probe_dmabuf_udmabuf\n");
-		return PROBE_EXIT_USAGE;
+	opt_tool = "probe_dmabuf_udmabuf";
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the probe */
+	while ((c = getopt_long(argc, argv, "h", udmabuf_long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return PROBE_EXIT_OK;
+		case UDMABUF_O_VERSION:
+			return opt_version();
+		default:
+			return opt_unknown();
+		}
 	}
+	if (optind < argc)
+		return opt_bad("argument", argv[optind], "no arguments");
 	memset(&rt, 0, sizeof(rt));
 	rt.name = "udmabuf";
 	probe_begin("probe_dmabuf_udmabuf", "the dma-buf export probe with udmabuf as the exporter "

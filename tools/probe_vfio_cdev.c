@@ -14,9 +14,10 @@
  * kernel has no cdev (before 6.6, or built without VFIO_DEVICE_CDEV) the device is opened through
  * its type1 group, so the export questions still get their answers.
  *
- * Usage: probe_vfio_cdev BDF [--bar N]
+ * Usage: probe_vfio_cdev BDF [--bar N]   (also -h/--help, --version; tools/opt.h parses)
  * The function must be bound to vfio-pci; the default BAR is the largest mappable memory BAR.
- * Prints findings and exits 0; 2 for usage errors, 1 when it could not run at all.
+ * Prints findings and exits 0; 2 for usage errors (with a message naming the argument), 1 when
+ * it could not run at all.
  */
 #include <upcie/base/feature.h>
 
@@ -41,6 +42,7 @@
 #include <upcie/vfio/type1.h>
 #include <upcie/vfio/uapi.h>
 
+#include "opt.h"
 #include "probe_common.h"
 
 /* DRM UAPI layouts (drm.h, drm_mode.h): bookworm's kernel headers do not ship them. */
@@ -237,6 +239,26 @@ static void bar_export_questions(const struct upcie_vfio_device *dev,
 		close(fd);
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: probe_vfio_cdev BDF [--bar N]\n"
+		"  BDF        a function bound to vfio-pci, DDDD:BB:DD.F or BB:DD.F\n"
+		"  --bar N    the BAR to export, 0..5 (default the largest mappable one)\n"
+		"  -h, --help this text; --version the version\n"
+		"Prints what the kernel answered and exits 0; 2 for usage errors, 1 when it could\n"
+		"not run at all.\n");
+}
+
+enum { CDEV_O_BAR = 256, CDEV_O_VERSION };
+
+static const struct option cdev_long_opts[] = {
+	{ "bar", required_argument, NULL, CDEV_O_BAR },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, CDEV_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
 int main(int argc, char **argv)
 {
 	struct upcie_vfio_container container;
@@ -248,19 +270,37 @@ int main(int argc, char **argv)
 	struct upcie_vfio_region reg;
 	struct upcie_pci_bdf addr;
 	char drv[64] = "", card[32] = "", cdev[32] = "";
-	uint64_t barsz = 0, iova = 0, v;
-	int have_ioas = 0, via_type1 = 0, want_bar = -1, bar = -1, err, fd, id;
+	uint64_t barsz = 0, iova = 0;
+	int have_ioas = 0, via_type1 = 0, want_bar = -1, bar = -1, err, fd, id, c;
+	const char *bdf;
 
-	if (argc < 2 || argv[1][0] == '-')
-		goto usage;
-	for (int i = 2; i < argc; i += 2) {
-		if (strcmp(argv[i], "--bar") || i + 1 >= argc ||
-		    probe_parse_size(argv[i + 1], &v) || v > 5)
-			goto usage;
-		want_bar = (int)v;
+	opt_tool = "probe_vfio_cdev";
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the probe */
+	while ((c = getopt_long(argc, argv, "h", cdev_long_opts, NULL)) != -1) {
+		unsigned v = 0;
+
+		switch (c) {
+		case CDEV_O_BAR:
+			if (opt_unsigned(optarg, 0, VFIO_PCI_BAR5_REGION_INDEX, &v))
+				return opt_bad("--bar", optarg, "a BAR index 0..5");
+			want_bar = (int)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return PROBE_EXIT_OK;
+		case CDEV_O_VERSION:
+			return opt_version();
+		default:
+			return opt_unknown();
+		}
 	}
-	if (upcie_pci_bdf_parse(argv[1], &addr))
-		goto usage;
+	if (optind == argc)
+		return opt_usage_error("BDF (a function bound to vfio-pci) is missing");
+	if (optind + 1 < argc)
+		return opt_bad("argument", argv[optind + 1], "one BDF");
+	bdf = argv[optind];
+	if (upcie_pci_bdf_parse_quiet_(bdf, &addr))
+		return opt_bad("BDF", bdf, "a PCI address DDDD:BB:DD.F or BB:DD.F");
 	memset(&container, 0, sizeof(container));
 	memset(&group, 0, sizeof(group));
 	memset(&ictx, 0, sizeof(ictx));
@@ -270,7 +310,7 @@ int main(int argc, char **argv)
 	probe_begin("probe_vfio_cdev", "what vfio cdev + iommufd accept: bind/attach, "
 				       "IOMMU_IOAS_MAP_FILE of each file kind, BAR dma-buf export");
 	upcie_pci_driver_get(&addr, drv, sizeof(drv));
-	probe_say("device: %s, driver %s", argv[1], drv[0] ? drv : "(none)");
+	probe_say("device: %s, driver %s", bdf, drv[0] ? drv : "(none)");
 	probe_say(
 	    "present: /dev/iommu %s, /dev/vfio/vfio %s, /dev/vfio/devices %s, /dev/udmabuf %s",
 	    access("/dev/iommu", F_OK) ? "no" : "yes",
@@ -412,7 +452,4 @@ out:
 	upcie_vfio_container_close(&container);
 	upcie_vfio_iommufd_close(&ictx);
 	return PROBE_EXIT_OK;
-usage:
-	fprintf(stderr, "usage: probe_vfio_cdev BDF [--bar N]   (BDF bound to vfio-pci)\n");
-	return PROBE_EXIT_USAGE;
 }

@@ -20,37 +20,50 @@
  *   probe_vfio_delegate serve SOCKET BDF [--source auto|type1|iommufd|sysfs] [--bar N]
  *                       [--offset OFF] [--memlock BYTES] [--withhold]
  *   probe_vfio_delegate receive SOCKET [--memlock BYTES] [--map BYTES] [--as UID[:GID]]
- * Prints findings and exits 0; 2 for usage errors, 1 when it could not run at all.
+ * (also -h/--help, --version; tools/opt.h parses: --opt=value, sizes as 4k/1MiB/0x1000).
+ * Prints findings and exits 0; 2 for usage errors (with a message naming the argument), 1 when
+ * it could not run at all.
  */
 #include <upcie/base/feature.h>
 
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/vfio.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <upcie/base/bits.h>
+#include <upcie/pci/bdf.h>
 #include <upcie/vfio/iommufd.h>
 #include <upcie/vfio/type1.h>
 
+#include "opt.h"
 #include "probe_common.h"
 #include "probe_deleg.h"
 
-static int usage(void)
+static void usage(FILE *f)
 {
 	fprintf(
-	    stderr,
+	    f,
 	    "usage: probe_vfio_delegate serve SOCKET BDF [--source auto|type1|iommufd|sysfs]\n"
 	    "                           [--bar N] [--offset OFF] [--memlock BYTES] [--withhold]\n"
 	    "       probe_vfio_delegate receive SOCKET [--memlock BYTES] [--map BYTES]\n"
-	    "                           [--as UID[:GID]]\n");
-	return PROBE_EXIT_USAGE;
+	    "                           [--as UID[:GID]]\n"
+	    "  --source S       serve: how the device is opened (default auto)\n"
+	    "  --bar N          serve: the BAR, 0..5 (default 0)\n"
+	    "  --offset OFF     serve: the register read, a multiple of 4 (default 0)\n"
+	    "  --withhold       serve: hand over the device without its container or iommufd\n"
+	    "  --memlock BYTES  lower RLIMIT_MEMLOCK on this side first (4k, 1M, 0x1000)\n"
+	    "  --map BYTES      receive: the DMA mapping, a multiple of 4 KiB (default 4M)\n"
+	    "  --as UID[:GID]   receive: run as this user (GID default: the UID's number)\n"
+	    "  -h, --help       this text; --version the version\n");
 }
 
 static void lower_memlock(const char *who, uint64_t bytes)
@@ -356,57 +369,164 @@ static int receive(const char *path, int64_t memlock, uint64_t maplen)
 	return PROBE_EXIT_OK;
 }
 
+enum {
+	DELEG_O_SOURCE = 256,
+	DELEG_O_BAR,
+	DELEG_O_OFFSET,
+	DELEG_O_MEMLOCK,
+	DELEG_O_WITHHOLD,
+	DELEG_O_MAP,
+	DELEG_O_AS,
+	DELEG_O_VERSION,
+};
+
+static const struct option deleg_long_opts[] = {
+	{ "source", required_argument, NULL, DELEG_O_SOURCE },
+	{ "bar", required_argument, NULL, DELEG_O_BAR },
+	{ "offset", required_argument, NULL, DELEG_O_OFFSET },
+	{ "memlock", required_argument, NULL, DELEG_O_MEMLOCK },
+	{ "withhold", no_argument, NULL, DELEG_O_WITHHOLD },
+	{ "map", required_argument, NULL, DELEG_O_MAP },
+	{ "as", required_argument, NULL, DELEG_O_AS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, DELEG_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* "UID[:GID]", decimal or 0x hex each, into the canonical "UID:GID" probe_as() reads. */
+static int as_parse(const char *v, char *out, size_t len)
+{
+	char buf[64], *colon;
+	uint64_t uid, gid;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, v, strlen(v) + 1);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon++ = '\0';
+	if (opt_u64_range(buf, 0, UINT32_MAX - 1, &uid))
+		return -EINVAL;
+	gid = uid;
+	if (colon && opt_u64_range(colon, 0, UINT32_MAX - 1, &gid))
+		return -EINVAL;
+	snprintf(out, len, "%" PRIu64 ":%" PRIu64, uid, gid);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t maplen = 4 * PROBE_MiB, v;
 	int64_t memlock = -1;
-	int src = PROBE_SRC_AUTO, withhold = 0, serving, err, i;
+	int src = PROBE_SRC_AUTO, withhold = 0, serving, err, c;
 	uint32_t bar = 0, off = 0;
+	const char *mode, *sock, *bdf = NULL, *memlock_s = NULL, *map_s = NULL;
+	bool serve_only = false;
+	char as[32] = "";
+	struct upcie_pci_bdf addr;
+	struct sockaddr_un sa;
 
-	err = probe_as(argc, argv);
-	if (err) {
-		fprintf(stderr, "probe_vfio_delegate: --as: %s\n", probe_err(err));
-		return err == -EINVAL ? PROBE_EXIT_USAGE : PROBE_EXIT_CANNOT;
-	}
-	if (argc < 3)
-		return usage();
-	serving = !strcmp(argv[1], "serve");
-	if (!serving && strcmp(argv[1], "receive"))
-		return usage();
-	if (serving && (argc < 4 || argv[3][0] == '-'))
-		return usage();
-	for (i = serving ? 4 : 3; i < argc; i++) {
-		const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--withhold") && serving) {
-			withhold = 1;
-			continue;
-		}
-		if (!next)
-			return usage();
-		if (!strcmp(a, "--source") && serving) {
-			if (probe_src_parse(next, &src))
-				return usage();
-		} else if ((!strcmp(a, "--bar") || !strcmp(a, "--offset")) && serving) {
-			if (probe_parse_size(next, &v) || v > 0xffffffffu)
-				return usage();
-			if (a[2] == 'b')
-				bar = (uint32_t)v;
-			else
-				off = (uint32_t)v;
-		} else if (!strcmp(a, "--memlock")) {
-			if (probe_parse_size(next, &v))
-				return usage();
+	opt_tool = "probe_vfio_delegate";
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the probe */
+	while ((c = getopt_long(argc, argv, "h", deleg_long_opts, NULL)) != -1) {
+		switch (c) {
+		case DELEG_O_SOURCE:
+			if (probe_src_parse(optarg, &src))
+				return opt_bad("--source", optarg, "auto, type1, iommufd or sysfs");
+			serve_only = true;
+			break;
+		case DELEG_O_BAR:
+			if (opt_u64_range(optarg, 0, 5, &v))
+				return opt_bad("--bar", optarg, "a BAR index 0..5");
+			bar = (uint32_t)v;
+			serve_only = true;
+			break;
+		case DELEG_O_OFFSET:
+			if (opt_size(optarg, &v) || v % 4 || v > UINT32_MAX - 3)
+				return opt_bad("--offset", optarg,
+					       "a register offset below 4 GiB, a multiple of 4");
+			off = (uint32_t)v;
+			serve_only = true;
+			break;
+		case DELEG_O_MEMLOCK:
+			if (opt_size(optarg, &v) || v > (uint64_t)INT64_MAX)
+				return opt_bad("--memlock", optarg, "a size such as 1M, 64k, 0");
 			memlock = (int64_t)v;
-		} else if (!strcmp(a, "--map") && !serving) {
-			if (probe_parse_size(next, &maplen) || !maplen || maplen % 4096)
-				return usage();
-		} else {
-			return usage();
+			memlock_s = optarg;
+			break;
+		case DELEG_O_WITHHOLD:
+			withhold = 1;
+			serve_only = true;
+			break;
+		case DELEG_O_MAP:
+			if (opt_size(optarg, &maplen) || !maplen || maplen % 4096)
+				return opt_bad("--map", optarg,
+					       "a size, a multiple of 4 KiB, e.g. 4M");
+			map_s = optarg;
+			break;
+		case DELEG_O_AS:
+			if (as_parse(optarg, as, sizeof(as)))
+				return opt_bad("--as", optarg, "UID or UID:GID, numbers");
+			break;
+		case 'h':
+			usage(stdout);
+			return PROBE_EXIT_OK;
+		case DELEG_O_VERSION:
+			return opt_version();
+		default:
+			return opt_unknown();
 		}
-		i++;
+	}
+	if (optind == argc)
+		return opt_usage_error("serve or receive is missing");
+	mode = argv[optind++];
+	serving = !strcmp(mode, "serve");
+	if (!serving && strcmp(mode, "receive"))
+		return opt_bad("command", mode, "serve or receive");
+	if (optind == argc)
+		return opt_usage_error("SOCKET is missing");
+	sock = argv[optind++];
+	if (!*sock || strlen(sock) >= sizeof(sa.sun_path))
+		return opt_bad("SOCKET", sock, "a unix socket path, at most 107 bytes");
+	if (serving) {
+		if (optind == argc)
+			return opt_usage_error("serve needs SOCKET and BDF");
+		bdf = argv[optind++];
+		if (upcie_pci_bdf_parse_quiet_(bdf, &addr))
+			return opt_bad("BDF", bdf, "a PCI address DDDD:BB:DD.F or BB:DD.F");
+		if (map_s || as[0])
+			return opt_usage_error("--map and --as go with receive");
+	} else if (serve_only) {
+		return opt_usage_error("--source, --bar, --offset and --withhold go with serve");
+	}
+	if (optind < argc)
+		return opt_bad("argument", argv[optind],
+			       serving ? "serve SOCKET BDF" : "receive SOCKET");
+
+	if (as[0]) {
+		/* run again as that user, with what was understood and without --as */
+		char *rerun[12];
+		int n = 0;
+
+		rerun[n++] = argv[0];
+		rerun[n++] = (char *)"receive";
+		rerun[n++] = (char *)sock;
+		if (memlock_s) {
+			rerun[n++] = (char *)"--memlock";
+			rerun[n++] = (char *)memlock_s;
+		}
+		if (map_s) {
+			rerun[n++] = (char *)"--map";
+			rerun[n++] = (char *)map_s;
+		}
+		rerun[n++] = (char *)"--as";
+		rerun[n++] = as;
+		rerun[n] = NULL;
+		err = probe_as(n, rerun);
+		fprintf(stderr, "probe_vfio_delegate: --as %s: %s\n", as, probe_err(err));
+		return PROBE_EXIT_CANNOT;
 	}
 	if (serving)
-		return serve(argv[2], argv[3], src, bar, off, memlock, withhold);
-	return receive(argv[2], memlock, maplen);
+		return serve(sock, bdf, src, bar, off, memlock, withhold);
+	return receive(sock, memlock, maplen);
 }

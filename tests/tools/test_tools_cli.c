@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The tools as a user runs them: each row of the table runs one built tool (upcie-perf,
- * upcie-served, upcie-setup; paths from the command line) with arguments and environment and
- * checks its exit status and what it printed (stdout and stderr together): every bad value is
- * refused with exit 2 and a message naming the option and the value, every good one is read as
- * documented (the tools' --dry-run prints what they understood). The machine is fake
- * (tests/unit/fake_machine.h), so binding, resetting and reserving hugepages act on files that
- * the test then reads back.
+ * upcie-served, upcie-setup, paths from the command line; the probes probe_vfio_cdev,
+ * probe_vfio_delegate and probe_dmabuf_udmabuf from the directory of upcie-perf, or from three
+ * more arguments) with arguments and environment and checks its exit status and what it printed
+ * (stdout and stderr together): every bad value is refused with exit 2 and a message naming the
+ * option and the value, every good one is read as documented (the tools' --dry-run prints what
+ * they understood). The probes need hardware for their real work, so their rows are about
+ * parsing alone: a good value shows it was read when the run fails later on something else. The
+ * machine is fake (tests/unit/fake_machine.h), so binding, resetting and reserving hugepages act
+ * on files that the test then reads back.
  */
 #include <upcie/base/feature.h>
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +25,14 @@
 #include "../unit/check.h"
 #include "../unit/fake_machine.h"
 
-enum { PERF, SERVED, SETUP, NTOOLS };
+enum { PERF, SERVED, SETUP, VCDEV, VDELEG, UDMABUF, NTOOLS };
 
-static const char *tool_path[NTOOLS];
+static const char *const tool_name[NTOOLS] = {
+	"upcie-perf",	   "upcie-served",	  "upcie-setup",
+	"probe_vfio_cdev", "probe_vfio_delegate", "probe_dmabuf_udmabuf",
+};
+
+static char tool_path[NTOOLS][PATH_MAX];
 
 struct row {
 	int tool;
@@ -43,7 +52,7 @@ static int run(const struct row *r, char *out, size_t len)
 	ssize_t k;
 	pid_t pid;
 
-	argv[n++] = (char *)tool_path[r->tool];
+	argv[n++] = tool_path[r->tool];
 	for (int i = 0; r->argv[i]; i++)
 		argv[n++] = (char *)r->argv[i];
 	argv[n] = NULL;
@@ -75,12 +84,11 @@ static int run(const struct row *r, char *out, size_t len)
 
 static void row_check(const struct row *r)
 {
-	static const char *const names[] = { "upcie-perf", "upcie-served", "upcie-setup" };
 	char out[16384], cmd[512];
 	int rc;
 
 	snprintf(cmd, sizeof(cmd), "%s%s%s", r->env ? r->env : "", r->env ? " " : "",
-		 names[r->tool]);
+		 tool_name[r->tool]);
 	for (int i = 0; r->argv[i]; i++) {
 		size_t o = strlen(cmd);
 
@@ -179,6 +187,9 @@ static const struct row rows[] = {
 	{ PERF, NULL, { "--version" }, 0, "upcie-perf (upcie) 0.", "needs a value" },
 	{ PERF, NULL, { "-h" }, 0, "usage: upcie-perf", NULL },
 	{ PERF, NULL, { "--help" }, 0, "--time T", NULL },
+	/* --bind of a function that is not NVMe (the root port): the library refuses, nothing moves */
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--time", "1" }, 1,
+	  "0000:00:02.0 is not an NVMe controller (class 0x060400", "bad value" },
 	/* accepted, then the (fake, empty) machine has no such function: exit 1, not 2 */
 	{ PERF, NULL, { "--bdf", "0000:ff:1f.7", "--time", "1m", "--bs", "4KiB" }, 1, "cannot open",
 	  "bad value" },
@@ -204,7 +215,7 @@ static const struct row rows[] = {
 	{ SERVED, NULL, { "01:00.0", "--max-bytes", "1x" }, 2, "--max-bytes: bad value '1x'", NULL },
 	{ SERVED, NULL, { "01:00.0", "--max-qp", "0" }, 2, "--max-qp: bad value '0'", NULL },
 	{ SERVED, NULL, { "01:00.0", "--max-clients", "1k" }, 2, "--max-clients: bad value", NULL },
-	{ SERVED, NULL, { "01:00.0", "--relay-spin-us=5", "--dry-run" }, 0, "relay-spin-us 5\n",
+	{ SERVED, NULL, { "01:00.0", "--relay-spin-us=5", "--dry-run" }, 0, "relay-spin-us 5 ",
 	  NULL },
 	{ SERVED, NULL, { "--dir=/tmp/s29", "01:00.0", "--dry-run" }, 0,
 	  "on /tmp/s29/0000:01:00.0.sock", NULL },
@@ -214,6 +225,8 @@ static const struct row rows[] = {
 	  "--socket takes a single controller", NULL },
 	{ SERVED, NULL, { "01:00.0", "--dir" }, 2, "option '--dir' requires an argument", NULL },
 	{ SERVED, NULL, { "01:00.0", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	{ SERVED, NULL, { "0000:00:06.0", "--bind", "--dir", "/tmp/s29" }, 1,
+	  "0000:00:06.0 is not an NVMe controller (class 0x020000", NULL },
 
 	/* upcie-setup: usage */
 	{ SETUP, NULL, { "--version" }, 0, "upcie-setup (upcie) 0.", NULL },
@@ -279,6 +292,66 @@ static const struct row rows[] = {
 	{ SETUP, NULL, { "unbind", "0000:00:0a.0", "--dry-run" }, 0,
 	  "would take it from nvme (unbind)", NULL },
 	{ SETUP, NULL, { "unbind", "0000:00:0a.0" }, 0, "0000:00:0a.0 unbound (was nvme)", NULL },
+
+	/* probe_vfio_cdev: parsing only (a good BDF would start the probe) */
+	{ VCDEV, NULL, { "--help" }, 0, "usage: probe_vfio_cdev BDF [--bar N]", NULL },
+	{ VCDEV, NULL, { "-h" }, 0, "usage: probe_vfio_cdev", NULL },
+	{ VCDEV, NULL, { "--version" }, 0, "probe_vfio_cdev (upcie) 0.", "usage" },
+	{ VCDEV, NULL, { "01:00.0", "--bar", "6" }, 2, "--bar: bad value '6'", NULL },
+	{ VCDEV, NULL, { "01:00.0", "--bar=1x" }, 2, "--bar: bad value '1x'", NULL },
+	{ VCDEV, NULL, { "01:00.0", "--bar=-1" }, 2, "--bar: bad value '-1'", NULL },
+	/* --bar=1 read, then the BDF refused: the message is about the BDF alone */
+	{ VCDEV, NULL, { "--bar=1", "zz" }, 2, "BDF: bad value 'zz'", "--bar" },
+	{ VCDEV, NULL, { "zz", "--bar", "5" }, 2, "BDF: bad value 'zz'", "--bar" },
+	{ VCDEV, NULL, { "01:00.0", "--bar" }, 2, "option '--bar' requires an argument", NULL },
+	{ VCDEV, NULL, { "01:00.0", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	{ VCDEV, NULL, { "01:00.0", "02:00.0" }, 2, "argument: bad value '02:00.0'", NULL },
+	{ VCDEV, NULL, { NULL }, 2, "BDF (a function bound to vfio-pci) is missing", NULL },
+
+	/* probe_vfio_delegate */
+	{ VDELEG, NULL, { "--help" }, 0, "usage: probe_vfio_delegate serve SOCKET BDF", NULL },
+	{ VDELEG, NULL, { "--version" }, 0, "probe_vfio_delegate (upcie) 0.", "usage" },
+	{ VDELEG, NULL, { NULL }, 2, "serve or receive is missing", NULL },
+	{ VDELEG, NULL, { "frob", "/tmp/s29" }, 2, "command: bad value 'frob'", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29" }, 2, "serve needs SOCKET and BDF", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "zz" }, 2, "BDF: bad value 'zz'", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--source", "vfio" }, 2,
+	  "--source: bad value 'vfio'", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--bar=6" }, 2, "--bar: bad value '6'",
+	  NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--offset", "2" }, 2,
+	  "--offset: bad value '2'", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--offset", "0x1c0000000" }, 2,
+	  "--offset: bad value '0x1c0000000'", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--memlock", "1x" }, 2,
+	  "--memlock: bad value '1x'", NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--map", "1000" }, 2, "--map: bad value '1000'",
+	  NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--map=0" }, 2, "--map: bad value '0'", NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--as", "1000:x" }, 2, "--as: bad value '1000:x'",
+	  NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--as=-1" }, 2, "--as: bad value '-1'", NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--withhold" }, 2,
+	  "--source, --bar, --offset and --withhold go with serve", NULL },
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--map", "4M" }, 2,
+	  "--map and --as go with receive", NULL },
+	/* every value in the --x=V form read, then a stray argument refused */
+	{ VDELEG, NULL, { "serve", "/tmp/s29", "01:00.0", "--source=type1", "--bar=2",
+	  "--offset=0x1c", "--memlock=1M", "--withhold", "stray" }, 2, "argument: bad value 'stray'",
+	  "--" },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--memlock=64k", "--map=4MiB", "--as=1000:1000",
+	  "stray" }, 2, "argument: bad value 'stray'", "--" },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--bogus" }, 2, "unrecognized option '--bogus'",
+	  NULL },
+	{ VDELEG, NULL, { "receive", "/tmp/s29", "--map" }, 2, "option '--map' requires an argument",
+	  NULL },
+
+	/* probe_dmabuf_udmabuf: no arguments */
+	{ UDMABUF, NULL, { "--help" }, 0, "usage: probe_dmabuf_udmabuf", NULL },
+	{ UDMABUF, NULL, { "--version" }, 0, "probe_dmabuf_udmabuf (upcie) 0.", "usage" },
+	{ UDMABUF, NULL, { "stray" }, 2, "argument: bad value 'stray'", NULL },
+	{ UDMABUF, NULL, { "--version=1" }, 2, "option '--version' doesn't allow an argument", NULL },
+	{ UDMABUF, NULL, { "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
 };
 
 /* After the unbind above, in order: the record, and reset reading it. */
@@ -310,12 +383,24 @@ int main(int argc, char **argv)
 {
 	char state[256], buf[512];
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s UPCIE-PERF UPCIE-SERVED UPCIE-SETUP\n", argv[0]);
+	if (argc != 4 && argc != 1 + NTOOLS) {
+		fprintf(stderr,
+			"usage: %s UPCIE-PERF UPCIE-SERVED UPCIE-SETUP [PROBE_VFIO_CDEV "
+			"PROBE_VFIO_DELEGATE PROBE_DMABUF_UDMABUF]\n",
+			argv[0]);
 		return 2;
 	}
-	for (int i = 0; i < NTOOLS; i++)
-		tool_path[i] = argv[i + 1];
+	for (int i = 0; i < NTOOLS; i++) {
+		const char *slash = strrchr(argv[1], '/');
+
+		if (i + 1 < argc)
+			snprintf(tool_path[i], sizeof(tool_path[i]), "%s", argv[i + 1]);
+		else /* the probes are built beside the tools (tools/meson.build) */
+			snprintf(tool_path[i], sizeof(tool_path[i]), "%.*s%s",
+				 slash ? (int)(slash - argv[1] + 1) : 0, argv[1], tool_name[i]);
+		CHECK(access(tool_path[i], X_OK) == 0, "%s is built: %s", tool_name[i],
+		      tool_path[i]);
+	}
 	fm_machine();
 	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
 	setenv("UPCIE_DOCTOR_NO_HIP", "1", 1);
@@ -328,6 +413,9 @@ int main(int argc, char **argv)
 	fm_put(FM_DEV "0000:00:04.0/nvme/nvme0/firmware_rev", "9.2.0   \n");
 	fm_mkdirs(FM_DEV "0000:00:04.0/nvme/nvme0/nvme0n1");
 	fm_put(FM_DEV "0000:00:05.0/nvme/nvme1/model", "QEMU NVMe Ctrl\n");
+	/* what a bind would write first: the --bind rows check nothing was */
+	fm_put(FM_DEV "0000:00:02.0/driver_override", "");
+	fm_put(FM_DEV "0000:00:06.0/driver_override", "");
 	/* 0a.0: an idle NVMe controller with the nvme driver */
 	fm_func("0000:00:0a.0", "0x1b36\n", "0x0010\n", "0x010802\n", "nvme", 7);
 	/* hugepage pools */
@@ -348,6 +436,12 @@ int main(int argc, char **argv)
 	read_file("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", buf,
 		  sizeof(buf));
 	CHECK(!strcmp(buf, "5\n"), "hugepages reserve 5 --size=2M --node 0 wrote 5 to node 0");
+	read_file(FM_DEV "0000:00:02.0/driver_override", buf, sizeof(buf));
+	CHECK(!buf[0], "upcie-perf --bind left the root port's driver_override alone (%s)", buf);
+	read_file("sys/bus/pci/drivers/pcieport/unbind", buf, sizeof(buf));
+	CHECK(!buf[0], "... and did not unbind it from pcieport (%s)", buf);
+	read_file(FM_DEV "0000:00:06.0/driver_override", buf, sizeof(buf));
+	CHECK(!buf[0], "upcie-served --bind left the NIC's driver_override alone (%s)", buf);
 	read_file("sys/bus/pci/drivers/nvme/unbind", buf, sizeof(buf));
 	CHECK(!strcmp(buf, "0000:00:0a.0"), "unbind wrote the address to the driver's unbind");
 	read_file("run/setup-drivers", buf, sizeof(buf));

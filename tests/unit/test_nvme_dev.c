@@ -11,12 +11,17 @@
  * gone: its named hugetlbfs file stays until reclaimed), and with a controller that does disable
  * they do (the control); the uio path refuses a translating IOMMU group, an unbound
  * function and a second holder, accepts an identity domain, turns bus mastering off at open and
- * at close; DMA memory is placed on the function's NUMA node. Memory checks need root and two
- * free 2 MiB hugepages (physical addresses from pagemap); without them they are skipped.
+ * at close; DMA memory is placed on the function's NUMA node. With bind, a function whose class
+ * is not NVMe is refused and left alone (driver_override, unbind and drivers_probe unwritten),
+ * bind_any_class binds it, and an NVMe controller is bound as before (a small stand-in for the
+ * kernel moves the driver link); the hints for a function on the wrong driver suggest binding
+ * only an NVMe controller. Memory checks need root and two free 2 MiB hugepages (physical
+ * addresses from pagemap); without them they are skipped.
  */
 #include <upcie/nvme/ctrl.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,6 +467,256 @@ static void test_dev(void)
 	fake_stop(&f);
 }
 
+/*
+ * The kernel's side of a bind, for the fake tree: the function's old driver (nvme) lets go when
+ * its unbind file is written, and drivers_probe hands it to the driver in driver_override. Both
+ * files are FIFOs read here, so the link has moved before the write to drivers_probe returns
+ * (bind reads the link right after it); a bind that never writes them is given up after 5 s.
+ */
+struct fake_kernel {
+	pthread_t thread;
+	bool unbound;	   /* the old driver's unbind was written (the function's address) */
+	bool probed;	   /* drivers_probe was written */
+	char override[64]; /* driver_override when drivers_probe came */
+};
+
+/* Read a FIFO opened non-blocking until its writer has been and gone; false after 5 s. */
+static bool fifo_drain(int fd, char *buf, size_t len)
+{
+	char chunk[64];
+	size_t got = 0;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 5000) <= 0)
+			return false;
+		n = read(fd, chunk, sizeof(chunk));
+		if (n > 0) {
+			size_t take = (size_t)n < len - 1 - got ? (size_t)n : len - 1 - got;
+
+			memcpy(buf + got, chunk, take); /* more than fits is read and dropped */
+			got += take;
+			continue;
+		}
+		if (n == 0 && (p.revents & POLLHUP)) {
+			buf[got] = '\0';
+			return true;
+		}
+	}
+}
+
+static void *fake_kernel_thread(void *arg)
+{
+	struct fake_kernel *k = (struct fake_kernel *)arg;
+	char path[512], buf[64], target[128];
+	int fd;
+	FILE *fp;
+
+	path_of("bus/pci/drivers/nvme/unbind", path, sizeof(path));
+	fd = open(path, O_RDONLY | O_NONBLOCK);
+	k->unbound = fd >= 0 && fifo_drain(fd, buf, sizeof(buf)) && !strcmp(buf, BDF);
+	if (fd >= 0)
+		close(fd);
+	if (!k->unbound)
+		return NULL;
+	relink(NULL, FN "/driver");
+	path_of(FN "/driver_override", path, sizeof(path));
+	fp = fopen(path, "r");
+	if (!fp || !fgets(k->override, sizeof(k->override), fp))
+		k->override[0] = '\0';
+	if (fp)
+		fclose(fp);
+	snprintf(target, sizeof(target), "../../drivers/%s", k->override);
+	if (k->override[0])
+		relink(target, FN "/driver");
+	path_of("bus/pci/drivers_probe", path, sizeof(path));
+	fd = open(path, O_RDONLY | O_NONBLOCK);
+	k->probed = fd >= 0 && fifo_drain(fd, buf, sizeof(buf)) && !strcmp(buf, BDF);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* The function on the nvme driver, of class `cls`, with an empty driver_override. */
+static void bind_setup(const char *cls, bool fifos)
+{
+	char path[512];
+
+	mkdirs("bus/pci/drivers/nvme");
+	mkdirs("class/block"); /* no block device: the in-use guard lets bind go on */
+	path_of("bus/pci/drivers/nvme/unbind", path, sizeof(path));
+	unlink(path);
+	path_of("bus/pci/drivers_probe", path, sizeof(path));
+	unlink(path);
+	if (fifos) {
+		path_of("bus/pci/drivers/nvme/unbind", path, sizeof(path));
+		if (mkfifo(path, 0644))
+			exit(2);
+		path_of("bus/pci/drivers_probe", path, sizeof(path));
+		if (mkfifo(path, 0644))
+			exit(2);
+	} else {
+		puts_("bus/pci/drivers/nvme/unbind", "");
+		puts_("bus/pci/drivers_probe", "");
+	}
+	puts_(FN "/driver_override", "");
+	puts_(FN "/class", cls);
+	relink("../../drivers/nvme", FN "/driver");
+}
+
+/* Back to the tree the other tests know: uio_pci_generic, NVMe class, no bind files. */
+static void bind_restore(void)
+{
+	char path[512];
+
+	path_of("bus/pci/drivers/nvme/unbind", path, sizeof(path));
+	unlink(path);
+	path_of("bus/pci/drivers/nvme", path, sizeof(path));
+	rmdir(path);
+	path_of("bus/pci/drivers_probe", path, sizeof(path));
+	unlink(path);
+	path_of(FN "/driver_override", path, sizeof(path));
+	unlink(path);
+	path_of("class/block", path, sizeof(path));
+	rmdir(path);
+	path_of("class", path, sizeof(path));
+	rmdir(path);
+	puts_(FN "/class", "0x010802\n");
+	relink("../../drivers/uio_pci_generic", FN "/driver");
+}
+
+static void read_rel(const char *rel, char *buf, size_t len)
+{
+	char path[512];
+	FILE *fp;
+
+	path_of(rel, path, sizeof(path));
+	buf[0] = '\0';
+	fp = fopen(path, "r");
+	if (fp && !fgets(buf, (int)len, fp))
+		buf[0] = '\0';
+	if (fp)
+		fclose(fp);
+}
+
+static void driver_of(char *buf, size_t len)
+{
+	char path[512];
+	ssize_t n;
+
+	path_of(FN "/driver", path, sizeof(path));
+	n = readlink(path, buf, len - 1);
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/*
+ * bind refuses a function whose class is not NVMe and leaves it alone (no driver_override, no
+ * unbind, still on its driver), bind_in_use does not lift that, and the refusal names the
+ * class; the messages of a function on the wrong driver suggest binding an NVMe controller only.
+ */
+static void test_bind_class_refused(void)
+{
+	struct upcie_nvme_dev_opts o;
+	struct upcie_nvme_dev d;
+	struct upcie_pci_bdf bdf;
+	char buf[256];
+	int err;
+
+	upcie_pci_bdf_parse(BDF, &bdf);
+	bind_setup("0x020000\n", false); /* an Ethernet controller */
+	memset(&o, 0, sizeof(o));
+	o.path = UPCIE_NVME_PATH_UIO;
+	o.bind = true;
+	last_msg[0] = '\0';
+	err = upcie_nvme_dev_open(&d, &bdf, &o);
+	CHECK_EQ(err, -ENODEV, "bind: a function of class 0x020000 is refused with -ENODEV");
+	CHECK(strstr(last_msg, "0x020000") && strstr(last_msg, "not an NVMe controller") &&
+		  strstr(last_msg, "bind_any_class"),
+	      "bind: the refusal names the class found and the opt-in (%s)", last_msg);
+	read_rel(FN "/driver_override", buf, sizeof(buf));
+	CHECK(!buf[0], "bind: driver_override untouched (%s)", buf);
+	read_rel("bus/pci/drivers/nvme/unbind", buf, sizeof(buf));
+	CHECK(!buf[0], "bind: not unbound from its driver (%s)", buf);
+	read_rel("bus/pci/drivers_probe", buf, sizeof(buf));
+	CHECK(!buf[0], "bind: nothing probed (%s)", buf);
+	driver_of(buf, sizeof(buf));
+	CHECK(strstr(buf, "/nvme") != NULL, "bind: still on its driver (%s)", buf);
+
+	o.bind_in_use = true;
+	last_msg[0] = '\0';
+	err = upcie_nvme_dev_open(&d, &bdf, &o);
+	CHECK_EQ(err, -ENODEV, "bind: bind_in_use does not lift the class check");
+	read_rel(FN "/driver_override", buf, sizeof(buf));
+	CHECK(!buf[0], "bind: driver_override still untouched (%s)", buf);
+
+	/* not asked to bind: the hints for a function of another class suggest no bind */
+	o.bind = false;
+	o.bind_in_use = false;
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_nvme_dev_open(&d, &bdf, &o), -EBUSY,
+		 "hint: a function on another driver, no bind: -EBUSY");
+	CHECK(strstr(last_msg, "not an NVMe controller") && strstr(last_msg, "0x020000") &&
+		  !strstr(last_msg, "upcie-setup bind"),
+	      "hint: class 0x020000 on nvme: no advice to bind it (%s)", last_msg);
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_pci_driver_require(&bdf, "uio_pci_generic"), -ENXIO,
+		 "hint: driver_require on the wrong driver: -ENXIO");
+	CHECK(strstr(last_msg, "0x020000") && !strstr(last_msg, "upcie-setup bind"),
+	      "hint: driver_require gives no advice to bind class 0x020000 (%s)", last_msg);
+	/* the control: an NVMe controller on the wrong driver is told how to bind it */
+	puts_(FN "/class", "0x010802\n");
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_nvme_dev_open(&d, &bdf, &o), -EBUSY, "hint: NVMe on nvme, no bind: -EBUSY");
+	CHECK(strstr(last_msg, "upcie-setup bind " BDF " uio_pci_generic") != NULL,
+	      "hint: an NVMe controller gets the bind advice (%s)", last_msg);
+	last_msg[0] = '\0';
+	CHECK_EQ(upcie_pci_driver_require(&bdf, "uio_pci_generic"), -ENXIO,
+		 "hint: driver_require on an NVMe controller: -ENXIO");
+	CHECK(strstr(last_msg, "upcie-setup bind " BDF " uio_pci_generic") != NULL,
+	      "hint: driver_require gives an NVMe controller the bind advice (%s)", last_msg);
+	bind_restore();
+}
+
+/*
+ * What bind does take: an NVMe controller as before, and another class with bind_any_class,
+ * moved from nvme to uio_pci_generic by the fake kernel and opened.
+ */
+static void test_bind_class_taken(const char *cls, bool any_class, const char *what)
+{
+	struct upcie_nvme_dev_opts o;
+	struct upcie_nvme_dev d;
+	struct upcie_pci_bdf bdf;
+	struct fake_kernel k;
+	char buf[256];
+	int err;
+
+	upcie_pci_bdf_parse(BDF, &bdf);
+	bind_setup(cls, true);
+	memset(&k, 0, sizeof(k));
+	if (pthread_create(&k.thread, NULL, fake_kernel_thread, &k))
+		exit(2);
+	memset(&o, 0, sizeof(o));
+	o.path = UPCIE_NVME_PATH_UIO;
+	o.bind = true;
+	o.bind_any_class = any_class;
+	last_msg[0] = '\0';
+	err = upcie_nvme_dev_open(&d, &bdf, &o);
+	pthread_join(k.thread, NULL);
+	CHECK_EQ(err, 0, "%s: bind and open succeed (%s)", what, last_msg);
+	CHECK(k.unbound && k.probed && !strcmp(k.override, "uio_pci_generic"),
+	      "%s: driver_override uio_pci_generic, unbound from nvme, probed (%s)", what,
+	      k.override);
+	driver_of(buf, sizeof(buf));
+	CHECK(strstr(buf, "/uio_pci_generic") != NULL, "%s: now on uio_pci_generic (%s)", what,
+	      buf);
+	CHECK(!err && d.uio.fd > 0, "%s: /dev/uio0 held", what);
+	if (!err)
+		upcie_nvme_dev_close(&d);
+	bind_restore();
+}
+
 int main(void)
 {
 	char cmd[128];
@@ -472,6 +727,9 @@ int main(void)
 	test_keep(false);
 	test_keep(true);
 	test_dev();
+	test_bind_class_refused();
+	test_bind_class_taken("0x010802\n", false, "bind NVMe");
+	test_bind_class_taken("0x020000\n", true, "bind_any_class");
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd))
 		return 2;

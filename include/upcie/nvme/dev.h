@@ -35,7 +35,9 @@
  * ivshmem BAR becomes a dmamem this controller can DMA to, on any path.
  *
  * With `bind`, a function the system uses (a mounted namespace, swap, an md/LVM/dm member, a
- * group sibling in use: pci/inuse.h) is refused with -EBUSY unless bind_in_use is set.
+ * group sibling in use: pci/inuse.h) is refused with -EBUSY unless bind_in_use is set, and a
+ * function whose PCI class is not NVMe (0x010802: a typo'd address, a NIC, a bridge) with -ENODEV
+ * unless bind_any_class is set; neither is touched (no driver_override, no unbind) when refused.
  * Needs root (binding, sysfs resources, pagemap, /dev/vfio). The struct holds pointers into
  * itself once open: keep it in place. Memory and peers made through a dev must be destroyed
  * before the dev is closed. UPCIE_NVME_PATH_AUTO prefers the vfio cdev with iommufd (the
@@ -93,6 +95,9 @@ struct upcie_nvme_dev_opts {
 	bool bind; /* bind the function to the path's driver first (uio_pci_generic, vfio-pci);
 		      refused while the system uses it (pci/inuse.h) */
 	bool bind_in_use; /* bind even a function the system uses (or UPCIE_ALLOW_IN_USE=1) */
+	/* bind even a function whose class is not NVMe (0x010802), as upcie-setup bind --any-class:
+	 * a controller that reports another class; without it such a function is refused */
+	bool bind_any_class;
 	/* type1: join this container (so peers in other groups share its IOVA space); NULL: own */
 	struct upcie_vfio_container *container;
 	/* iommufd: use this context and IOAS (shared with peers); NULL: own ones */
@@ -240,8 +245,12 @@ static inline bool upcie_nvme_dev_has_cdev_(const struct upcie_pci_bdf *bdf)
 	return found;
 }
 
-/* Refuse a function another driver owns: both would program the same queues. */
-static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev, const char *want)
+/*
+ * Refuse a function another driver owns: both would program the same queues. The advice to bind
+ * it is given for an NVMe controller only: for any other class the address is more likely wrong.
+ */
+static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev, const char *want,
+					       uint32_t class_code)
 {
 	char drv[64];
 	int err = upcie_pci_driver_get(&dev->bdf, drv, sizeof(drv));
@@ -250,6 +259,11 @@ static inline int upcie_nvme_dev_driver_check_(const struct upcie_nvme_dev *dev,
 		return err;
 	if (!drv[0] || !strcmp(drv, want))
 		return 0;
+	if (class_code != UPCIE_PCI_CLASS_NVME)
+		return UPCIE_FAIL(-EBUSY,
+				  "nvme: %s is bound to %s, not %s, and is not an NVMe controller "
+				  "(class 0x%06x, NVMe is 0x%06x): check the address",
+				  dev->name, drv, want, class_code, UPCIE_PCI_CLASS_NVME);
 	return UPCIE_FAIL(-EBUSY,
 			  "nvme: %s is bound to %s, not %s: bind it first (upcie-setup bind %s %s, "
 			  "or the bind option)",
@@ -382,7 +396,9 @@ static inline int upcie_nvme_dev_open_vfio_(struct upcie_nvme_dev *dev,
  * Open NVMe function `bdf` on the path in `opts` (NULL: AUTO, no binding, own container or
  * IOAS, default hugepages) and map BAR0. Bus mastering is turned off (the controller layer turns
  * it on once the controller is stopped). Returns 0; -EINVAL; -EBUSY when another driver owns
- * the function or another process holds it; -ENXIO when a vfio path is asked for a function
+ * the function or another process holds it (or, with bind, the system uses it); -ENODEV when
+ * there is no such function, or bind is asked for a function whose class is not NVMe without
+ * bind_any_class (nothing is bound then); -ENXIO when a vfio path is asked for a function
  * without an IOMMU group, or the uio path for one not bound to uio_pci_generic; -EOPNOTSUPP for
  * the uio path under a translating IOMMU and for vfio's no-IOMMU mode; or the error of the
  * failing step (with a message). `dev` is zeroed on failure.
@@ -453,6 +469,16 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 	}
 	driver = dev->path == UPCIE_NVME_PATH_UIO ? "uio_pci_generic" : "vfio-pci";
 	if (opts->bind) {
+		/* a wrong address must not hand a NIC or a bridge to uio_pci_generic/vfio-pci */
+		if (fn.class_code != UPCIE_PCI_CLASS_NVME && !opts->bind_any_class) {
+			err =
+			    UPCIE_FAIL(-ENODEV,
+				       "nvme: %s is not an NVMe controller (class 0x%06x, NVMe is "
+				       "0x%06x): refusing to bind it to %s; check the address, or "
+				       "set bind_any_class to bind it anyway",
+				       dev->name, fn.class_code, UPCIE_PCI_CLASS_NVME, driver);
+			goto fail;
+		}
 		/* never pull a mounted namespace, swap or a volume member from under the system */
 		if (strcmp(fn.driver, driver)) {
 			char action[64];
@@ -466,7 +492,7 @@ static inline int upcie_nvme_dev_open(struct upcie_nvme_dev *dev, const struct u
 		if (err)
 			goto fail;
 	}
-	err = upcie_nvme_dev_driver_check_(dev, driver);
+	err = upcie_nvme_dev_driver_check_(dev, driver, fn.class_code);
 	if (err)
 		goto fail;
 	if (opts->path == UPCIE_NVME_PATH_AUTO && dev->path == UPCIE_NVME_PATH_TYPE1 &&

@@ -136,12 +136,15 @@ static inline int upcie_pci_driver_bind(const struct upcie_pci_bdf *bdf, const c
 }
 
 /*
- * 0 when bdf is bound to `driver`; -ENODEV when there is no such function; -ENXIO, with a message
- * naming the fix, when it is unbound or bound to another driver.
+ * 0 when bdf is bound to `driver`; -ENODEV when there is no such function; -ENXIO, with a message,
+ * when it is unbound or bound to another driver. The message names the fix (upcie-setup bind) for
+ * an NVMe controller only: upcie-setup binds nothing else without --any-class, and a function of
+ * another class (or one whose class cannot be read) is more likely a wrong address.
  */
 static inline int upcie_pci_driver_require(const struct upcie_pci_bdf *bdf, const char *driver)
 {
 	char cur[64], name[UPCIE_PCI_BDF_STRLEN];
+	uint64_t cls = 0;
 	int err = upcie_pci_driver_get(bdf, cur, sizeof(cur));
 
 	if (err)
@@ -149,6 +152,16 @@ static inline int upcie_pci_driver_require(const struct upcie_pci_bdf *bdf, cons
 	if (!strcmp(cur, driver))
 		return 0;
 	upcie_pci_bdf_format(bdf, name, sizeof(name));
+	if (upcie_pci_func_read_u64_(bdf, "class", &cls))
+		return UPCIE_FAIL(-ENXIO, "pci: %s is %s%s, not %s (its class cannot be read)",
+				  name, cur[0] ? "bound to " : "not bound to any driver", cur,
+				  driver);
+	if ((cls & 0xffffffu) != UPCIE_PCI_CLASS_NVME)
+		return UPCIE_FAIL(-ENXIO,
+				  "pci: %s is %s%s, not %s; it is not an NVMe controller (class "
+				  "0x%06x): check the address",
+				  name, cur[0] ? "bound to " : "not bound to any driver", cur,
+				  driver, (unsigned)(cls & 0xffffffu));
 	return UPCIE_FAIL(-ENXIO, "pci: %s is %s%s, not %s (upcie-setup bind %s %s)", name,
 			  cur[0] ? "bound to " : "not bound to any driver", cur, driver, name,
 			  driver);
