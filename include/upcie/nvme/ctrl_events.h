@@ -195,6 +195,16 @@ static inline void upcie_nvme_ctrl_event_(struct upcie_nvme_ctrl *c, uint32_t dw
 	ev.type = (uint8_t)(dw0 & 7u);
 	ev.info = (uint8_t)(dw0 >> 8);
 	ev.lid = (uint8_t)(dw0 >> 16);
+	if (ev.type == UPCIE_NVME_AE_TYPE_NOTICE && ev.info == UPCIE_NVME_AE_NOTICE_FW_ACTIVATE) {
+		/* While CSTS.PP is set the controller processes no command, admin included: the
+		 * log page (Firmware Slot) is read once processing resumed, as Linux does, never
+		 * during the pause (a read then would time out, and its Abort escalate to a reset
+		 * in the middle of the activation). */
+		UPCIE_WARN("nvme %s: firmware activation starting: waiting for processing to "
+			   "resume",
+			   c->name);
+		ev.fw_err = upcie_nvme_ctrl_fw_wait_(c, &ev.fw_paused);
+	}
 	log = (uint8_t *)calloc(1, 4096);
 	ev.log = log;
 	if (!log)
@@ -223,10 +233,6 @@ static inline void upcie_nvme_ctrl_event_(struct upcie_nvme_ctrl *c, uint32_t dw
 		}
 	} else if (ev.type == UPCIE_NVME_AE_TYPE_NOTICE &&
 		   ev.info == UPCIE_NVME_AE_NOTICE_FW_ACTIVATE) {
-		UPCIE_WARN("nvme %s: firmware activation starting: waiting for processing to "
-			   "resume",
-			   c->name);
-		ev.fw_err = upcie_nvme_ctrl_fw_wait_(c, &ev.fw_paused);
 		if (!ev.fw_err)
 			upcie_nvme_ctrl_ns_revalidate(c, UPCIE_NVME_NSID_ALL);
 	} else if (ev.type == UPCIE_NVME_AE_TYPE_SMART) {

@@ -184,12 +184,14 @@ static inline int upcie_nvme_ctrl_reset(struct upcie_nvme_ctrl *c)
 		err = upcie_nvme_ctrl_quiesce_(c);
 		if (!err)
 			err = upcie_nvme_dev_bus_master(&c->dev, true);
-		if (!err)
+		if (!err) {
 			c->bm_off = false;
-		else
+		} else {
+			c->state = UPCIE_NVME_CTRL_FAILED; /* as documented for a failed reset */
 			UPCIE_ERR("nvme %s: reset: the controller does not disable: bus mastering "
 				  "stays off",
 				  c->name);
+		}
 	}
 	if (!err)
 		err = c->gone ? -ENODEV : upcie_nvme_ctrl_enable_(c);
