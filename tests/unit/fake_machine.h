@@ -17,6 +17,9 @@
  *                 whose sda1 is mounted on /data
  *   0000:00:09.0  NVIDIA 3D controller (10de:2335), BAR1 256 GiB; group 6
  *   0000:00:02.0  PCI bridge (root port) above nothing; group 0
+ *
+ * fm_uio_nvme() adds an NVMe function on uio_pci_generic with config space, a reset method and
+ * a BAR0 file, for tests that open a controller on it (a register model serving the BAR0 file).
  */
 #ifndef UPCIE_TEST_FAKE_MACHINE_H
 #define UPCIE_TEST_FAKE_MACHINE_H
@@ -24,6 +27,7 @@
 #include <upcie/base/feature.h>
 
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +243,105 @@ static void fm_machine(void)
 		snprintf(p, sizeof(p), "%s/proc", fm_root);
 		setenv("UPCIE_PROCFS_ROOT", p, 1);
 	}
+}
+
+/* The path of `rel` under the fake root. */
+static inline void fm_path(const char *rel, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s", fm_root, rel);
+}
+
+/* Write `len` bytes of `data` to file `rel` (parents created). */
+static inline void fm_put_bin(const char *rel, const void *data, size_t len)
+{
+	char path[1024], dir[1024], *slash;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s", rel);
+	slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = '\0';
+		fm_mkdirs(dir);
+	}
+	fm_path(rel, path, sizeof(path));
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	if (fd < 0 || write(fd, data, len) != (ssize_t)len) {
+		perror(path);
+		exit(2);
+	}
+	close(fd);
+}
+
+/*
+ * An NVMe function `bdf` (under pci0000:00) as upcie's uio path finds it: bound to
+ * uio_pci_generic, in IOMMU group `group` with an identity domain (the device sees physical
+ * addresses), /dev/uio0 (UPCIE_DEV_ROOT is set to <root>/dev), 256 bytes of config space with
+ * the command register 0, a reset method (the sysfs reset file, empty until written) and BAR0
+ * as a file of `bar0` bytes (resource0, zeros) that the driver maps. After fm_machine().
+ */
+static inline void fm_uio_nvme(const char *bdf, int group, size_t bar0)
+{
+	char rel[512], line[128], path[512];
+	uint8_t cfg[256];
+	void *zero = calloc(1, bar0);
+
+	if (!zero)
+		exit(2);
+	fm_func(bdf, "0x1b36\n", "0x0010\n", "0x010802\n", "uio_pci_generic", group);
+	snprintf(rel, sizeof(rel), "sys/kernel/iommu_groups/%d/type", group);
+	fm_put(rel, "identity\n");
+	snprintf(rel, sizeof(rel), FM_DEV "%s/resource", bdf);
+	snprintf(line, sizeof(line), "0x00000000febf0000 0x%016llx 0x0000000000140204\n",
+		 (unsigned long long)(0xfebf0000ull + bar0 - 1));
+	fm_put(rel, line);
+	snprintf(rel, sizeof(rel), FM_DEV "%s/resource0", bdf);
+	fm_put_bin(rel, zero, bar0);
+	free(zero);
+	memset(cfg, 0, sizeof(cfg));
+	cfg[0] = 0x36, cfg[1] = 0x1b, cfg[2] = 0x10; /* 1b36:0010 */
+	snprintf(rel, sizeof(rel), FM_DEV "%s/config", bdf);
+	fm_put_bin(rel, cfg, sizeof(cfg));
+	snprintf(rel, sizeof(rel), FM_DEV "%s/reset", bdf);
+	fm_put(rel, "");
+	snprintf(rel, sizeof(rel), FM_DEV "%s/uio/uio0", bdf);
+	fm_mkdirs(rel);
+	fm_put("dev/uio0", "");
+	fm_path("dev", path, sizeof(path));
+	setenv("UPCIE_DEV_ROOT", path, 1);
+}
+
+/* The command register in the config space of fake function `bdf` (0xffff: unreadable). */
+static inline uint16_t fm_cfg_cmd(const char *bdf)
+{
+	char rel[512], path[1024];
+	uint8_t v[2];
+	int fd;
+
+	snprintf(rel, sizeof(rel), FM_DEV "%s/config", bdf);
+	fm_path(rel, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0xffff;
+	if (pread(fd, v, 2, 4) != 2)
+		v[0] = v[1] = 0xff;
+	close(fd);
+	return (uint16_t)(v[0] | v[1] << 8);
+}
+
+static inline void fm_cfg_cmd_set(const char *bdf, uint16_t cmd)
+{
+	char rel[512], path[1024];
+	uint8_t v[2] = { (uint8_t)cmd, (uint8_t)(cmd >> 8) };
+	int fd;
+
+	snprintf(rel, sizeof(rel), FM_DEV "%s/config", bdf);
+	fm_path(rel, path, sizeof(path));
+	fd = open(path, O_WRONLY);
+	if (fd < 0 || pwrite(fd, v, 2, 4) != 2) {
+		perror(path);
+		exit(2);
+	}
+	close(fd);
 }
 
 static void fm_cleanup(void)

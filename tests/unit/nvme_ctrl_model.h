@@ -22,7 +22,11 @@
  * walked at the page the host chose), a BAR0 of any size (exactly that much memory, so an access
  * beyond it is a reported overflow), NN, VWC (with the Flushes that came before the shutdown
  * counted), a shutdown that never completes, NVM subsystem reset (CAP.NSSRS, NSSR, CSTS.NSSRO), a
- * failing Set Features Number of Queues, a CMB's registers, and through nvme_ns_model.h
+ * failing Set Features Number of Queues, a CMB's registers, a controller that ignores CC.EN = 0
+ * until a function level reset, a Bus Master Enable the test keeps (no DMA while it is off),
+ * registers in the test's memory (a BAR0 file), CSTS.CFS raised from another thread, firmware
+ * activation without reset (Firmware Activation Starting, CSTS.PP for a while, MTFA, the
+ * Firmware Slot log), error events with the Error Information log, and through nvme_ns_model.h
  * namespaces of any NSID, LBA format, metadata, protection information and zones. Records what a
  * controller could hold against its host: CC.EN cleared while enabling. Every host memory access
  * of the NVM command set on namespace 1 and of the admin commands is reported to `dma`
@@ -97,6 +101,17 @@ struct nvme_cmodel {
 	uint16_t fail_set_queues; /* status for Set Features Number of Queues, 0: succeed */
 	size_t regs_size;	  /* BAR0 bytes (nvme_cmodel_set_regs_size()) */
 	bool hold_shutdown;	  /* CC.SHN is never answered with SHST complete */
+	/* a controller that ignores CC.EN = 0 (CSTS.RDY stays 1, its queues go on) until a
+	 * function reset (nvme_cmodel_flr()), which ends the hang */
+	bool no_disable;
+	/* the PCI function's Bus Master Enable as the test keeps it (config space): while it
+	 * returns false the model fetches, moves and posts nothing; NULL: always on */
+	bool (*bus_master)(void *ctx);
+	void *bus_master_ctx;
+	/* firmware activation (nvme_cmodel_fw_activate()): Identify MTFA (100 ms units) and FR,
+	 * which the Firmware Slot log reports as slot 1's (the active one) */
+	uint16_t mtfa;
+	char fw_rev[8]; /* "" until init: "1.0" */
 	/* asynchronous events: Identify AERL, OAES, LPA; the effects log (LPA bit 1) */
 	uint8_t aerl;
 	uint32_t oaes;
@@ -168,6 +183,29 @@ struct nvme_cmodel {
 	int ev_req; /* from other threads: raise ev_req_dw0 at the next step */
 	uint32_t ev_req_dw0;
 	uint32_t detach_req; /* from other threads: detach this NSID at the next step */
+	/* Error Information log: the newest entry first; nvme_cmodel_error() adds one */
+	uint8_t err_log[8][64];
+	uint32_t nerr_log;
+	uint64_t err_count;
+	int err_req; /* from other threads: add err_req_ent and raise an error event */
+	uint8_t err_req_info;
+	uint8_t err_req_ent[64];
+	/* firmware activation: requested, notice raised (waiting for its AER to be posted),
+	 * processing paused (CSTS.PP) until pp_until_ns */
+	int fw_req;
+	uint32_t fw_req_ms;
+	char fw_req_rev[8];
+	int fw_phase; /* 0: none, 1: notice raised, 2: paused */
+	uint64_t pp_until_ns;
+	uint64_t pp_set_ns, pp_clear_ns; /* records: when CSTS.PP was last set and cleared */
+	uint32_t n_fw_act;		 /* activations done (CSTS.PP cleared at their end) */
+	uint64_t pp_steps;		 /* steps in which processing was paused */
+	int cfs_req;			 /* from other threads: CSTS.CFS at the next step */
+	int flr_req;			 /* from other threads: a function level reset */
+	uint32_t n_flr;			 /* function level resets */
+	bool disable_ignored;		 /* CC.EN = 0 was ignored (no_disable) */
+	uint64_t bm_off_steps;		 /* steps in which Bus Master Enable was off */
+	bool regs_ext;			 /* regs are the test's (nvme_cmodel_use_regs()) */
 	uint32_t n_aer_fetched, n_aer_done, n_get_log, last_log_lid, last_log_rae, n_format, n_aec;
 	pthread_t thread;
 	int run;
@@ -229,6 +267,7 @@ static inline void nvme_cmodel_init(struct nvme_cmodel *cm, struct nvme_model_io
 	cm->lba_bytes = lba_bytes;
 	cm->iomap = im;
 	cm->abort_aborts = true;
+	memcpy(cm->fw_rev, "1.0", 4);
 }
 
 /* The admin queue registers as they are now, as the ones enabling started with. */
@@ -395,7 +434,8 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		id->vid = 0x1b36;
 		nvme_cmodel_pad_(id->sn, sizeof(id->sn), "MODEL0001");
 		nvme_cmodel_pad_(id->mn, sizeof(id->mn), "upcie model");
-		nvme_cmodel_pad_(id->fr, sizeof(id->fr), "1.0");
+		memset(id->fr, ' ', sizeof(id->fr));
+		memcpy(id->fr, cm->fw_rev, strnlen(cm->fw_rev, sizeof(cm->fw_rev)));
 		id->mdts = cm->mdts;
 		id->sgls = cm->sgls;
 		id->oncs = cm->oncs;
@@ -410,6 +450,7 @@ static inline uint16_t nvme_cmodel_identify_(struct nvme_cmodel *cm, struct nvme
 		id->lpa = cm->lpa;
 		memcpy(id->crdt, cm->crdt, sizeof(id->crdt));
 		id->ctratt = cm->ctratt;
+		memcpy(buf + 270, &cm->mtfa, sizeof(cm->mtfa)); /* MTFA */
 	} else if (cns == UPCIE_NVME_CNS_NS) {
 		struct upcie_nvme_id_ns *ns = (struct upcie_nvme_id_ns *)buf;
 		uint8_t lbads = 0;
@@ -610,8 +651,82 @@ static inline void nvme_cmodel_ns_detach(struct nvme_cmodel *cm, uint32_t nsid)
 		sched_yield();
 }
 
-/* Get Log Page: error (one empty entry), SMART, firmware slot, Changed Namespace List (cleared
- * by the read), effects (when LPA bit 1). RAE clear unmasks the event type of the page. */
+/*
+ * Firmware activation without a reset, from any thread: at the next step Firmware Activation
+ * Starting is raised (when AEC bit 9 enables it; log page 03h), and once an AER carried it to
+ * the host, CSTS.PP is set for `pause_ms`: no command of any queue is fetched or completed
+ * meanwhile (admin commands included). Then the firmware `rev` is the running one (Identify FR,
+ * the Firmware Slot log) and CSTS.PP clears. A disable or function reset ends the pause.
+ */
+static inline void nvme_cmodel_fw_activate(struct nvme_cmodel *cm, const char *rev,
+					   uint32_t pause_ms)
+{
+	memset(cm->fw_req_rev, 0, sizeof(cm->fw_req_rev));
+	memcpy(cm->fw_req_rev, rev, strnlen(rev, sizeof(cm->fw_req_rev)));
+	cm->fw_req_ms = pause_ms;
+	__atomic_store_n(&cm->fw_req, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->fw_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/*
+ * An error the controller logs, from any thread: an Error Information log entry (SQID, CID,
+ * status field as in a CQE's upper half: status << 1, NSID) becomes the newest, and an error
+ * event of `info` (for example 04h, transient internal error) is raised, at the next step.
+ */
+static inline void nvme_cmodel_error(struct nvme_cmodel *cm, uint8_t info, uint16_t sqid,
+				     uint16_t cid, uint16_t status, uint32_t nsid)
+{
+	uint16_t sf = (uint16_t)(status << 1);
+
+	memset(cm->err_req_ent, 0, sizeof(cm->err_req_ent));
+	memcpy(cm->err_req_ent + 8, &sqid, 2);
+	memcpy(cm->err_req_ent + 10, &cid, 2);
+	memcpy(cm->err_req_ent + 12, &sf, 2);
+	cm->err_req_ent[14] = 0xff; /* parameter error location: none */
+	cm->err_req_ent[15] = 0xff;
+	memcpy(cm->err_req_ent + 24, &nsid, 4);
+	cm->err_req_info = info;
+	__atomic_store_n(&cm->err_req, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->err_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* The controller fails (CSTS.CFS) at the next step, from any thread. */
+static inline void nvme_cmodel_fatal(struct nvme_cmodel *cm)
+{
+	__atomic_store_n(&cm->cfs_req, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->cfs_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* A function level reset at the next step (every register and queue as after power-on; a
+ * no_disable hang ends), from any thread. */
+static inline void nvme_cmodel_flr(struct nvme_cmodel *cm)
+{
+	__atomic_store_n(&cm->flr_req, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->flr_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/*
+ * Serve the registers from `regs` (`size` bytes, at least NVME_CMODEL_REGS, 4-byte aligned;
+ * for example a BAR0 file the driver maps too) instead of the model's own: what the model's
+ * registers hold now is copied there. The memory stays the caller's. Before start.
+ */
+static inline void nvme_cmodel_use_regs(struct nvme_cmodel *cm, void *regs, size_t size)
+{
+	memcpy(regs, cm->regs, cm->regs_size < size ? cm->regs_size : size);
+	if (!cm->regs_ext)
+		free(cm->regs);
+	cm->regs = (uint32_t *)regs;
+	cm->regs_size = size;
+	cm->regs_ext = true;
+}
+
+/* Get Log Page: error (the entries of nvme_cmodel_error(), newest first; else one empty entry),
+ * SMART, firmware slot (slot 1 active, its revision fw_rev), Changed Namespace List (cleared by
+ * the read), effects (when LPA bit 1). RAE clear unmasks the event type of the page. */
 static inline uint16_t nvme_cmodel_get_log_(struct nvme_cmodel *cm, struct nvme_model *m,
 					    struct nvme_model_pend *p,
 					    const struct upcie_nvme_sqe *sqe)
@@ -629,7 +744,11 @@ static inline uint16_t nvme_cmodel_get_log_(struct nvme_cmodel *cm, struct nvme_
 	memset(buf, 0, sizeof(buf));
 	switch (lid) {
 	case UPCIE_NVME_LOG_ERROR:
+		memcpy(buf, cm->err_log, (size_t)cm->nerr_log * 64);
+		break;
 	case UPCIE_NVME_LOG_FW_SLOT:
+		buf[0] = 1; /* AFI: slot 1 active */
+		memcpy(buf + 8, cm->fw_rev, strnlen(cm->fw_rev, sizeof(cm->fw_rev)));
 		break;
 	case UPCIE_NVME_LOG_SMART: {
 		uint16_t t = cm->temp_k ? cm->temp_k : 300;
@@ -859,6 +978,26 @@ static inline void nvme_cmodel_enable_(struct nvme_cmodel *cm)
 	nvme_cmodel_csts_(cm, 1); /* ready last: the queue is set up */
 }
 
+/* CSTS.PP set: no command is processed until fw_req_ms from now. */
+static inline void nvme_cmodel_pp_set_(struct nvme_cmodel *cm)
+{
+	cm->fw_phase = 2;
+	cm->pp_set_ns = upcie_time_ns();
+	cm->pp_until_ns = cm->pp_set_ns + (uint64_t)cm->fw_req_ms * 1000000;
+	nvme_cmodel_csts_(cm, (nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS) | UPCIE_NVME_CSTS_PP) &
+				  ~UPCIE_NVME_CSTS_NSSRO);
+}
+
+/* The Firmware Activation Starting notice is not yet posted in the admin CQ. */
+static inline bool nvme_cmodel_fw_notice_waits_(const struct nvme_cmodel *cm)
+{
+	for (uint32_t i = 0; i < cm->nev_pend; i++)
+		if ((cm->ev_pend[i] & 7u) == UPCIE_NVME_AE_TYPE_NOTICE &&
+		    ((cm->ev_pend[i] >> 8) & 0xffu) == UPCIE_NVME_AE_NOTICE_FW_ACTIVATE)
+			return true;
+	return cm->admin_live && cm->admin.npend;
+}
+
 static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 {
 	uint32_t cc, csts;
@@ -883,9 +1022,31 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		nvme_cmodel_csts_(cm, 0);
 	}
 
+	/* function level reset: the controller and its registers as after power-on */
+	if (__atomic_exchange_n(&cm->flr_req, 0, __ATOMIC_ACQ_REL)) {
+		cm->n_flr++;
+		nvme_cmodel_reset_(cm);
+		cm->rdy = false;
+		cm->cfs = false;
+		cm->en_at_ns = 0;
+		cm->no_disable = false;
+		cm->fw_phase = 0;
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CC, 0);
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_AQA, 0);
+		for (uint32_t o = 0; o < 8; o += 4) {
+			nvme_cmodel_wr(cm, UPCIE_NVME_REG_ASQ + o, 0);
+			nvme_cmodel_wr(cm, UPCIE_NVME_REG_ACQ + o, 0);
+		}
+		nvme_cmodel_csts_(cm, 0);
+		return;
+	}
+
 	cc = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CC);
 	csts = nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS);
-	if (!(cc & 1)) {
+	if (!(cc & 1) && cm->no_disable && cm->rdy && !cm->cfs) {
+		/* hung: the disable is not seen, CSTS.RDY stays 1 and the queues go on */
+		cm->disable_ignored = true;
+	} else if (!(cc & 1)) {
 		if (cm->en_at_ns && !cm->rdy && !(csts & 2))
 			cm->n_en_cleared_enabling++;
 		if (csts & 1 || cm->rdy || cm->cfs) {
@@ -895,12 +1056,18 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 			cm->n_disable++;
 		}
 		cm->en_at_ns = 0;
+		cm->fw_phase = 0;
 		if (csts)
 			nvme_cmodel_csts_(cm, 0);
 		return;
 	}
 	if (cm->cfs)
 		return; /* fatal: nothing until CC.EN = 0 */
+	if (__atomic_exchange_n(&cm->cfs_req, 0, __ATOMIC_ACQ_REL)) {
+		cm->cfs = true;
+		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, csts | 2);
+		return;
+	}
 	if (cm->cfs_after_io && cm->io_fetched >= cm->cfs_after_io) {
 		cm->cfs = true;
 		nvme_cmodel_wr(cm, UPCIE_NVME_REG_CSTS, csts | 2);
@@ -965,9 +1132,55 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 						   (UPCIE_NVME_LOG_CHANGED_NS << 16));
 		__atomic_store_n(&cm->detach_req, 0, __ATOMIC_RELEASE);
 	}
+	if (__atomic_load_n(&cm->err_req, __ATOMIC_ACQUIRE)) {
+		/* an error the controller logs: the newest entry first, and an error event */
+		uint64_t count = ++cm->err_count;
+
+		memmove(cm->err_log[1], cm->err_log[0], sizeof(cm->err_log) - 64);
+		memcpy(cm->err_log[0], cm->err_req_ent, 64);
+		memcpy(cm->err_log[0], &count, sizeof(count));
+		if (cm->nerr_log < 8)
+			cm->nerr_log++;
+		nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_ERROR |
+					   ((uint32_t)cm->err_req_info << 8) |
+					   (UPCIE_NVME_LOG_ERROR << 16));
+		__atomic_store_n(&cm->err_req, 0, __ATOMIC_RELEASE);
+	}
+	if (__atomic_load_n(&cm->fw_req, __ATOMIC_ACQUIRE)) {
+		/* Firmware Activation Starting, when enabled; the pause begins once it was posted */
+		if (cm->aec & UPCIE_NVME_AEC_FW_ACTIVATE) {
+			nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_NOTICE |
+						   (UPCIE_NVME_AE_NOTICE_FW_ACTIVATE << 8) |
+						   (UPCIE_NVME_LOG_FW_SLOT << 16));
+			cm->fw_phase = 1;
+		} else {
+			nvme_cmodel_pp_set_(cm);
+		}
+		__atomic_store_n(&cm->fw_req, 0, __ATOMIC_RELEASE);
+	}
+	if (cm->bus_master && !cm->bus_master(cm->bus_master_ctx)) {
+		cm->bm_off_steps++; /* no DMA: nothing fetched, moved or posted */
+		return;
+	}
+	if (cm->fw_phase == 2) {
+		if (upcie_time_ns() < cm->pp_until_ns) {
+			cm->pp_steps++; /* processing paused: no command of any queue */
+			return;
+		}
+		memcpy(cm->fw_rev, cm->fw_req_rev, sizeof(cm->fw_rev));
+		cm->fw_phase = 0;
+		cm->n_fw_act++;
+		cm->pp_clear_ns = upcie_time_ns();
+		nvme_cmodel_csts_(cm, nvme_cmodel_rd(cm, UPCIE_NVME_REG_CSTS) &
+					  ~UPCIE_NVME_CSTS_PP & ~UPCIE_NVME_CSTS_NSSRO);
+	}
 	if (cm->admin_live) {
 		nvme_model_step(&cm->admin);
 		nvme_cmodel_events_(cm);
+	}
+	if (cm->fw_phase == 1 && !nvme_cmodel_fw_notice_waits_(cm)) {
+		nvme_cmodel_pp_set_(cm);
+		return;
 	}
 	for (uint32_t i = 1; i <= NVME_CMODEL_MAXQ && !cm->cfs; i++)
 		if (cm->q[i].sq)
@@ -1000,7 +1213,8 @@ static inline void nvme_cmodel_stop(struct nvme_cmodel *cm)
 static inline void nvme_cmodel_fini(struct nvme_cmodel *cm)
 {
 	nvme_cmodel_reset_(cm);
-	free(cm->regs);
+	if (!cm->regs_ext)
+		free(cm->regs);
 	memset(cm, 0, sizeof(*cm));
 }
 
