@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "nvme_ctrl_rig.h"
+#include "nvme_eo.h"
 
 /* The namespaces of the example controller, plus a few. */
 static void add_namespaces(struct rig *r)
@@ -318,6 +319,7 @@ static void t_pi(void)
 	struct rig r;
 	int err;
 
+	memset(&cqe, 0, sizeof(cqe)); /* the sync calls fill it only once they submitted */
 	rig_setup(&r);
 	add_namespaces(&r);
 	rig_use_nsm(&r);
@@ -553,6 +555,73 @@ static void t_odd_metadata(void)
 	rig_teardown(&r);
 }
 
+/*
+ * The namespace model reports its data and metadata accesses to the exactly-once checker, as
+ * nvme_model.h promises for every access (else an exactly-once test over metadata, PI, zoned or
+ * several namespaces would be blind). A Write with a separate metadata buffer (MPTR), three
+ * times: both buffers lent (no violation, both accesses seen), the metadata buffer handed back
+ * (exactly one violation, on it), the data buffer handed back (exactly one, on it).
+ */
+static void t_eo_sees_nsm(void)
+{
+	static const char *what[3] = { "both lent", "metadata handed back", "data handed back" };
+	struct upcie_nvme_ns ns14;
+	struct upcie_nvme_ioq q;
+	struct upcie_nvme_dseg seg;
+	struct upcie_nvme_io io;
+	struct nvme_eo eo;
+	struct rig r;
+	int32_t rd, rm;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	rig_use_nsm(&r);
+	nvme_eo_init(&eo);
+	r.cm.dma = nvme_eo_dma;
+	r.cm.dma_ctx = &eo;
+	rd = nvme_eo_region(&eo, r.data_va, 4096);
+	rm = nvme_eo_region(&eo, (uint8_t *)r.host_va + 8 * RIG_MiB, 4096);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns14, &r.c, 14);
+	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK_EQ(err, 0, "eo: I/O queue");
+	for (int k = 0; k < 3; k++) {
+		uint64_t od = nvme_eo_op(&eo), om = nvme_eo_op(&eo), seen, bad;
+
+		pthread_mutex_lock(&eo.lock);
+		seen = eo.dma_checked;
+		bad = eo.late_reads + eo.late_writes + eo.foreign;
+		eo.first[0] = '\0';
+		pthread_mutex_unlock(&eo.lock);
+		if (k != 2)
+			nvme_eo_lend(&eo, od, rd, (int32_t)q.qid, NVME_EO_NOCID);
+		if (k != 1)
+			nvme_eo_lend(&eo, om, rm, (int32_t)q.qid, NVME_EO_NOCID);
+		md_write(&io, &seg, &r);
+		err = upcie_nvme_ioq_io_sync(&q, &ns14, &io, 0, NULL);
+		nvme_eo_done(&eo, od, err);
+		nvme_eo_done(&eo, om, err);
+		pthread_mutex_lock(&eo.lock);
+		seen = eo.dma_checked - seen;
+		bad = eo.late_reads + eo.late_writes + eo.foreign - bad;
+		pthread_mutex_unlock(&eo.lock);
+		if (k == 0)
+			CHECK(err == 0 && seen >= 2 && bad == 0,
+			      "eo, %s: the Write's data and metadata accesses reported (%llu), no "
+			      "violation (%d)",
+			      what[k], (unsigned long long)seen, err);
+		else
+			CHECK(bad == 1 && strstr(eo.first, k == 1 ? "region 1 " : "region 0 "),
+			      "eo, %s: exactly that buffer's access is a violation (%llu: %s)",
+			      what[k], (unsigned long long)bad, eo.first);
+	}
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+	nvme_eo_fini(&eo);
+}
+
 int main(void)
 {
 	upcie_log_set_handler(rig_log, NULL);
@@ -561,6 +630,7 @@ int main(void)
 	t_absurd_ns();
 	t_absurd_ctrl();
 	t_pi();
+	t_eo_sees_nsm();
 	t_elbaf();
 	t_zoned();
 	t_odd_metadata();
