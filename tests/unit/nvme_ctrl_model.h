@@ -183,6 +183,9 @@ struct nvme_cmodel {
 	int ev_req; /* from other threads: raise ev_req_dw0 at the next step */
 	uint32_t ev_req_dw0;
 	uint32_t detach_req; /* from other threads: detach this NSID at the next step */
+	uint32_t attach_req; /* from other threads: attach this NSID at the next step */
+	uint32_t resize_req; /* from other threads: this NSID gets resize_blocks at the next step */
+	uint64_t resize_blocks;
 	/* Error Information log: the newest entry first; nvme_cmodel_error() adds one */
 	uint8_t err_log[8][64];
 	uint32_t nerr_log;
@@ -602,6 +605,31 @@ static inline void nvme_cmodel_raise_(struct nvme_cmodel *cm, uint32_t dw0)
 		cm->ev_pend[cm->nev_pend++] = dw0;
 }
 
+/* Namespace `id` of the nsm table detached (how 0), attached (1) or shrunk to `blocks` (2), in
+ * the Changed Namespace List, with a Namespace Attribute Changed notice when enabled. */
+static inline void nvme_cmodel_ns_change_(struct nvme_cmodel *cm, uint32_t id, int how,
+					  uint64_t blocks)
+{
+	for (uint32_t i = 0; cm->nsm && i < cm->nsm->n; i++) {
+		struct nvme_nsm_ns *n = &cm->nsm->ns[i];
+
+		if (n->nsid != id)
+			continue;
+		if (how == 0)
+			n->detached = true;
+		else if (how == 1)
+			n->detached = false;
+		else if (blocks <= n->blocks)
+			n->blocks = blocks;
+	}
+	if (cm->nchanged_ns < 16)
+		cm->changed_ns[cm->nchanged_ns++] = id;
+	if (cm->aec & UPCIE_NVME_AEC_NS_ATTR)
+		nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_NOTICE |
+					   (UPCIE_NVME_AE_NOTICE_NS_CHANGED << 8) |
+					   (UPCIE_NVME_LOG_CHANGED_NS << 16));
+}
+
 /* Complete held AERs with the events waiting, while their types are not masked. */
 static inline void nvme_cmodel_events_(struct nvme_cmodel *cm)
 {
@@ -648,6 +676,25 @@ static inline void nvme_cmodel_ns_detach(struct nvme_cmodel *cm, uint32_t nsid)
 {
 	__atomic_store_n(&cm->detach_req, nsid, __ATOMIC_RELEASE);
 	while (__atomic_load_n(&cm->detach_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* Attach namespace `nsid` of the nsm table (added, then marked detached) at the next step: it
+ * becomes active, and a Namespace Attribute Changed notice is raised when enabled. */
+static inline void nvme_cmodel_ns_attach(struct nvme_cmodel *cm, uint32_t nsid)
+{
+	__atomic_store_n(&cm->attach_req, nsid, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->attach_req, __ATOMIC_ACQUIRE) && cm->run)
+		sched_yield();
+}
+
+/* Namespace `nsid` shrinks to `blocks` (NSZE, NCAP, NUSE; at most its size: its data stays) at
+ * the next step, with a Namespace Attribute Changed notice when enabled. */
+static inline void nvme_cmodel_ns_resize(struct nvme_cmodel *cm, uint32_t nsid, uint64_t blocks)
+{
+	cm->resize_blocks = blocks;
+	__atomic_store_n(&cm->resize_req, nsid, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&cm->resize_req, __ATOMIC_ACQUIRE) && cm->run)
 		sched_yield();
 }
 
@@ -1119,18 +1166,16 @@ static inline void nvme_cmodel_step(struct nvme_cmodel *cm)
 		__atomic_store_n(&cm->ev_req, 0, __ATOMIC_RELEASE);
 	}
 	if (__atomic_load_n(&cm->detach_req, __ATOMIC_ACQUIRE)) {
-		uint32_t id = cm->detach_req;
-
-		for (uint32_t i = 0; cm->nsm && i < cm->nsm->n; i++)
-			if (cm->nsm->ns[i].nsid == id)
-				cm->nsm->ns[i].detached = true;
-		if (cm->nchanged_ns < 16)
-			cm->changed_ns[cm->nchanged_ns++] = id;
-		if (cm->aec & UPCIE_NVME_AEC_NS_ATTR)
-			nvme_cmodel_raise_(cm, UPCIE_NVME_AE_TYPE_NOTICE |
-						   (UPCIE_NVME_AE_NOTICE_NS_CHANGED << 8) |
-						   (UPCIE_NVME_LOG_CHANGED_NS << 16));
+		nvme_cmodel_ns_change_(cm, cm->detach_req, 0, 0);
 		__atomic_store_n(&cm->detach_req, 0, __ATOMIC_RELEASE);
+	}
+	if (__atomic_load_n(&cm->attach_req, __ATOMIC_ACQUIRE)) {
+		nvme_cmodel_ns_change_(cm, cm->attach_req, 1, 0);
+		__atomic_store_n(&cm->attach_req, 0, __ATOMIC_RELEASE);
+	}
+	if (__atomic_load_n(&cm->resize_req, __ATOMIC_ACQUIRE)) {
+		nvme_cmodel_ns_change_(cm, cm->resize_req, 2, cm->resize_blocks);
+		__atomic_store_n(&cm->resize_req, 0, __ATOMIC_RELEASE);
 	}
 	if (__atomic_load_n(&cm->err_req, __ATOMIC_ACQUIRE)) {
 		/* an error the controller logs: the newest entry first, and an error event */

@@ -429,6 +429,84 @@ static void t_ns_detach(void)
 	rig_teardown(&r);
 }
 
+/*
+ * A namespace attached while the controller runs shows up after its notice (listed, opens,
+ * reads); a namespace that shrank makes the handle opened before refuse I/O with -ESTALE, and a
+ * new handle has the new size. Control: with namespace notices off nothing tells the driver, and
+ * the handle opened before still submits with the old size (a read past the new end reaches the
+ * controller, which refuses it: LBA out of range).
+ */
+static void t_ns_attach_resize(void)
+{
+	for (int notices = 1; notices >= 0; notices--) {
+		struct upcie_nvme_ns ns1, ns1b, ns2;
+		struct upcie_nvme_cqe cqe;
+		struct upcie_nvme_ioq q;
+		uint32_t ids[4], n = 0;
+		struct evlog l;
+		struct rig r;
+		const char *k = notices ? "" : "control, notices off: ";
+		uint32_t nio;
+		int err;
+
+		memset(&l, 0, sizeof(l));
+		memset(&cqe, 0, sizeof(cqe));
+		rig_setup(&r);
+		nvme_nsm_add(&r.nsm, 1, 4096, 512, 0, false, 0, 0);
+		nvme_nsm_add(&r.nsm, 2, 2048, 512, 0, false, 0, 0)->detached = true;
+		rig_use_nsm(&r);
+		r.cm.oaes = notices ? UPCIE_NVME_AEC_NS_ATTR : 0;
+		rig_start(&r);
+		err = up(&r, &q, &ns1, 1);
+		if (!err)
+			err = upcie_nvme_ctrl_ns_list(&r.c, ids, 4, &n);
+		CHECK(
+		    err == 0 && n == 1 && ids[0] == 1 && upcie_nvme_ns_open(&ns2, &r.c, 2) < 0,
+		    "%snamespace 1 open; namespace 2 not attached: not listed, does not open (%d)",
+		    k, err);
+		upcie_nvme_ctrl_set_event_handler(&r.c, on_event, &l);
+		nvme_cmodel_ns_attach(&r.cm, 2);
+		if (notices) {
+			poll_for(&r, &l, 1);
+			err = upcie_nvme_ctrl_ns_list(&r.c, ids, 4, &n);
+			CHECK(l.n == 1 && l.ev[0].info == UPCIE_NVME_AE_NOTICE_NS_CHANGED &&
+				  l.ev[0].nchanged == 1 && err == 0 && n == 2 && ids[1] == 2,
+			      "attached: the notice handed on, namespace 2 listed (%d events, %u)",
+			      l.n, n);
+			err = upcie_nvme_ns_open(&ns2, &r.c, 2);
+			if (!err)
+				err = read_at(&q, &ns2, 2047, &r, 0, 512);
+			CHECK(err == 0 && ns2.nsze == 2048,
+			      "namespace 2 opens with 2048 blocks and reads its last block (%d)",
+			      err);
+		}
+		nvme_cmodel_ns_resize(&r.cm, 1, 1024);
+		poll_for(&r, &l,
+			 notices ? 2 : 1); /* without notices: 2 s with nothing to hand on */
+		nio = nvme_nsm_find(&r.nsm, 1)->n_io;
+		err = upcie_nvme_ioq_read_sync(&q, &ns1, 2000, &r.data, 0, 512, &cqe);
+		if (notices) {
+			CHECK(
+			    l.n == 2 && err == -ESTALE && nvme_nsm_find(&r.nsm, 1)->n_io == nio,
+			    "namespace 1 shrank to 1024 blocks: the handle opened before refuses a "
+			    "read at block 2000 with -ESTALE, nothing submitted (%d, %d events)",
+			    err, l.n);
+			err = upcie_nvme_ns_open(&ns1b, &r.c, 1);
+			CHECK(err == 0 && ns1b.nsze == 1024 &&
+				  read_at(&q, &ns1b, 1023, &r, 0, 512) == 0,
+			      "re-opened: 1024 blocks, block 1023 reads (%d)", err);
+		} else {
+			CHECK(l.n == 0 && err == -EIO &&
+				  upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_LBA_RANGE,
+			      "%sno event, the stale handle submits the read at block 2000 and the "
+			      "controller refuses it: LBA out of range (%d, 0x%03x)",
+			      k, err, upcie_nvme_cqe_code(&cqe));
+		}
+		upcie_nvme_ioq_delete(&q);
+		rig_teardown(&r);
+	}
+}
+
 /* Asynchronous admin: the callback once, from the poll, without a lock; -ECANCELED once when a
  * reset ends it. */
 struct acb {
@@ -819,6 +897,7 @@ int main(void)
 	t_format_async();
 	t_aer_smart();
 	t_ns_detach();
+	t_ns_attach_resize();
 	t_admin_async();
 	t_callbacks_use_ctrl();
 	t_close_flushes_full();
