@@ -16,8 +16,9 @@
  *   - Namespace Attribute Changed: the namespaces of the Changed Namespace List are revalidated
  *     (nvme/ctrl_ns.h), all of them when the list overflowed;
  *   - Firmware Activation Starting: CSTS.PP (processing paused) is waited out, bounded by MTFA
- *     (10 s when MTFA is 0); commands submitted meanwhile wait in their queues; afterwards the
- *     namespaces are revalidated (new firmware can change them);
+ *     (10 s when MTFA is 0), before the log page is read (no command runs while paused);
+ *     commands submitted meanwhile wait in their queues; afterwards the namespaces are
+ *     revalidated (new firmware can change them);
  *   - SMART / health and error events: logged (critical warning bits and temperature; the error
  *     entry's queue, command and status);
  *   - then the handler (upcie_nvme_ctrl_set_event_handler()) gets the event and the log page;
