@@ -181,6 +181,13 @@ run_units() { # dir label
 		tap "$label $(basename "$t")" "$t"
 	done
 }
+run_tools() { # dir label
+	local dir=$1 label=$2
+	tap "$label test_tools_cli" "$dir/tests/tools/test_tools_cli" "$dir/tools/upcie-perf" \
+		"$dir/tools/upcie-served" "$dir/tools/upcie-setup"
+	tap "$label test_tools_opt" "$dir/tests/tools/test_tools_opt"
+	tap "$label test_tools_doctor" "$dir/tests/tools/test_tools_doctor"
+}
 # The sanitizer build leaves out the CUDA and HIP targets: nvcc and hipcc compile the same device
 # code in build-gcc and build-clang, and a host sanitizer does not change it.
 for cfg in "gcc build-gcc" "clang build-clang" \
@@ -193,6 +200,9 @@ for cfg in "gcc build-gcc" "clang build-clang" \
 		tap "build $(basename "$dir")" cat "$logdir/ok-$(basename "$dir")"
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 			run_units "$dir" "$(basename "$dir")"
+		# the tools as users run them (bad input, documented options), on a fake machine
+		# (the gcc and clang builds)
+		[ "$(basename "$dir")" = build-asan ] || run_tools "$dir" "$(basename "$dir")"
 		# the soak of the driver against the faulty controller model, bounded (the recorded
 		# runs of minutes are in docs/results/nvme-faults.md)
 		[ "$c" = clang ] || ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -207,6 +217,9 @@ for cfg in "gcc build-gcc" "clang build-clang" \
 done
 
 restore_hugepages
+
+# scripts/plot-perf: its plots from the repository's data, its bad input
+tap "plot-perf (tests/tools/test_plot_perf.sh)" tests/tools/test_plot_perf.sh
 
 # libFuzzer harnesses (built in build-clang): each runs for a bounded time from its checked-in
 # seeds, new inputs going to a scratch corpus; one TAP line per harness with its execution count.
