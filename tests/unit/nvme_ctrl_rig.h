@@ -112,6 +112,21 @@ static inline void rig_teardown(struct rig *r)
 }
 
 /* Pattern byte of (tag, byte offset). */
+/* A request of a test with its callback count (req.ctx = the struct, req.cb = rig_one_cb). */
+struct rig_one {
+	struct upcie_nvme_req req;
+	int calls;
+	int err;
+};
+
+static inline void rig_one_cb(struct upcie_nvme_req *req)
+{
+	struct rig_one *o = (struct rig_one *)req->ctx;
+
+	o->calls++;
+	o->err = req->err;
+}
+
 static inline uint8_t rig_pat(uint32_t tag, uint64_t off)
 {
 	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull + tag;

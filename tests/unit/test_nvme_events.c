@@ -366,26 +366,12 @@ static void t_aer_smart(void)
 
 /* A namespace detached: Namespace Attribute Changed, revalidated (gone), its pending read ends
  * once. */
-struct one {
-	struct upcie_nvme_req req;
-	int calls;
-	int err;
-};
-
-static void one_cb(struct upcie_nvme_req *req)
-{
-	struct one *o = (struct one *)req->ctx;
-
-	o->calls++;
-	o->err = req->err;
-}
-
 static void t_ns_detach(void)
 {
 	struct upcie_nvme_ns ns1, ns2;
 	struct upcie_nvme_ioq q;
 	struct evlog l;
-	struct one o;
+	struct rig_one o;
 	struct rig r;
 	int err;
 
@@ -404,7 +390,7 @@ static void t_ns_detach(void)
 	      "two namespaces open, namespace attribute notices enabled (%d)", err);
 	upcie_nvme_ctrl_set_event_handler(&r.c, on_event, &l);
 	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
-	o.req.cb = one_cb;
+	o.req.cb = rig_one_cb;
 	o.req.ctx = &o;
 	err = upcie_nvme_ioq_read(&q, &ns2, 0, &r.data, 0, 4096, &o.req);
 	CHECK(err == 0 && until_true(q1_holds_one, &r, UPCIE_NSEC_PER_SEC),
@@ -653,7 +639,7 @@ static void t_close_flushes_full(void)
 	struct upcie_nvme_ioq_opts qo;
 	struct upcie_nvme_ns ns;
 	struct upcie_nvme_ioq q;
-	struct one o;
+	struct rig_one o;
 	struct rig r;
 	int err;
 
@@ -670,7 +656,7 @@ static void t_close_flushes_full(void)
 	if (!err)
 		err = upcie_nvme_ns_open(&ns, &r.c, 1);
 	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
-	o.req.cb = one_cb;
+	o.req.cb = rig_one_cb;
 	o.req.ctx = &o;
 	if (!err)
 		err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, 0, 4096, &o.req);
@@ -838,7 +824,7 @@ static void t_escalation_seen(void)
 	struct upcie_nvme_ns ns;
 	struct upcie_nvme_ioq q;
 	struct esc e;
-	struct one w;
+	struct rig_one w;
 	struct rig r;
 	pthread_t t;
 	uint64_t t0, took;
@@ -859,7 +845,7 @@ static void t_escalation_seen(void)
 	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
 	r.cm.hold_admin_opc = UPCIE_NVME_ADMIN_IDENTIFY;
 	r.cm.abort_aborts = false; /* and no Abort ends it */
-	w.req.cb = one_cb;
+	w.req.cb = rig_one_cb;
 	w.req.ctx = &w;
 	if (!err)
 		err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, 0, 4096, &w.req);

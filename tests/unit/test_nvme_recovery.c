@@ -100,21 +100,6 @@ static bool q1_holds(struct rig *r, uint32_t n)
 	return true;
 }
 
-/* A request of the test with its callback count. */
-struct one {
-	struct upcie_nvme_req req;
-	int calls;
-	int err;
-};
-
-static void one_cb(struct upcie_nvme_req *req)
-{
-	struct one *o = (struct one *)req->ctx;
-
-	o->calls++;
-	o->err = req->err;
-}
-
 /* 1. The controller dies while io_sync waits for queue room. */
 struct killer {
 	struct rig *r;
@@ -140,7 +125,7 @@ static void t_io_sync_dead_while_full(void)
 	struct upcie_nvme_ioq q;
 	struct upcie_nvme_ns ns;
 	struct upcie_nvme_io io;
-	struct one held[2];
+	struct rig_one held[2];
 	struct killer k;
 	struct rig r;
 	pthread_t t;
@@ -165,7 +150,7 @@ static void t_io_sync_dead_while_full(void)
 		err = upcie_nvme_ns_open(&ns, &r.c, 1);
 	r.cm.hold_opc = UPCIE_NVME_NVM_READ;
 	for (int i = 0; i < 2 && !err; i++) {
-		held[i].req.cb = one_cb;
+		held[i].req.cb = rig_one_cb;
 		held[i].req.ctx = &held[i];
 		err = upcie_nvme_ioq_read(&q, &ns, 0, &r.data, (uint64_t)i * 4096, 4096,
 					  &held[i].req);
@@ -763,7 +748,7 @@ static void t_bm_fallback(bool recover)
 	struct upcie_nvme_ioq_opts qo;
 	struct upcie_nvme_ioq q;
 	struct upcie_nvme_ns ns;
-	struct one op[2];
+	struct rig_one op[2];
 	struct mrig m;
 	long kb_open, kb_close;
 	int err;
@@ -789,7 +774,7 @@ static void t_bm_fallback(bool recover)
 		err = upcie_nvme_ns_open(&ns, &m.c, 1);
 	m.cm.hold_opc = UPCIE_NVME_NVM_READ;
 	for (int i = 0; i < 2 && !err; i++) {
-		op[i].req.cb = one_cb;
+		op[i].req.cb = rig_one_cb;
 		op[i].req.ctx = &op[i];
 		err = upcie_nvme_ioq_read(&q, &ns, 8 * (uint64_t)i, &m.data, 4096 * (uint64_t)i,
 					  4096, &op[i].req);
