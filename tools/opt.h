@@ -16,7 +16,8 @@
  *
  * Each parser returns 0 or -EINVAL / -ERANGE and leaves its output alone on error; the tools
  * turn a failure into opt_bad(), which names the option and the value and exits 2. Tool code,
- * not a public upcie header: it builds as C and as C++ (upcie-perf-cuda) and needs libc only.
+ * not a public upcie header: it builds as C, and as C++ under nvcc and hipcc (upcie-perf-cuda,
+ * the CUDA and HIP probes), and needs libc only.
  */
 #ifndef UPCIE_TOOLS_OPT_H
 #define UPCIE_TOOLS_OPT_H

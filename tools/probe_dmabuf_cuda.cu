@@ -6,8 +6,9 @@
  * exports, cuMemGetAddressRange answers for a pointer. After the common questions it asks one of
  * its own: whether the export takes CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (CUDA 12.8+).
  *
- * Usage: probe_dmabuf_cuda [--device ORDINAL]
- * Prints findings and exits 0; 2 for usage errors, 1 when there is no CUDA device to ask.
+ * Usage: probe_dmabuf_cuda [--device ORDINAL]   (also -h/--help, --version; tools/opt.h parses)
+ * Prints findings and exits 0; 2 for usage errors (with a message naming the argument), 1 when
+ * there is no CUDA device to ask.
  */
 #include <upcie/base/feature.h>
 
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opt.h"
 #include "probe_common.h"
 #include "probe_cuda.h"
 #include "probe_dmabuf.h"
@@ -55,6 +57,25 @@ static int probe_dmabuf_range(struct probe_dmabuf_rt *rt, uint64_t ptr, uint64_t
 	return err;
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: probe_dmabuf_cuda [--device ORDINAL]\n"
+		"  --device ORDINAL  the CUDA device to ask, 0..255 (default 0)\n"
+		"  -h, --help        this text; --version the version\n"
+		"Asks CUDA what a dma-buf export of its device memory describes. Exits 0; 2 for\n"
+		"usage errors, 1 when there is no CUDA device to ask.\n");
+}
+
+enum { DMABUF_CUDA_O_DEVICE = 256, DMABUF_CUDA_O_VERSION };
+
+static const struct option dmabuf_cuda_long_opts[] = {
+	{ "device", required_argument, NULL, DMABUF_CUDA_O_DEVICE },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, DMABUF_CUDA_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
 int main(int argc, char **argv)
 {
 	struct probe_dmabuf_rt rt;
@@ -62,21 +83,35 @@ int main(int argc, char **argv)
 	CUdevice dev = 0;
 	CUcontext ctx = NULL;
 	size_t g = 0;
-	int ordinal = 0, err;
+	unsigned ordinal = 0;
+	int err, c;
 
-	if (argc == 3 && !strcmp(argv[1], "--device"))
-		ordinal = atoi(argv[2]);
-	else if (argc != 1) {
-		fprintf(stderr, "usage: probe_dmabuf_cuda [--device ORDINAL]\n");
-		return PROBE_EXIT_USAGE;
+	opt_tool = "probe_dmabuf_cuda";
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the probe */
+	while ((c = getopt_long(argc, argv, "h", dmabuf_cuda_long_opts, NULL)) != -1) {
+		switch (c) {
+		case DMABUF_CUDA_O_DEVICE:
+			if (opt_unsigned(optarg, 0, 255, &ordinal))
+				return opt_bad("--device", optarg, "a CUDA device ordinal 0..255");
+			break;
+		case 'h':
+			usage(stdout);
+			return PROBE_EXIT_OK;
+		case DMABUF_CUDA_O_VERSION:
+			return opt_version();
+		default:
+			return opt_unknown();
+		}
 	}
+	if (optind < argc)
+		return opt_bad("argument", argv[optind], "options only (--device ORDINAL)");
 	memset(&rt, 0, sizeof(rt));
 	rt.name = "CUDA";
 	probe_begin("probe_dmabuf_cuda", "what a CUDA dma-buf export of device memory describes");
-	err = probe_cu_up(ordinal, &dev, &ctx, rt.runtime, sizeof(rt.runtime), rt.device,
+	err = probe_cu_up((int)ordinal, &dev, &ctx, rt.runtime, sizeof(rt.runtime), rt.device,
 			  sizeof(rt.device), rt.why, sizeof(rt.why));
 	if (err) {
-		probe_say("no CUDA device %d to ask: %s (%s)", ordinal, rt.why, probe_err(err));
+		probe_say("no CUDA device %u to ask: %s (%s)", ordinal, rt.why, probe_err(err));
 		return PROBE_EXIT_CANNOT;
 	}
 	memset(&prop, 0, sizeof(prop));

@@ -19,16 +19,21 @@
  *
  * Usage: probe_iomem_hip (--vfio BDF | --sysfs BDF | --receive SOCKET | --none) [--bar N]
  *                        [--offset OFF] [--device ORDINAL] [--self-read] [--as UID[:GID]]
- * Prints findings and exits 0; 2 for usage errors, 1 when there is no HIP device to ask.
+ * (also -h/--help, --version; tools/opt.h parses)
+ * Prints findings and exits 0; 2 for usage errors (with a message naming the argument), 1 when
+ * there is no HIP device to ask.
  */
 #include <upcie/base/feature.h>
 
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "opt.h"
 #include "probe_common.h"
 #include "probe_deleg.h"
 #include "probe_hip.h"
@@ -150,6 +155,199 @@ static void probe_import(const char *what, int fd, uint64_t size)
 		probe_say("  hipDestroyExternalMemory failed");
 }
 
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: probe_iomem_hip (--vfio BDF | --sysfs BDF | --receive SOCKET | --none)\n"
+	    "                       [--bar N] [--offset OFF] [--device ORDINAL] [--self-read]\n"
+	    "                       [--as UID[:GID]]\n"
+	    "  --vfio BDF        the BAR of a function bound to vfio-pci (iommufd, else type1)\n"
+	    "  --sysfs BDF       the BAR through its sysfs resource file (root)\n"
+	    "  --receive SOCKET  the BAR handed over by probe_vfio_delegate serve\n"
+	    "  --none            no BAR: only the registration of ordinary memory and the imports\n"
+	    "  --bar N           with --vfio or --sysfs: the BAR, 0..5 (default 0)\n"
+	    "  --offset OFF      the register read, a multiple of 4 (default 0)\n"
+	    "  --device ORDINAL  the HIP device to ask, 0..255 (default 0)\n"
+	    "  --self-read       read the BAR even when it is the GPU's own (PCIe loopback)\n"
+	    "  --as UID[:GID]    run as this user (GID default: the UID's number)\n"
+	    "  -h, --help        this text; --version the version\n"
+	    "Reads only, never writes a register. Exits 0; 2 for usage errors, 1 when there is\n"
+	    "no HIP device to ask.\n");
+}
+
+enum {
+	IOMEM_HIP_O_VFIO = 256,
+	IOMEM_HIP_O_SYSFS,
+	IOMEM_HIP_O_RECEIVE,
+	IOMEM_HIP_O_NONE,
+	IOMEM_HIP_O_BAR,
+	IOMEM_HIP_O_OFFSET,
+	IOMEM_HIP_O_DEVICE,
+	IOMEM_HIP_O_SELF_READ,
+	IOMEM_HIP_O_AS,
+	IOMEM_HIP_O_VERSION,
+};
+
+static const struct option iomem_long_opts[] = {
+	{ "vfio", required_argument, NULL, IOMEM_HIP_O_VFIO },
+	{ "sysfs", required_argument, NULL, IOMEM_HIP_O_SYSFS },
+	{ "receive", required_argument, NULL, IOMEM_HIP_O_RECEIVE },
+	{ "none", no_argument, NULL, IOMEM_HIP_O_NONE },
+	{ "bar", required_argument, NULL, IOMEM_HIP_O_BAR },
+	{ "offset", required_argument, NULL, IOMEM_HIP_O_OFFSET },
+	{ "device", required_argument, NULL, IOMEM_HIP_O_DEVICE },
+	{ "self-read", no_argument, NULL, IOMEM_HIP_O_SELF_READ },
+	{ "as", required_argument, NULL, IOMEM_HIP_O_AS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, IOMEM_HIP_O_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* "UID[:GID]", decimal or 0x hex each, into the canonical "UID:GID" probe_as() reads. */
+static int iomem_as_parse(const char *v, char *out, size_t len)
+{
+	char buf[64], *colon;
+	uint64_t uid, gid;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, v, strlen(v) + 1);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon++ = '\0';
+	if (opt_u64_range(buf, 0, UINT32_MAX - 1, &uid))
+		return -EINVAL;
+	gid = uid;
+	if (colon && opt_u64_range(colon, 0, UINT32_MAX - 1, &gid))
+		return -EINVAL;
+	snprintf(out, len, "%" PRIu64 ":%" PRIu64, uid, gid);
+	return 0;
+}
+
+/*
+ * The options into *o (tools/opt.h); 0 to go on, else the exit status (0 after --help or
+ * --version, set in *done). With --as, the probe runs itself again as that user with what was
+ * understood (probe_as() in probe_deleg.h) and does not come back unless that fails.
+ */
+static int iomem_parse(int argc, char **argv, struct probe_iomem_opts *o, bool *done)
+{
+	const char *src_opt = NULL, *bar_s = NULL, *off_s = NULL, *dev_s = NULL;
+	struct upcie_pci_bdf addr;
+	char as[32] = "";
+	uint64_t v;
+	int c, err;
+
+	*done = false;
+	memset(o, 0, sizeof(*o));
+	o->src = -1;
+	argv[0] = (char *)opt_tool; /* getopt's own messages name the probe */
+	while ((c = getopt_long(argc, argv, "h", iomem_long_opts, NULL)) != -1) {
+		switch (c) {
+		case IOMEM_HIP_O_VFIO:
+		case IOMEM_HIP_O_SYSFS:
+		case IOMEM_HIP_O_RECEIVE:
+		case IOMEM_HIP_O_NONE:
+			if (src_opt)
+				return opt_usage_error("one BAR source: --vfio, --sysfs, --receive "
+						       "or --none, once");
+			src_opt = c == IOMEM_HIP_O_VFIO	     ? "--vfio"
+				  : c == IOMEM_HIP_O_SYSFS   ? "--sysfs"
+				  : c == IOMEM_HIP_O_RECEIVE ? "--receive"
+							     : "--none";
+			if (c == IOMEM_HIP_O_NONE) {
+				o->src = PROBE_SRC_NONE;
+				break;
+			}
+			if (c == IOMEM_HIP_O_RECEIVE) {
+				if (!*optarg || strlen(optarg) >= 108)
+					return opt_bad("--receive", optarg,
+						       "a unix socket path, at most 107 bytes");
+				o->receive = 1;
+			} else if (upcie_pci_bdf_parse_quiet_(optarg, &addr)) {
+				return opt_bad(src_opt, optarg,
+					       "a PCI address DDDD:BB:DD.F or BB:DD.F");
+			}
+			o->src = c == IOMEM_HIP_O_SYSFS ? PROBE_SRC_SYSFS : PROBE_SRC_AUTO;
+			o->target = optarg;
+			break;
+		case IOMEM_HIP_O_BAR:
+			if (opt_u64_range(optarg, 0, 5, &v))
+				return opt_bad("--bar", optarg, "a BAR index 0..5");
+			o->bar = (uint32_t)v;
+			bar_s = optarg;
+			break;
+		case IOMEM_HIP_O_OFFSET:
+			if (opt_size(optarg, &v) || v % 4 || v > UINT32_MAX - 3)
+				return opt_bad("--offset", optarg,
+					       "a register offset below 4 GiB, a multiple of 4");
+			o->off = (uint32_t)v;
+			off_s = optarg;
+			break;
+		case IOMEM_HIP_O_DEVICE:
+			if (opt_u64_range(optarg, 0, 255, &v))
+				return opt_bad("--device", optarg, "a HIP device ordinal 0..255");
+			o->ordinal = (int)v;
+			dev_s = optarg;
+			break;
+		case IOMEM_HIP_O_SELF_READ:
+			o->self_read = 1;
+			break;
+		case IOMEM_HIP_O_AS:
+			if (iomem_as_parse(optarg, as, sizeof(as)))
+				return opt_bad("--as", optarg, "UID or UID:GID, numbers");
+			break;
+		case 'h':
+			usage(stdout);
+			*done = true;
+			return PROBE_EXIT_OK;
+		case IOMEM_HIP_O_VERSION:
+			*done = true;
+			return opt_version();
+		default:
+			return opt_unknown();
+		}
+	}
+	if (optind < argc)
+		return opt_bad("argument", argv[optind], "options only (see --help)");
+	if (!src_opt)
+		return opt_usage_error("the BAR source is missing: --vfio BDF, --sysfs BDF, "
+				       "--receive SOCKET or --none");
+	if (bar_s && (o->receive || o->src == PROBE_SRC_NONE))
+		return opt_usage_error("--bar goes with --vfio or --sysfs");
+	if (as[0]) {
+		/* run again as that user, with what was understood and without --as */
+		char *rerun[16];
+		int n = 0;
+
+		rerun[n++] = argv[0];
+		rerun[n++] = (char *)src_opt;
+		if (o->target)
+			rerun[n++] = (char *)o->target;
+		if (bar_s) {
+			rerun[n++] = (char *)"--bar";
+			rerun[n++] = (char *)bar_s;
+		}
+		if (off_s) {
+			rerun[n++] = (char *)"--offset";
+			rerun[n++] = (char *)off_s;
+		}
+		if (dev_s) {
+			rerun[n++] = (char *)"--device";
+			rerun[n++] = (char *)dev_s;
+		}
+		if (o->self_read)
+			rerun[n++] = (char *)"--self-read";
+		rerun[n++] = (char *)"--as";
+		rerun[n++] = as;
+		rerun[n] = NULL;
+		err = probe_as(n, rerun);
+		fprintf(stderr, "%s: --as %s: %s\n", opt_tool, as, probe_err(err));
+		return PROBE_EXIT_CANNOT;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct probe_iomem_opts o;
@@ -157,21 +355,13 @@ int main(int argc, char **argv)
 	char runtime[160], device[160], why[96] = "", busid[32] = "?";
 	const char *names[4];
 	int fds[4], n, err;
+	bool done;
 	void *p = NULL;
 
-	err = probe_as(argc, argv);
-	if (err) {
-		fprintf(stderr, "probe_iomem_hip: --as: %s\n", probe_err(err));
-		return err == -EINVAL ? PROBE_EXIT_USAGE : PROBE_EXIT_CANNOT;
-	}
-	if (probe_iomem_parse(argc, argv, &o)) {
-		fprintf(stderr,
-			"usage: probe_iomem_hip (--vfio BDF | --sysfs BDF | --receive SOCKET "
-			"| --none)\n"
-			"                       [--bar N] [--offset OFF] [--device ORDINAL] "
-			"[--self-read] [--as UID[:GID]]\n");
-		return PROBE_EXIT_USAGE;
-	}
+	opt_tool = "probe_iomem_hip";
+	err = iomem_parse(argc, argv, &o, &done);
+	if (err || done)
+		return err;
 	probe_begin("probe_iomem_hip", "can HIP register and read device MMIO this process holds, "
 				       "and import a dma-buf");
 	probe_self("process");
