@@ -547,6 +547,7 @@ static int pg_main_ctrl(const struct perf_opts *o, struct perf_out *out)
 	memset(&co, 0, sizeof(co));
 	co.dev.path = path;
 	co.dev.bind = o->bind;
+	co.dev.bind_any_class = o->bind_any_class;
 	err = upcie_nvme_ctrl_open(&c, &bdf, &co);
 	if (err) {
 		fprintf(stderr, "upcie-perf: cannot open %s: %s\n", o->gpu_target, strerror(-err));

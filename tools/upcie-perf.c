@@ -3,8 +3,8 @@
  * upcie-perf: NVMe load generator on upcie's public headers (the role of spdk_nvme_perf).
  *
  *   upcie-perf --bdf 0000:01:00.0 [--bdf ...] [--path auto|uio|type1|iommufd] [--bind]
- *              [--ns 1,2] [--queues 1,4] [--qd 1,32] [--bs 4k,128KiB] [--pattern rand,seq]
- *              [--mix 100,70,0] [--time 10s|500ms|1m] [--ramp 2s] [--size 1G]
+ *              [--bind-any-class] [--ns 1,2] [--queues 1,4] [--qd 1,32] [--bs 4k,128KiB]
+ *              [--pattern rand,seq] [--mix 100,70,0] [--time 10s|500ms|1m] [--ramp 2s] [--size 1G]
  *              [--cpus 0-3] [--threads N] [--percentiles 50,99,99.9] [--json] [--dry-run]
  *
  * Lists run as their cartesian product. A run puts QUEUES queue pairs on every target (each
@@ -21,8 +21,9 @@
  * upcie-perf-gpu.cuh).
  *
  * Needs what nvme/dev.h needs for the path (root; the function bound to uio_pci_generic or
- * vfio-pci, or --bind, which refuses a device the system uses; hugepages). Exit 0 when every
- * run completed without an I/O error, 1 otherwise, 2 on a usage error.
+ * vfio-pci, or --bind, which refuses a device the system uses and, unless --bind-any-class, a
+ * function whose PCI class is not NVMe; hugepages). Exit 0 when every run completed without an
+ * I/O error, 1 otherwise, 2 on a usage error.
  */
 // testbed-ldflags: -lpthread
 #include <upcie/base/feature.h>
@@ -65,7 +66,7 @@ struct perf_opts {
 	const char *bdf[PERF_MAX_CTRL];
 	unsigned nbdf;
 	const char *path;
-	bool bind, json;
+	bool bind, bind_any_class, json;
 	struct perf_list nsid;
 	struct perf_list queues, qd, bs, mix, pattern; /* pattern: 0 rand, 1 seq */
 	double secs, ramp;
@@ -617,6 +618,9 @@ static void usage(FILE *f)
 	    "%u\n"
 	    "  --path auto|uio|type1|iommufd    DMA path (default auto)\n"
 	    "  --bind                           bind the functions to the path's driver first\n"
+	    "                                   (NVMe controllers only, by PCI class 0x010802)\n"
+	    "  --bind-any-class                 with --bind: bind a function of another class too\n"
+	    "                                   (a controller that reports another class)\n"
 	    "  --ns LIST                        namespaces of every controller (default 1)\n"
 	    "  --queues LIST                    queue pairs per namespace, 1..%u (default 1)\n"
 	    "  --qd LIST                        requests in flight per queue, 1..4095 (default 1)\n"
@@ -658,6 +662,7 @@ enum {
 	PERF_O_GPU_ID,
 	PERF_O_PATH,
 	PERF_O_BIND,
+	PERF_O_BIND_ANY_CLASS,
 	PERF_O_NS,
 	PERF_O_QUEUES,
 	PERF_O_QD,
@@ -682,6 +687,7 @@ static const struct option perf_long_opts[] = {
 	{ "gpu-id", required_argument, NULL, PERF_O_GPU_ID },
 	{ "path", required_argument, NULL, PERF_O_PATH },
 	{ "bind", no_argument, NULL, PERF_O_BIND },
+	{ "bind-any-class", no_argument, NULL, PERF_O_BIND_ANY_CLASS },
 	{ "ns", required_argument, NULL, PERF_O_NS },
 	{ "queues", required_argument, NULL, PERF_O_QUEUES },
 	{ "qd", required_argument, NULL, PERF_O_QD },
@@ -835,6 +841,9 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o, enum upcie_nvm
 		case PERF_O_BIND:
 			o->bind = true;
 			break;
+		case PERF_O_BIND_ANY_CLASS:
+			o->bind_any_class = true;
+			break;
 		case PERF_O_NS:
 			if (perf_list(v, perf_item_nsid, &o->nsid))
 				return opt_bad("--ns", v, "a list of namespace IDs 1..4294967294");
@@ -938,7 +947,17 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o, enum upcie_nvm
 				       "warp drives each queue pair");
 	if (!o->gpu && (o->gpu_id || o->gpu_sq_host))
 		return opt_usage_error("--gpu-id and --sq-host go with --gpu");
+	if (o->bind_any_class && !o->bind)
+		return opt_usage_error("--bind-any-class goes with --bind");
 	return perf_check_cpus(o);
+}
+
+/* Whether the function's class says it is something other than an NVMe controller. */
+static bool perf_not_nvme(const struct upcie_pci_bdf *bdf)
+{
+	struct upcie_pci_func fn;
+
+	return !upcie_pci_func_read(bdf, &fn) && fn.class_code != UPCIE_PCI_CLASS_NVME;
 }
 
 static void perf_dry_run(const struct perf_opts *o)
@@ -960,6 +979,9 @@ static void perf_dry_run(const struct perf_opts *o)
 	       n == 1 ? "" : "s");
 	if (o->gpu)
 		printf("gpu %s\n", o->gpu_id ? o->gpu_id : "0");
+	printf("bind %s\n", !o->bind		? "no"
+			    : o->bind_any_class ? "yes, a function of any PCI class"
+						: "yes, NVMe controllers only (class 0x010802)");
 	printf("percentiles");
 	for (unsigned i = 0; i < o->npct; i++)
 		printf(" %g", o->pct[i]);
@@ -1045,10 +1067,17 @@ int main(int argc, char **argv)
 		memset(&co, 0, sizeof(co));
 		co.dev.path = path;
 		co.dev.bind = o.bind;
+		co.dev.bind_any_class = o.bind_any_class;
 		err = upcie_nvme_ctrl_open(&ctl[i].c, &bdf, &co);
 		if (err) {
 			fprintf(stderr, "upcie-perf: cannot open %s: %s\n", o.bdf[i],
 				strerror(-err));
+			if (err == -ENODEV && o.bind && !o.bind_any_class && perf_not_nvme(&bdf))
+				fprintf(
+				    stderr,
+				    "upcie-perf: %s: check the address, or add --bind-any-class "
+				    "to bind a function of another class\n",
+				    o.bdf[i]);
 			goto out;
 		}
 		ctl[i].open = true;

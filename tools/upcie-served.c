@@ -4,7 +4,7 @@
  * (served/server.h; clients use served/client.h).
  *
  *   upcie-served BDF[,BDF...] [--dir /run/upcie | --socket PATH] [--path auto|uio|type1|iommufd]
- *                [--bind] [--mode 660] [--group NAME|GID] [--allow-uid NAME|UID]
+ *                [--bind [--bind-any-class]] [--mode 660] [--group NAME|GID] [--allow-uid NAME|UID]
  *                [--trust owner|none|all] [--grant WHO:NSID[:SLBA+NLB][:ro]]...
  *                [--max-clients N] [--max-qp N] [--max-mem N] [--max-bytes 1G] [--max-depth N]
  *                [--uid-max-clients N] [--uid-max-qp N] [--uid-max-bytes SIZE]
@@ -136,7 +136,10 @@ static void usage(FILE *f)
 	    "  --dir DIR             sockets DIR/<bdf>.sock (default /run/upcie)\n"
 	    "  --socket PATH         the socket of a single controller\n"
 	    "  --path P              auto, uio, type1, iommufd (default auto)\n"
-	    "  --bind                bind the functions to the path's driver first\n"
+	    "  --bind                bind the functions to the path's driver first (NVMe\n"
+	    "                        controllers only, by PCI class 0x010802)\n"
+	    "  --bind-any-class      with --bind: bind a function of another class too (a\n"
+	    "                        controller that reports another class)\n"
 	    "  --mode OCTAL          socket file mode, always octal: 660 = 0660 (default 0600)\n"
 	    "  --group GROUP         socket file group, a name or a number\n"
 	    "  --allow-uid USER      only this user (a name or a uid) and root may connect\n"
@@ -177,6 +180,7 @@ enum {
 	SRV_O_SOCKET,
 	SRV_O_PATH,
 	SRV_O_BIND,
+	SRV_O_BIND_ANY_CLASS,
 	SRV_O_MODE,
 	SRV_O_GROUP,
 	SRV_O_ALLOW_UID,
@@ -204,6 +208,7 @@ static const struct option served_long_opts[] = {
 	{ "socket", required_argument, NULL, SRV_O_SOCKET },
 	{ "path", required_argument, NULL, SRV_O_PATH },
 	{ "bind", no_argument, NULL, SRV_O_BIND },
+	{ "bind-any-class", no_argument, NULL, SRV_O_BIND_ANY_CLASS },
 	{ "mode", required_argument, NULL, SRV_O_MODE },
 	{ "group", required_argument, NULL, SRV_O_GROUP },
 	{ "allow-uid", required_argument, NULL, SRV_O_ALLOW_UID },
@@ -295,7 +300,7 @@ int main(int argc, char **argv)
 	struct upcie_served_opts so;
 	unsigned n = 0, failed = 0;
 	struct sigaction sa;
-	bool bind = false, dry_run = false;
+	bool bind = false, bind_any_class = false, dry_run = false;
 	char *list, *tok, *save = NULL;
 	int c;
 
@@ -329,6 +334,9 @@ int main(int argc, char **argv)
 			break;
 		case SRV_O_BIND:
 			bind = true;
+			break;
+		case SRV_O_BIND_ANY_CLASS:
+			bind_any_class = true;
 			break;
 		case SRV_O_MODE:
 			if (opt_mode(v, &mode) || mode > 0777)
@@ -470,17 +478,20 @@ int main(int argc, char **argv)
 	if (sock && n > 1)
 		return opt_usage_error(
 		    "--socket takes a single controller (use --dir for several)");
+	if (bind_any_class && !bind)
+		return opt_usage_error("--bind-any-class goes with --bind");
 	if (dry_run) {
 		for (unsigned i = 0; i < n; i++)
 			printf("serve %s on %s%s%s%s\n", one[i].name, sock ? sock : dir,
 			       sock ? "" : "/", sock ? "" : one[i].name, sock ? "" : ".sock");
-		printf("path %s bind %d mode %04o group %ld allow-uid %ld max-clients %u max-qp %u "
+		printf("path %s bind %d bind-any-class %d mode %04o group %ld allow-uid %ld "
+		       "max-clients %u max-qp %u "
 		       "max-mem %u max-bytes %" PRIu64 " max-depth %u trusted-whole-device %d "
 		       "trust %s uid-max-clients %u uid-max-qp %u uid-max-bytes %" PRIu64
 		       " qp-reserve %u hello-timeout-ms %u relay-spin-us %" PRIu64 " vfs %u\n",
-		       path_name, bind, (unsigned)so.mode, so.gid == (gid_t)-1 ? -1L : (long)so.gid,
-		       so.allow_uid, so.max_clients, so.max_qp, so.max_mem, so.max_bytes,
-		       so.max_depth, so.direct_whole_device,
+		       path_name, bind, bind_any_class, (unsigned)so.mode,
+		       so.gid == (gid_t)-1 ? -1L : (long)so.gid, so.allow_uid, so.max_clients,
+		       so.max_qp, so.max_mem, so.max_bytes, so.max_depth, so.direct_whole_device,
 		       so.trust == UPCIE_SERVED_TRUST_NONE  ? "none"
 		       : so.trust == UPCIE_SERVED_TRUST_ALL ? "all"
 							    : "owner",
@@ -516,10 +527,20 @@ int main(int argc, char **argv)
 		memset(&co, 0, sizeof(co));
 		co.dev.path = path;
 		co.dev.bind = bind;
+		co.dev.bind_any_class = bind_any_class;
 		err = upcie_nvme_ctrl_open(&o->c, &o->bdf, &co);
 		if (err) {
+			struct upcie_pci_func fn;
+
 			fprintf(stderr, "upcie-served: %s: open failed: %s\n", o->name,
 				upcie_errno_name(err));
+			if (err == -ENODEV && bind && !bind_any_class &&
+			    !upcie_pci_func_read(&o->bdf, &fn) &&
+			    fn.class_code != UPCIE_PCI_CLASS_NVME)
+				fprintf(stderr,
+					"upcie-served: %s: check the address, or add "
+					"--bind-any-class to bind a function of another class\n",
+					o->name);
 			failed++;
 			break;
 		}

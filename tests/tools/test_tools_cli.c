@@ -3,11 +3,14 @@
  * The tools as a user runs them: each row of the table runs one built tool (upcie-perf,
  * upcie-served, upcie-setup, paths from the command line; the probes probe_vfio_cdev,
  * probe_vfio_delegate and probe_dmabuf_udmabuf from the directory of upcie-perf, or from three
- * more arguments) with arguments and environment and checks its exit status and what it printed
+ * more arguments; the CUDA and HIP probes from the directory of upcie-perf, where they were
+ * built) with arguments and environment and checks its exit status and what it printed
  * (stdout and stderr together): every bad value is refused with exit 2 and a message naming the
  * option and the value, every good one is read as documented (the tools' --dry-run prints what
  * they understood). The probes need hardware for their real work, so their rows are about
- * parsing alone: a good value shows it was read when the run fails later on something else. The
+ * parsing alone: a good value shows it was read when the run fails later on something else. A
+ * CUDA or HIP probe that was not built (no nvcc or hipcc) or cannot start here (no libcuda, no
+ * HIP runtime) has its rows skipped with the reason, never counted as passed. The
  * machine is fake (tests/unit/fake_machine.h), so binding, resetting and reserving hugepages act
  * on files that the test then reads back.
  */
@@ -25,14 +28,31 @@
 #include "../unit/check.h"
 #include "../unit/fake_machine.h"
 
-enum { PERF, SERVED, SETUP, VCDEV, VDELEG, UDMABUF, NTOOLS };
+/* NARGS tools may be named on the command line; the GPU probes after them are optional */
+enum {
+	PERF,
+	SERVED,
+	SETUP,
+	VCDEV,
+	VDELEG,
+	UDMABUF,
+	NARGS,
+	DCUDA = NARGS,
+	ICUDA,
+	DHIP,
+	IHIP,
+	NTOOLS
+};
 
 static const char *const tool_name[NTOOLS] = {
-	"upcie-perf",	   "upcie-served",	  "upcie-setup",
-	"probe_vfio_cdev", "probe_vfio_delegate", "probe_dmabuf_udmabuf",
+	"upcie-perf",	       "upcie-served",	       "upcie-setup",	    "probe_vfio_cdev",
+	"probe_vfio_delegate", "probe_dmabuf_udmabuf", "probe_dmabuf_cuda", "probe_iomem_cuda",
+	"probe_dmabuf_hip",    "probe_iomem_hip",
 };
 
 static char tool_path[NTOOLS][PATH_MAX];
+/* why an optional tool's rows are skipped ("" when it runs) */
+static char tool_skip[NTOOLS][256];
 
 struct row {
 	int tool;
@@ -93,6 +113,10 @@ static void row_check(const struct row *r)
 		size_t o = strlen(cmd);
 
 		snprintf(cmd + o, sizeof(cmd) - o, " %s", r->argv[i]);
+	}
+	if (tool_skip[r->tool][0]) {
+		CHECK_SKIP("%s: %s", cmd, tool_skip[r->tool]);
+		return;
 	}
 	rc = run(r, out, sizeof(out));
 	CHECK(rc == r->rc && (!r->want || strstr(out, r->want)) &&
@@ -190,6 +214,21 @@ static const struct row rows[] = {
 	/* --bind of a function that is not NVMe (the root port): the library refuses, nothing moves */
 	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--time", "1" }, 1,
 	  "0000:00:02.0 is not an NVMe controller (class 0x060400", "bad value" },
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--time", "1" }, 1,
+	  "or add --bind-any-class to bind a function of another class", "bad value" },
+	/* --bind-any-class: with --bind only (CPU and GPU mode); the dry run says what binding does */
+	{ PERF, NULL, { "--bdf", "00:02.0", "--dry-run" }, 0, "bind no", "bind yes" },
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--dry-run" }, 0,
+	  "bind yes, NVMe controllers only (class 0x010802)", NULL },
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--bind-any-class", "--dry-run" }, 0,
+	  "bind yes, a function of any PCI class", NULL },
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind-any-class", "--dry-run" }, 2,
+	  "--bind-any-class goes with --bind", NULL },
+	{ PERF, NULL, { "--gpu", "01:00.0", "--bind-any-class" }, 2,
+	  "--bind-any-class goes with --bind", NULL },
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind-any-class=1" }, 2,
+	  "option '--bind-any-class' doesn't allow an argument", NULL },
+	{ PERF, NULL, { "--help" }, 0, "--bind-any-class", NULL },
 	/* accepted, then the (fake, empty) machine has no such function: exit 1, not 2 */
 	{ PERF, NULL, { "--bdf", "0000:ff:1f.7", "--time", "1m", "--bs", "4KiB" }, 1, "cannot open",
 	  "bad value" },
@@ -227,6 +266,14 @@ static const struct row rows[] = {
 	{ SERVED, NULL, { "01:00.0", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
 	{ SERVED, NULL, { "0000:00:06.0", "--bind", "--dir", "/tmp/s29" }, 1,
 	  "0000:00:06.0 is not an NVMe controller (class 0x020000", NULL },
+	{ SERVED, NULL, { "0000:00:06.0", "--bind", "--dir", "/tmp/s29" }, 1,
+	  "or add --bind-any-class to bind a function of another class", NULL },
+	{ SERVED, NULL, { "01:00.0", "--dry-run" }, 0, " bind 0 bind-any-class 0 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--bind", "--bind-any-class", "--dry-run" }, 0,
+	  " bind 1 bind-any-class 1 ", NULL },
+	{ SERVED, NULL, { "01:00.0", "--bind-any-class", "--dry-run" }, 2,
+	  "--bind-any-class goes with --bind", NULL },
+	{ SERVED, NULL, { "--help" }, 0, "--bind-any-class", NULL },
 
 	/* upcie-setup: usage */
 	{ SETUP, NULL, { "--version" }, 0, "upcie-setup (upcie) 0.", NULL },
@@ -352,6 +399,87 @@ static const struct row rows[] = {
 	{ UDMABUF, NULL, { "stray" }, 2, "argument: bad value 'stray'", NULL },
 	{ UDMABUF, NULL, { "--version=1" }, 2, "option '--version' doesn't allow an argument", NULL },
 	{ UDMABUF, NULL, { "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+
+	/* probe_dmabuf_cuda: --device only; parsing only (a good value would start the runtime) */
+	{ DCUDA, NULL, { "--help" }, 0, "usage: probe_dmabuf_cuda [--device ORDINAL]", NULL },
+	{ DCUDA, NULL, { "-h" }, 0, "usage: probe_dmabuf_cuda", NULL },
+	{ DCUDA, NULL, { "--version" }, 0, "probe_dmabuf_cuda (upcie) 0.", "usage" },
+	{ DCUDA, NULL, { "--device", "x" }, 2, "--device: bad value 'x': want a CUDA device", NULL },
+	{ DCUDA, NULL, { "--device=256" }, 2, "--device: bad value '256'", NULL },
+	{ DCUDA, NULL, { "--device=-1" }, 2, "--device: bad value '-1'", NULL },
+	{ DCUDA, NULL, { "--device" }, 2, "option '--device' requires an argument", NULL },
+	{ DCUDA, NULL, { "--device=1", "stray" }, 2, "argument: bad value 'stray'", "--device:" },
+	{ DCUDA, NULL, { "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+
+	/* probe_dmabuf_hip: --device only; parsing only (a good value would start the runtime) */
+	{ DHIP, NULL, { "--help" }, 0, "usage: probe_dmabuf_hip [--device ORDINAL]", NULL },
+	{ DHIP, NULL, { "-h" }, 0, "usage: probe_dmabuf_hip", NULL },
+	{ DHIP, NULL, { "--version" }, 0, "probe_dmabuf_hip (upcie) 0.", "usage" },
+	{ DHIP, NULL, { "--device", "x" }, 2, "--device: bad value 'x': want a HIP device", NULL },
+	{ DHIP, NULL, { "--device=256" }, 2, "--device: bad value '256'", NULL },
+	{ DHIP, NULL, { "--device=-1" }, 2, "--device: bad value '-1'", NULL },
+	{ DHIP, NULL, { "--device" }, 2, "option '--device' requires an argument", NULL },
+	{ DHIP, NULL, { "--device=1", "stray" }, 2, "argument: bad value 'stray'", "--device:" },
+	{ DHIP, NULL, { "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+
+	/* probe_iomem_cuda: one BAR source and its options; parsing only */
+	{ ICUDA, NULL, { "--help" }, 0, "usage: probe_iomem_cuda (--vfio BDF | --sysfs BDF", NULL },
+	{ ICUDA, NULL, { "--version" }, 0, "probe_iomem_cuda (upcie) 0.", "usage" },
+	{ ICUDA, NULL, { NULL }, 2, "the BAR source is missing", NULL },
+	{ ICUDA, NULL, { "--vfio", "zz" }, 2, "--vfio: bad value 'zz'", NULL },
+	{ ICUDA, NULL, { "--sysfs=1:2" }, 2, "--sysfs: bad value '1:2'", NULL },
+	{ ICUDA, NULL, { "--receive=" }, 2, "--receive: bad value ''", NULL },
+	{ ICUDA, NULL, { "--none", "--vfio", "01:00.0" }, 2, "one BAR source", NULL },
+	{ ICUDA, NULL, { "--vfio", "01:00.0", "--bar", "6" }, 2, "--bar: bad value '6'", NULL },
+	{ ICUDA, NULL, { "--receive", "/tmp/s29", "--bar", "1" }, 2, "--bar goes with --vfio or --sysfs",
+	  NULL },
+	{ ICUDA, NULL, { "--vfio", "01:00.0", "--offset", "2" }, 2, "--offset: bad value '2'", NULL },
+	{ ICUDA, NULL, { "--vfio", "01:00.0", "--offset", "0x1c0000000" }, 2,
+	  "--offset: bad value '0x1c0000000'", NULL },
+	{ ICUDA, NULL, { "--none", "--device", "1x" }, 2, "--device: bad value '1x'", NULL },
+	{ ICUDA, NULL, { "--none", "--as", "1000:x" }, 2, "--as: bad value '1000:x'", NULL },
+	{ ICUDA, NULL, { "--none", "--as=-1" }, 2, "--as: bad value '-1'", NULL },
+	{ ICUDA, NULL, { "--none", "--offset" }, 2, "option '--offset' requires an argument", NULL },
+	{ ICUDA, NULL, { "--none", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	/* every value in the --x=V form read, then a stray argument refused */
+	{ ICUDA, NULL, { "--sysfs=0000:01:00.0", "--bar=2", "--offset=0x1c", "--device=0", "--self-read",
+	  "--as=1000:1000", "stray" }, 2, "argument: bad value 'stray'", ": bad value '0" },
+
+	/* probe_iomem_hip: one BAR source and its options; parsing only */
+	{ IHIP, NULL, { "--help" }, 0, "usage: probe_iomem_hip (--vfio BDF | --sysfs BDF", NULL },
+	{ IHIP, NULL, { "--version" }, 0, "probe_iomem_hip (upcie) 0.", "usage" },
+	{ IHIP, NULL, { NULL }, 2, "the BAR source is missing", NULL },
+	{ IHIP, NULL, { "--vfio", "zz" }, 2, "--vfio: bad value 'zz'", NULL },
+	{ IHIP, NULL, { "--sysfs=1:2" }, 2, "--sysfs: bad value '1:2'", NULL },
+	{ IHIP, NULL, { "--receive=" }, 2, "--receive: bad value ''", NULL },
+	{ IHIP, NULL, { "--none", "--vfio", "01:00.0" }, 2, "one BAR source", NULL },
+	{ IHIP, NULL, { "--vfio", "01:00.0", "--bar", "6" }, 2, "--bar: bad value '6'", NULL },
+	{ IHIP, NULL, { "--receive", "/tmp/s29", "--bar", "1" }, 2, "--bar goes with --vfio or --sysfs",
+	  NULL },
+	{ IHIP, NULL, { "--vfio", "01:00.0", "--offset", "2" }, 2, "--offset: bad value '2'", NULL },
+	{ IHIP, NULL, { "--vfio", "01:00.0", "--offset", "0x1c0000000" }, 2,
+	  "--offset: bad value '0x1c0000000'", NULL },
+	{ IHIP, NULL, { "--none", "--device", "1x" }, 2, "--device: bad value '1x'", NULL },
+	{ IHIP, NULL, { "--none", "--as", "1000:x" }, 2, "--as: bad value '1000:x'", NULL },
+	{ IHIP, NULL, { "--none", "--as=-1" }, 2, "--as: bad value '-1'", NULL },
+	{ IHIP, NULL, { "--none", "--offset" }, 2, "option '--offset' requires an argument", NULL },
+	{ IHIP, NULL, { "--none", "--bogus" }, 2, "unrecognized option '--bogus'", NULL },
+	/* every value in the --x=V form read, then a stray argument refused */
+	{ IHIP, NULL, { "--sysfs=0000:01:00.0", "--bar=2", "--offset=0x1c", "--device=0", "--self-read",
+	  "--as=1000:1000", "stray" }, 2, "argument: bad value 'stray'", ": bad value '0" },
+};
+
+/*
+ * After the checks that --bind without --bind-any-class moved nothing: with it, the class check
+ * lets the root port through to the bind itself (the fake machine's pcieport never lets go: exit
+ * 1, driver_override written), and the NIC through to the in-use guard (its route is up: refused,
+ * nothing written).
+ */
+static const struct row rows_any_class[] = {
+	{ PERF, NULL, { "--bdf", "00:02.0", "--bind", "--bind-any-class", "--time", "1" }, 1,
+	  "0000:00:02.0: binding to vfio-pci failed", "is not an NVMe controller" },
+	{ SERVED, NULL, { "0000:00:06.0", "--bind", "--bind-any-class", "--dir", "/tmp/s29" }, 1,
+	  "eth0 is up and carries the default route", "is not an NVMe controller" },
 };
 
 /* After the unbind above, in order: the record, and reset reading it. */
@@ -362,6 +490,33 @@ static const struct row rows_after[] = {
 	{ SETUP, NULL, { "reset" }, 0, "nothing to reset", NULL },
 };
 /* clang-format on */
+
+/*
+ * A CUDA or HIP probe: built only where meson found nvcc / hipcc, and it starts only where its
+ * runtime's library loads (libcuda comes with the NVIDIA driver). Else tool_skip says why.
+ */
+static void gpu_probe_usable(int t)
+{
+	const struct row ver = { t, NULL, { "--version" }, 0, NULL, NULL };
+	char out[4096], *nl, *why;
+	int rc;
+
+	if (access(tool_path[t], X_OK)) {
+		snprintf(tool_skip[t], sizeof(tool_skip[t]), "%s was not built (meson found no %s)",
+			 tool_name[t], t == DCUDA || t == ICUDA ? "nvcc" : "hipcc");
+		return;
+	}
+	rc = run(&ver, out, sizeof(out));
+	if (rc == 0 && strstr(out, "(upcie)"))
+		return;
+	why = strstr(out, "error while loading shared libraries: "); /* the loader's words */
+	why = why ? why + 38 : out;
+	nl = strchr(why, '\n');
+	if (nl)
+		*nl = '\0';
+	snprintf(tool_skip[t], sizeof(tool_skip[t]), "%s cannot start here (exit %d: %.160s)",
+		 tool_name[t], rc, why);
+}
 
 static void read_file(const char *rel, char *buf, size_t len)
 {
@@ -383,7 +538,7 @@ int main(int argc, char **argv)
 {
 	char state[256], buf[512];
 
-	if (argc != 4 && argc != 1 + NTOOLS) {
+	if (argc != 4 && argc != 1 + NARGS) {
 		fprintf(stderr,
 			"usage: %s UPCIE-PERF UPCIE-SERVED UPCIE-SETUP [PROBE_VFIO_CDEV "
 			"PROBE_VFIO_DELEGATE PROBE_DMABUF_UDMABUF]\n",
@@ -398,8 +553,11 @@ int main(int argc, char **argv)
 		else /* the probes are built beside the tools (tools/meson.build) */
 			snprintf(tool_path[i], sizeof(tool_path[i]), "%.*s%s",
 				 slash ? (int)(slash - argv[1] + 1) : 0, argv[1], tool_name[i]);
-		CHECK(access(tool_path[i], X_OK) == 0, "%s is built: %s", tool_name[i],
-		      tool_path[i]);
+		if (i < NARGS)
+			CHECK(access(tool_path[i], X_OK) == 0, "%s is built: %s", tool_name[i],
+			      tool_path[i]);
+		else
+			gpu_probe_usable(i);
 	}
 	fm_machine();
 	setenv("UPCIE_DOCTOR_NO_CUDA", "1", 1);
@@ -442,6 +600,15 @@ int main(int argc, char **argv)
 	CHECK(!buf[0], "... and did not unbind it from pcieport (%s)", buf);
 	read_file(FM_DEV "0000:00:06.0/driver_override", buf, sizeof(buf));
 	CHECK(!buf[0], "upcie-served --bind left the NIC's driver_override alone (%s)", buf);
+	for (size_t i = 0; i < sizeof(rows_any_class) / sizeof(rows_any_class[0]); i++)
+		row_check(&rows_any_class[i]);
+	read_file(FM_DEV "0000:00:02.0/driver_override", buf, sizeof(buf));
+	CHECK(!strcmp(buf, "vfio-pci"),
+	      "upcie-perf --bind --bind-any-class went on to bind the root port to vfio-pci (%s)",
+	      buf);
+	read_file(FM_DEV "0000:00:06.0/driver_override", buf, sizeof(buf));
+	CHECK(!buf[0], "upcie-served --bind --bind-any-class: the in-use guard kept the NIC (%s)",
+	      buf);
 	read_file("sys/bus/pci/drivers/nvme/unbind", buf, sizeof(buf));
 	CHECK(!strcmp(buf, "0000:00:0a.0"), "unbind wrote the address to the driver's unbind");
 	read_file("run/setup-drivers", buf, sizeof(buf));
