@@ -218,7 +218,8 @@ done
 
 restore_hugepages
 
-# scripts/plot-perf: its plots from the repository's data, its bad input
+# scripts/plot-perf: its plots from the repository's data, the committed plots against their raw
+# data (plot-perf check, with negative controls), its bad input
 tap "plot-perf (tests/tools/test_plot_perf.sh)" tests/tools/test_plot_perf.sh
 
 # libFuzzer harnesses (built in build-clang): each runs for a bounded time from its checked-in

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # scripts/plot-perf as a user runs it (TAP): each kind of plot drawn from data in the
 # repository, the SVG the same bytes when drawn twice (reproducible), and bad input refused with
-# exit 2 and a message naming what is wrong. Without python3-matplotlib: skipped (a TAP plan of 0).
+# exit 2 and a message naming what is wrong. Then the committed plots (docs/results/plots): each
+# linked from docs/results, and `plot-perf check` finds each one showing what its raw data give;
+# negative controls: a raw value changed (sweep, ratio), a drawing changed, no provenance.
+# Without python3-matplotlib: skipped (a TAP plan of 0).
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pp=$root/scripts/plot-perf
 raw=$root/docs/results/raw
@@ -76,6 +79,66 @@ if "$pp" cdf "$tmp/fio-nobins.json" -o "$tmp/f2.svg" >/dev/null 2>&1 && grep -q 
 else
 	nok "cdf of fio json from percentiles"
 fi
+# the committed plots: every one linked from a page of docs/results, every link to one valid
+plots=$root/docs/results/plots
+links=$(grep -ho '](plots/[^)]*)' "$root"/docs/results/*.md | sed 's/^](plots\///; s/)$//' | sort -u)
+missing="" unlinked=""
+for l in $links; do [ -f "$plots/$l" ] || missing="$missing $l"; done
+for f in "$plots"/*.svg "$plots"/*.png; do
+	[ -f "$f" ] || continue
+	printf '%s\n' "$links" | grep -qxF "$(basename "$f")" || unlinked="$unlinked $(basename "$f")"
+done
+if [ -n "$links" ] && [ -z "$missing$unlinked" ]; then
+	ok "docs/results links $(printf '%s\n' "$links" | wc -l) plots, each one in docs/results/plots, each committed plot linked"
+else
+	nok "docs/results plot links" "links to missing plots:$missing" "plots no page links:$unlinked"
+fi
+# one check of them all (a TAP line each), exit 0 only when every one matched
+all=$("$pp" check "$plots"/*.svg 2>&1)
+rc=$?
+for f in "$plots"/*.svg; do
+	line=$(printf '%s\n' "$all" | grep -F "check $f: ")
+	if printf '%s\n' "$line" | grep -q ': ok: data match'; then
+		ok "check $(basename "$f"): $(printf '%s\n' "$line" | sed 's/.*: ok: //')"
+	else
+		nok "check $(basename "$f"): the committed plot shows what its raw data give" "$line"
+	fi
+done
+if [ "$rc" = 0 ]; then ok "check of every committed plot: exit 0"; else nok "check of every committed plot: exit 0" "exit $rc: $all"; fi
+# negative control: one IOPS value of the sweep's raw data changed, under another --root: the
+# unchanged copy passes there (the control of the control), the changed one fails
+sw=docs/results/raw/h200-2026-12-03-perf/sweep.json
+mkdir -p "$tmp/root/$(dirname "$sw")"
+cp "$root/$sw" "$tmp/root/$sw"
+want_fail 0 ": ok: data match" "$pp" check --root "$tmp/root" "$plots/h200-null-iops-sweep.svg"
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+d["runs"][0]["iops"] = d["runs"][0]["iops"] + 1
+json.dump(d, open(sys.argv[1], "w"))' "$tmp/root/$sw"
+want_fail 1 "FAILED: the data differ" "$pp" check --root "$tmp/root" "$plots/h200-null-iops-sweep.svg"
+# ... and one QD1 p50 of a fio_cmp boot (a ratio plot's raw line)
+boot=docs/results/raw/fio-guest-2026-12-02/boot1-results.tsv
+for f in docs/results/raw/fio-guest-2026-12-01 docs/results/raw/fio-guest-2026-12-02; do
+	mkdir -p "$tmp/root/$f" && cp "$root/$f"/boot*-results.tsv "$tmp/root/$f/"
+done
+sed -i '0,/upcie QD1 ([^)]*): [0-9]* IOPS, clat p50 /s//&1/' "$tmp/root/$boot"
+if cmp -s "$root/$boot" "$tmp/root/$boot"; then
+	nok "negative control: a fio_cmp line of $boot changed" "the sed changed nothing"
+else
+	want_fail 1 "FAILED: the data differ" "$pp" check --root "$tmp/root" "$plots/fio-guest-ratios.svg"
+fi
+# a plot drawn by another matplotlib: the data alone compared, said so, no failure
+sed 's/Matplotlib v[0-9.]*,/Matplotlib v0.0.1,/' "$plots/h200-null-iops-sweep.svg" >"$tmp/other-mpl.svg"
+want_fail 0 "bytes not compared (drawn by matplotlib 0.0.1" "$pp" check "$tmp/other-mpl.svg"
+# the drawing changed, the data not (same matplotlib): the bytes catch it
+sed '0,/style="fill: #ffffff"/s//style="fill: #fffffe"/' "$plots/h200-null-iops-sweep.svg" >"$tmp/redrawn.svg"
+want_fail 1 "draws other bytes now" "$pp" check "$tmp/redrawn.svg"
+# an SVG without plot-perf's provenance
+grep -v '<dc:source>\|<dc:identifier>' "$plots/h200-null-iops-sweep.svg" >"$tmp/noprov.svg"
+want_fail 1 "FAILED: no provenance" "$pp" check "$tmp/noprov.svg"
+want_fail 2 "check reads SVG files" "$pp" check "$root/README.md"
+want_fail 2 "--root /nonexistent-29: not a directory" "$pp" check --root /nonexistent-29 "$plots/h200-null-iops-sweep.svg"
+
 want_fail 2 "a command is needed" "$pp"
 want_fail 2 "invalid choice: 'bogus'" "$pp" bogus x -o "$tmp/x.svg"
 want_fail 2 "the following arguments are required: -o/--output" "$pp" sweep "$sweep"
