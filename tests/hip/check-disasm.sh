@@ -26,13 +26,26 @@
 #         glc slc dlc, the tag's after the drain; CDNA: buffer_wbl2 between them)
 #   wait  the core's timed wait (upcie_nvme_qpair_wait) in device code reads the realtime
 #         counter and loads its rate from the queue pair (clock_khz), on every target
+#   data  the reader helpers of gpuq/gqp_hip.h: a reader that polls a flag and calls
+#         upcie_nvme_gqp_hip_data_acquire(), and one that waits with _signal_wait(), have the
+#         system-scope acquire (RDNA buffer_gl0_inv, buffer_gl1_inv; gfx90a buffer_invl2,
+#         buffer_wbinvl1_vol; gfx940 buffer_inv sc0 sc1) between the flag's poll load and the
+#         plain vector load of the data; signal_wait's deadline is the realtime counter;
+#         _data_release() puts the system-scope release (gfx90a buffer_wbl2, gfx940 buffer_wbl2
+#         sc0 sc1, then s_waitcnt vmcnt(0); RDNA s_waitcnt vmcnt(0) and s_waitcnt_vscnt) between
+#         the payload store and the flag store, and _signal() does too (RDNA: the flag stored
+#         with the doorbell sequence)
 # Then it proves it can fail: the gfx1101 object built with the gate off
 # (-DUPCIE_GPU_HIP_TEST_GATE_OFF, what gating on a specific __gfxNNNN__ macro does on a generic
 # target) must fail the RDNA rules; the gfx1101 object must fail the CDNA rules (instructions
 # present where they must not be); the bits rule, the reap-acquire rule and the mirror's
 # acquire and tag-store rules each fail on gfx1101, gfx90a and gfx940 built with that rule
 # removed (UPCIE_GPU_HIP_TEST_*, UPCIE_NVME_CQMIRROR_HIP_TEST_*), and the consumer rule fails on a
-# consumer that polls by hand; without __GFX11__ the family is still derived (from
+# consumer that polls by hand; the data rules fail with the helpers' fences removed
+# (UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE, _NO_DATA_RELEASE), on a reader whose data sits behind
+# a const __restrict__ parameter (a scalar load, s_load, which no acquire orders) on every
+# target, and on a reader with an agent-scope acquire on gfx90a and gfx940 (RDNA compiles both
+# scopes alike); without __GFX11__ the family is still derived (from
 # __gfx1101__), and without either the build must stop with an error; GFX12 (__GFX12__) must
 # stop the build with the error that says why it is not supported.
 # TAP output; one SKIP line when hipcc or llvm-objdump is missing.
@@ -308,6 +321,79 @@ rules_wait() {
 	fi
 }
 
+# dataacq ARCH FILE: system-scope acquire fences between the first poll load (the flag) and the
+# plain vector load of the data (offset:84, data[21]); -1 when the poll or that load is missing
+# (a data load the compiler made scalar, s_load, is missing)
+dataacq() {
+	awk -v bits="$(pollbits "$1")" '
+		function hasbits(line,   n, w, i) {
+			n = split(bits, w, " ")
+			for (i = 1; i <= n; i++) if (line !~ (" " w[i] "( |$)")) return 0
+			return 1
+		}
+		/^(global|flat)_load_/ && hasbits($0) && !seen { seen = 1; prev = $0; next }
+		seen && /^(global|flat)_load_(dword|b32) .*offset:84( |$)/ { data = 1; exit }
+		seen && '"$(acqfence "$1")"' { c++ }
+		{ prev = $0 }
+		END { print (seen && data) ? c + 0 : -1 }' "$2"
+}
+
+# datarel ARCH FILE: 1 when the system-scope release separates the payload store (offset:84)
+# from the next store (the flag): gfx90a buffer_wbl2, gfx940 buffer_wbl2 sc0 sc1, each then
+# s_waitcnt vmcnt(0); RDNA s_waitcnt vmcnt(0) and s_waitcnt_vscnt null, 0x0; 0 when not; -1
+# without the two stores
+datarel() {
+	awk -v arch="$1" '
+		/^(global|flat)_store_(dword|b32) .*offset:84( |$)/ && !seen { seen = 1; next }
+		seen && /^(global|flat)_store_/ { flag = 1; exit }
+		seen && arch == "gfx90a" && $0 == "buffer_wbl2" { wb = 1 }
+		seen && arch ~ /^gfx94/ && /^buffer_wbl2 / && / sc0( |$)/ && / sc1( |$)/ { wb = 1 }
+		seen && arch ~ /^gfx1/ { wb = 1 }
+		seen && wb && /^s_waitcnt .*vmcnt\(0\)/ { w = 1 }
+		seen && $0 == "s_waitcnt_vscnt null, 0x0" { vs = 1 }
+		END { if (!(seen && flag)) print -1; else print (w && (arch !~ /^gfx1/ || vs)) ? 1 : 0 }' "$2"
+}
+
+# rules_data DIS ARCH: the reader and producer helpers (upcie_hipchk_reader, _sigwait,
+# _producer, _signal)
+rules_data() {
+	local d=$1 arch=$2 t="$tmp/d.$$" c
+	fn "$d" upcie_hipchk_reader >"$t.rd"
+	fn "$d" upcie_hipchk_sigwait >"$t.sw"
+	fn "$d" upcie_hipchk_producer >"$t.pr"
+	fn "$d" upcie_hipchk_signal >"$t.sg"
+	c=$(dataacq "$arch" "$t.rd")
+	if [ "$c" -ge 1 ]; then
+		echo "ok reader: data_acquire (system scope) between its flag poll and the plain data load"
+	else
+		echo "bad reader: data_acquire (system scope) between its flag poll and the plain data load | $c"
+	fi
+	c=$(dataacq "$arch" "$t.sw")
+	if [ "$c" -ge 1 ]; then
+		echo "ok signal_wait: acquire (system scope) between the flag poll and the plain data load"
+	else
+		echo "bad signal_wait: acquire (system scope) between the flag poll and the plain data load | $c"
+	fi
+	if grep -Eq '^(s_memrealtime|s_sendmsg_rtn_b64 .*MSG_RTN_GET_REALTIME)' "$t.sw"; then
+		echo "ok signal_wait: deadline on the realtime counter"
+	else
+		echo "bad signal_wait: deadline on the realtime counter | none"
+	fi
+	c=$(datarel "$arch" "$t.pr")
+	if [ "$c" = 1 ]; then
+		echo "ok data_release: system-scope release between the payload store and the flag store"
+	else
+		echo "bad data_release: system-scope release between the payload store and the flag store | $c"
+	fi
+	c=$(datarel "$arch" "$t.sg")
+	case $arch in gfx1*) [ "$(seqcount "$t.sg")" = 1 ] || c="$c, no doorbell sequence" ;; esac
+	if [ "$c" = 1 ]; then
+		echo "ok signal: the payload store released before the flag store"
+	else
+		echo "bad signal: the payload store released before the flag store | $c"
+	fi
+}
+
 rules_cdna() {
 	local d=$1 t="$tmp/c.$$" c
 	fn "$d" upcie_hipchk_doorbell >"$t.db"
@@ -374,6 +460,24 @@ for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna" "gfx940 9 cdna"; do
 	report "$arch" "$(rules_poll "$tmp/$arch.s" "$arch")"
 	report "$arch" "$(rules_mirror "$tmp/$arch.s" "$arch")"
 	report "$arch" "$(rules_wait "$tmp/$arch.s")"
+	report "$arch" "$(rules_data "$tmp/$arch.s" "$arch")"
+	# The data rules can fail: a reader behind a const __restrict__ parameter (a scalar load)
+	fn "$tmp/$arch.s" upcie_hipchk_sigwait_restrict >"$tmp/rst.s"
+	c=$(dataacq "$arch" "$tmp/rst.s")
+	if [ "$c" = -1 ] && grep -Eq '^s_load_(dword|b32) .*0x54$' "$tmp/rst.s"; then
+		ok "self-test: $arch: a reader with its data behind const __restrict__ (s_load, 0x54) fails the data rule"
+	else
+		notok "self-test: $arch: a reader with its data behind const __restrict__ fails the data rule" "dataacq said $c; $(grep -c '^s_load' "$tmp/rst.s") scalar loads"
+	fi
+	if [ "$kind" = cdna ]; then
+		fn "$tmp/$arch.s" upcie_hipchk_reader_agent >"$tmp/agt.s"
+		c=$(dataacq "$arch" "$tmp/agt.s")
+		if [ "$c" = 0 ]; then
+			ok "self-test: $arch: a reader with an agent-scope acquire fails the data rule"
+		else
+			notok "self-test: $arch: a reader with an agent-scope acquire fails the data rule" "dataacq said $c"
+		fi
+	fi
 done
 
 # The poll and mirror rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN),
@@ -392,11 +496,14 @@ for arch in gfx1101 gfx90a gfx940; do
 	for ctl in GPU_HIP_TEST_POLL_PLAIN:"completion poll load carries" \
 		GPU_HIP_TEST_NO_ACQUIRE:"reap: system-scope acquire" \
 		NVME_CQMIRROR_HIP_TEST_NO_ACQUIRE:"mirror: acquire between" \
-		NVME_CQMIRROR_HIP_TEST_PLAIN_TAG:"mirror: the entry reaches the host before its tag"; do
+		NVME_CQMIRROR_HIP_TEST_PLAIN_TAG:"mirror: the entry reaches the host before its tag" \
+		NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE:"reader: data_acquire" \
+		NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE:"signal_wait: acquire" \
+		NVME_GQP_HIP_TEST_NO_DATA_RELEASE:"data_release: system-scope release"; do
 		m=UPCIE_${ctl%%:*} rule=${ctl#*:}
 		if build "$arch" "$tmp/ctl.co" "-D$m"; then
 			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
-			out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch")
+			out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch"; rules_data "$tmp/ctl.s" "$arch")
 			if grep -q "^bad $rule" <<<"$out"; then
 				ok "self-test: $arch built with $m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
 			else

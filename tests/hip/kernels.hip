@@ -70,3 +70,81 @@ extern "C" __global__ void upcie_hipchk_io(struct upcie_nvme_gqp_hip *q,
 	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0)
 		*ret = upcie_nvme_gqp_hip_io(q, sqe, timeout_ns, cqe);
 }
+
+/* Readers and producers outside the owner thread (gqp_hip.h, "Readers outside the owning
+ * thread"); data[21] is the load or store the check looks for. */
+
+/* A reader that polls a flag of its own, then acquires, then reads the data with a plain load. */
+extern "C" __global__ void upcie_hipchk_reader(const uint32_t *flag, const uint32_t *data,
+					       uint32_t *out)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		while (!upcie_nvme_port_load32(flag)) {
+		}
+		upcie_nvme_gqp_hip_data_acquire();
+		*out = data[21];
+	}
+}
+
+/* A reader told by a flag through signal_wait(), then a plain load. */
+extern "C" __global__ void upcie_hipchk_sigwait(const uint32_t *flag, uint32_t v, uint64_t khz,
+						const uint32_t *data, uint32_t *out, int *ret)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		int r = upcie_nvme_gqp_hip_signal_wait(flag, v, 1000000, khz);
+
+		*ret = r;
+		if (!r)
+			*out = data[21];
+	}
+}
+
+/* Control for the check: the same reader with the data behind a const __restrict__ parameter,
+ * which the compiler reads with a scalar load (s_load) no acquire orders; the data rule must
+ * fail on it. Never write a reader like this. */
+extern "C" __global__ void upcie_hipchk_sigwait_restrict(const uint32_t *flag, uint32_t v,
+							 uint64_t khz,
+							 const uint32_t *__restrict__ data,
+							 uint32_t *out, int *ret)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		int r = upcie_nvme_gqp_hip_signal_wait(flag, v, 1000000, khz);
+
+		*ret = r;
+		if (!r)
+			*out = data[21];
+	}
+}
+
+/* Control for the check: a reader whose acquire is agent scope, which on gfx90a leaves the L2
+ * alone; the data rule must fail on it on CDNA (RDNA compiles both scopes alike). */
+extern "C" __global__ void upcie_hipchk_reader_agent(const uint32_t *flag, const uint32_t *data,
+						     uint32_t *out)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		while (!upcie_nvme_port_load32(flag)) {
+		}
+		__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+		*out = data[21];
+	}
+}
+
+/* A producer of a write command's payload: its store, data_release(), then a plain flag store. */
+extern "C" __global__ void upcie_hipchk_producer(uint32_t *data, uint32_t v,
+						 volatile uint32_t *flag)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		data[21] = v;
+		upcie_nvme_gqp_hip_data_release();
+		*flag = 1;
+	}
+}
+
+/* A producer that publishes with signal(). */
+extern "C" __global__ void upcie_hipchk_signal(uint32_t *data, uint32_t v, uint32_t *flag)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		data[21] = v;
+		upcie_nvme_gqp_hip_signal(flag, v);
+	}
+}

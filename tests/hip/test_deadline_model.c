@@ -4,8 +4,10 @@
  * given, on the host with a fake clock in place of the GPU's wall clock (nvme/qpair_port.h lets a
  * test replace upcie_nvme_port_clock()): a queue pair whose commands never complete must give up
  * after exactly the number of clock ticks its rate makes of the timeout, so a wrong rate (a fixed
- * 100 MHz on a 25 MHz counter, say) moves the deadline by the ratio of the rates. Deterministic:
- * the fake clock advances a fixed step per read and nothing else measures time. No GPU.
+ * 100 MHz on a 25 MHz counter, say) moves the deadline by the ratio of the rates. The same for
+ * the reader helper upcie_nvme_gqp_hip_signal_wait() (a flag that never comes, one that is
+ * already there, sequence order across the wrap, no rate). Deterministic: the fake clock
+ * advances a fixed step per read and nothing else measures time. No GPU.
  */
 #include <upcie/base/feature.h>
 
@@ -149,5 +151,41 @@ int main(void)
 	a = gqp_reads(100000, 60000 * ms);
 	CHECK(a == 200001,
 	      "a 60 s device wait at 100 MHz ends at the 2 s cap: 200000000 ticks (%lld reads)", a);
+
+	/* the reader helper's wait: the same deadline arithmetic, then the acquire */
+	{
+		uint32_t flag = 5;
+		int err;
+
+		fake_reads_ = 0;
+		err = upcie_nvme_gqp_hip_signal_wait(&flag, 6, 1 * ms, 100000);
+		a = (long long)fake_reads_;
+		fake_reads_ = 0;
+		err = err == -ETIMEDOUT ? upcie_nvme_gqp_hip_signal_wait(&flag, 6, 1 * ms, 25000)
+					: err;
+		CHECK(err == -ETIMEDOUT && a == 101 && fake_reads_ == 26,
+		      "signal_wait for a flag that never comes: -ETIMEDOUT after 100000 ticks at "
+		      "100 MHz (%lld reads) and 25000 at 25 MHz (%llu)",
+		      a, (unsigned long long)fake_reads_);
+		fake_reads_ = 0;
+		err = upcie_nvme_gqp_hip_signal_wait(&flag, 6, 60000 * ms, 100000);
+		CHECK(err == -ETIMEDOUT && fake_reads_ == 200001,
+		      "signal_wait of 60 s ends at the 2 s cap (%llu reads)",
+		      (unsigned long long)fake_reads_);
+		CHECK_EQ(upcie_nvme_gqp_hip_signal_wait(&flag, 5, 1 * ms, 100000), 0,
+			 "signal_wait for a flag already there: 0");
+		CHECK_EQ(upcie_nvme_gqp_hip_signal_wait(&flag, 3, 1 * ms, 100000), 0,
+			 "signal_wait for an older sequence number: 0 (the flag only moves on)");
+		flag = 2;
+		CHECK_EQ(upcie_nvme_gqp_hip_signal_wait(&flag, 0xfffffffeu, 1 * ms, 100000), 0,
+			 "signal_wait across the wrap: 2 is after 0xfffffffe");
+		CHECK_EQ(upcie_nvme_gqp_hip_signal_wait(&flag, 3, 1 * ms, 0), -EINVAL,
+			 "signal_wait without a clock rate: -EINVAL");
+		upcie_nvme_gqp_hip_signal(&flag, 7);
+		CHECK(flag == 7 && upcie_nvme_gqp_hip_signal_wait(&flag, 7, 1 * ms, 100000) == 0,
+		      "signal stores the sequence number signal_wait then finds");
+		upcie_nvme_gqp_hip_data_release();
+		upcie_nvme_gqp_hip_data_acquire();
+	}
 	return check_done();
 }

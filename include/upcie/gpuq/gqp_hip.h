@@ -29,10 +29,53 @@
  * direct mode (data and CQ both in VRAM) and nothing promises in bridged mode: the completion goes
  * to host memory and the data to VRAM, two destinations, and the host poller seeing the entry
  * says nothing about the peer write. Bridged queues are therefore for payloads in host memory (one
- * destination with the CQ) or for commands without data into VRAM; a read into VRAM through a
- * bridged queue is unordered, and upcie cannot detect it at setup (payloads are named per
- * command). None of this ran on an AMD GPU (none here): the sequences are checked in the
- * disassembly (tests/hip/check-disasm.sh) and the host code compiled.
+ * destination with the CQ) or for commands without data into VRAM. The host checks a payload
+ * where its device address is set up (upcie_nvme_gqp_hip_data_iova(), gpuq/gqp_host_hip.h):
+ * coarse-grained VRAM on any queue, host memory on a direct queue and VRAM on a bridged one are
+ * refused there, the last two unless the queue was created with the flag by which the caller
+ * vouches for the platform. None of this ran on an AMD GPU (none here): the sequences are checked
+ * in the disassembly (tests/hip/check-disasm.sh) and the host code compiled.
+ *
+ * Readers outside the owning thread. Reap's acquire orders the owner thread's loads only. Every
+ * other thread that reads a payload after learning of its completion executes its own acquire
+ * (upcie_nvme_gqp_hip_data_acquire()) after it learnt and before its first load of the payload,
+ * whatever told it:
+ *   - a thread of the owner's work-group, told by __syncthreads() after the owner reaped: the
+ *     acquire after the barrier. The barrier's fences are work-group scope, which the controller
+ *     is outside of, and the owner's invalidation of the L1 it shares with the reader is no
+ *     promise (gfx90a and gfx940 in tgsplit mode run one work-group's wavefronts on several CUs);
+ *   - a thread of another work-group, told by a flag: the owner publishes with
+ *     upcie_nvme_gqp_hip_signal() (its stores, then the flag, as a doorbell is stored), the reader
+ *     waits with upcie_nvme_gqp_hip_signal_wait() (poll loads, then the acquire); a reader that
+ *     polls a flag of its own making calls upcie_nvme_gqp_hip_data_acquire() once it saw it. A
+ *     poll alone gives the flag, not the data behind it;
+ *   - a resident kernel told by the CPU (the CPU reaped, e.g. through the completion mirror,
+ *     gpuq/cqmirror_host_hip.h, and wrote a flag the kernel polls): the same; the flag lives in
+ *     fine-grained host memory (hipHostMalloc with hipHostMallocCoherent, as the bridge's cells).
+ *     The CPU's own order (completion, then its flag store) is the host core's (nvme/qpair.h).
+ * Data of a write command: ring's fence orders what the owner thread wrote or observed before the
+ * doorbell. When other threads produced the payload, each calls upcie_nvme_gqp_hip_data_release()
+ * after its last store and before it tells the owner (or publishes with signal()), and the owner,
+ * once told, acquires (signal_wait() does) before it enqueues and rings: the fence before the
+ * doorbell covers the producers' stores only when the owner has synchronised with them.
+ * What the acquire makes fresh, as compiled (system scope; tests/hip/check-disasm.sh): on RDNA
+ * s_waitcnt, buffer_gl0_inv, buffer_gl1_inv (the GL2 is not invalidated); on gfx90a
+ * buffer_wbl2, s_waitcnt, buffer_invl2, buffer_wbinvl1_vol (the L1, and the L2 lines of memory
+ * the L2 does not keep coherent); on gfx940 buffer_wbl2 sc0 sc1, s_waitcnt, buffer_inv sc0 sc1.
+ * No target invalidates L2 lines of coarse-grained VRAM, which a controller's write went around:
+ * hence the placement rule above, for every reader. Agent scope would not do: on gfx90a it
+ * compiles to s_waitcnt and buffer_wbinvl1_vol alone. The release is the compiler's system-scope
+ * release: buffer_wbl2 (gfx940: buffer_wbl2 sc0 sc1) and s_waitcnt on CDNA, the store drain
+ * (s_waitcnt vmcnt(0), s_waitcnt_vscnt) on RDNA.
+ * Scalar loads: a payload that a device or another thread writes while the kernel runs is read
+ * with ordinary vector loads, never through a `const T *__restrict__` kernel parameter nor with
+ * __builtin_nontemporal_load() of const memory. With clang 15 both become scalar loads (s_load,
+ * through the scalar cache) of a uniform address, issued before the acquire and, in a loop, once
+ * before the loop: the compiler takes such memory as unchanging for the whole dispatch, which is
+ * where LLVM's memory model uses scalar loads, and no fence orders or invalidates the scalar cache
+ * (it is invalidated between dispatches). So no acquire makes such a load fresh.
+ * tests/hip/check-disasm.sh keeps a kernel that reads the payload through a const __restrict__
+ * parameter, which its data rule must reject.
  *
  * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
  * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and the core's own timed
@@ -56,6 +99,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <upcie/base/barrier.h>
 #include <upcie/base/compiler.h>
 #include <upcie/nvme/qpair.h>
 #include <upcie/nvme/qpair_port.h>
@@ -221,6 +265,98 @@ UPCIE_HD static inline int upcie_nvme_gqp_hip_io(struct upcie_nvme_gqp_hip *q,
 	if (err)
 		return err;
 	return upcie_nvme_cqe_ok(&c.cqe) ? 0 : -EIO;
+}
+
+/*
+ * Per thread, any thread. Make this thread's stores of a write command's payload visible to the
+ * controller before the owner thread rings the doorbell of that command: call it after the last
+ * store and before telling the owner (barrier, flag). Not needed when the owner wrote the payload
+ * itself. A system-scope release fence (see "Readers outside the owning thread" above); on the
+ * host (the CPU stand-in of the guest tests) a full barrier. UPCIE_NVME_GQP_HIP_TEST_NO_DATA_RELEASE
+ * removes it, for a negative control of tests/hip/check-disasm.sh only: never in a build that runs.
+ */
+UPCIE_HD static inline void upcie_nvme_gqp_hip_data_release(void)
+{
+#if defined(UPCIE_NVME_GQP_HIP_TEST_NO_DATA_RELEASE) /* negative control only */
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
+#elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+	__threadfence_system();
+#else
+	upcie_mb();
+#endif
+}
+
+/*
+ * Per thread, any thread. The acquire of a thread that reads data behind a completion (or a
+ * producer's data) it learnt of from someone else: after it learnt (a barrier, a flag it polled,
+ * a word the CPU wrote) and before its first load of the data, with ordinary vector loads (see
+ * "Scalar loads" above). A system-scope acquire fence; on the host a DMA read barrier. It does not
+ * make coarse-grained VRAM fresh (see above: payloads are fine-grained or uncached).
+ * UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE removes it, for a negative control of
+ * tests/hip/check-disasm.sh only: never in a build that runs.
+ */
+UPCIE_HD static inline void upcie_nvme_gqp_hip_data_acquire(void)
+{
+#if defined(UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE) /* negative control only */
+#elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
+#elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+	__threadfence_system();
+#else
+	upcie_dma_rmb();
+#endif
+}
+
+/*
+ * Per thread, any thread. Tell readers in other work-groups (or the owner thread) that data is
+ * ready: `v` stored into *flag as a doorbell is (base/arch_hip.h: on RDNA the drain, a store past
+ * every cache level, the GL1/GL0 invalidate; elsewhere a system fence, then the store), so what
+ * this thread stored before reaches memory first and the flag leaves the GPU now. The flag may be
+ * in fine-grained host memory the CPU watches. Use a sequence number for `v`.
+ */
+UPCIE_HD static inline void upcie_nvme_gqp_hip_signal(uint32_t *flag, uint32_t v)
+{
+#if !defined(UPCIE_NVME_PORT_HIP_DEVICE) && !defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+	upcie_mb();
+#elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
+	__threadfence_system();
+#endif
+	upcie_nvme_port_doorbell((volatile uint32_t *)flag, v);
+}
+
+/*
+ * Per thread, any thread. Wait until *flag reaches `v` (sequence order: (int32_t)(*flag - v) >=
+ * 0) or `timeout_ns` (capped at UPCIE_NVME_GQP_HIP_WAIT_MAX_NS) has passed, then acquire
+ * (upcie_nvme_gqp_hip_data_acquire()). The flag is read with the completion poll load (every
+ * cache-policy bit the target has; RDNA invalidates GL0/GL1 first); the acquire is paid once.
+ * `wall_khz` is the wall clock's rate (a queue's `wall_khz`, or what the host read from
+ * hipDeviceAttributeWallClockRate; UPCIE_NVME_GQP_HIP_HOST_KHZ for the host stand-in). Returns 0,
+ * -ETIMEDOUT, -EOPNOTSUPP (the clock does not move), -EINVAL (no rate); on an error nothing was
+ * acquired and the data must not be read.
+ */
+UPCIE_HD static inline int upcie_nvme_gqp_hip_signal_wait(const uint32_t *flag, uint32_t v,
+							  uint64_t timeout_ns, uint64_t wall_khz)
+{
+	uint64_t ticks, t0, now;
+	uint32_t still = 0;
+
+	if (!wall_khz || wall_khz > UINT32_MAX)
+		return -EINVAL;
+	if (timeout_ns > UPCIE_NVME_GQP_HIP_WAIT_MAX_NS)
+		timeout_ns = UPCIE_NVME_GQP_HIP_WAIT_MAX_NS;
+	ticks = upcie_nvme_port_ticks(timeout_ns, (uint32_t)wall_khz);
+	t0 = upcie_nvme_port_clock();
+	while ((int32_t)(upcie_nvme_port_load32(flag) - v) < 0) {
+		now = upcie_nvme_port_clock();
+		if (now - t0 >= ticks)
+			return -ETIMEDOUT;
+		if (now == t0 && ++still >= UPCIE_NVME_GQP_HIP_CLOCK_STUCK)
+			return -EOPNOTSUPP;
+		upcie_nvme_port_relax();
+	}
+	upcie_nvme_gqp_hip_data_acquire();
+	return 0;
 }
 
 #endif /* UPCIE_GPUQ_GQP_HIP_H */
