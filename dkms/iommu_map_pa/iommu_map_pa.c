@@ -33,7 +33,10 @@
  * module reference. The bus notifier removes the mappings of a function whose driver is about
  * to change (BUS_NOTIFY_UNBIND_DRIVER, before vfio-pci's remove waits for the device files) or
  * that is being removed, and those whose source function goes the same way; the handles then
- * answer nothing but UNMAP.
+ * answer nothing but UNMAP. The memory behind a MAP's pages is kept by its dma-buf
+ * (lifetime_fd): attached for the module's own device, pinned (or from an exporter that never
+ * moves a buffer), its scatter list checked to hold every page, released only when the handle
+ * is freed, after the mapping is gone (imp_lt_begin, imp_lt_end).
  *
  * Locking. imp_lock (global, held briefly) protects the lists of files, functions and domains.
  * A function's mutex (struct imp_func) serializes everything that reads or changes what the
@@ -50,6 +53,8 @@
 #include <linux/delay.h>
 #include <linux/device.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/iommu.h>
@@ -64,6 +69,7 @@
 #include <linux/pci.h>
 #include <linux/security.h>
 #include <linux/slab.h>
+#include <linux/sort.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
 #include <linux/poll.h>
@@ -73,9 +79,9 @@
 
 #include "uapi/iommu_map_pa.h"
 
-#define IMP_VERSION "1.2.0"
+#define IMP_VERSION "1.3.0"
 
-/* Only for dma_buf_get()/dma_buf_put() of the optional lifetime reference. */
+/* The dma-buf a MAP's pages belong to: referenced, attached, pinned and checked (imp_lt_begin). */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
 MODULE_IMPORT_NS("DMA_BUF");
 #else
@@ -124,6 +130,11 @@ MODULE_PARM_DESC(max_map_pages, "pages one MAP may name (default 4194304)");
 static unsigned long max_map_mib = 64UL << 10;
 module_param(max_map_mib, ulong, 0644);
 MODULE_PARM_DESC(max_map_mib, "MiB one MAP or MAP_BAR may cover (default 65536)");
+static char static_exporters[256] = "udmabuf,drm,nvidia,nv_dmabuf";
+module_param_string(static_exporters, static_exporters, sizeof(static_exporters), 0444);
+MODULE_PARM_DESC(static_exporters,
+		 "exporters (dma-buf exp_name) without a pin op whose buffers never move or get "
+		 "revoked, comma separated (default udmabuf,drm,nvidia,nv_dmabuf)");
 
 /* Every page-by-page loop yields this often. */
 #define IMP_RESCHED 512
@@ -169,10 +180,13 @@ struct imp_handle {
 	struct list_head snode; /* in its source's shandles (source lock) */
 	struct list_head dnode; /* in its domain record's handles (its lock) */
 	u64 handle;
-	struct imp_func *tf; /* the function whose domain holds the mapping */
-	struct imp_func *sf; /* the function whose memory is mapped */
-	struct file *owner;  /* MAP: the target's vfio device, kept open */
-	struct dma_buf *lifetime;
+	struct imp_func *tf;	  /* the function whose domain holds the mapping */
+	struct imp_func *sf;	  /* the function whose memory is mapped */
+	struct file *owner;	  /* MAP: the target's vfio device, kept open */
+	struct dma_buf *lifetime; /* MAP: the dma-buf the pages belong to; NULL: raw pages */
+	struct dma_buf_attachment *lt_attach; /* its attachment for imp_misc, pinned if lt_pinned */
+	bool lt_pinned;
+	bool lt_moved;	       /* the exporter moved or revoked it (under its reservation lock) */
 	struct imp_mapping *m; /* target lock and its domain's lock */
 	struct imp_dom *dom;   /* m's domain record, set once before the handle is listed */
 	bool bar;	       /* made by MAP_BAR */
@@ -827,14 +841,236 @@ static void imp_handle_teardown_locked(struct imp_handle *h, bool async)
 	wake_up_all(&imp_poll_wq);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* the dma-buf a MAP's pages belong to */
+
+static struct miscdevice imp_misc;
+/* The own device: dma-direct, no IOMMU, no segment limits: its addresses are CPU physical. */
+static struct device_dma_parameters imp_dma_parms = {
+	.max_segment_size = UINT_MAX,
+	.segment_boundary_mask = ULONG_MAX,
+};
+
+static bool imp_exporter_static(const struct dma_buf *dmabuf)
+{
+	const char *list = static_exporters, *name = dmabuf->exp_name;
+	size_t n;
+
+	if (!name)
+		return false;
+	n = strlen(name);
+	while (*list) {
+		size_t len = strcspn(list, ",");
+
+		if (len == n && !strncmp(list, name, n))
+			return true;
+		list += len;
+		if (*list == ',')
+			list++;
+	}
+	return false;
+}
+
+/*
+ * The exporter moves or revokes the buffer (its reservation lock is held). A pinned buffer is
+ * never moved and a static exporter never does either, so this is a revocation: the mapping
+ * goes now, before the exporter reuses the memory, and the handle answers nothing but UNMAP.
+ * During MAP, before the target is known, lt_moved makes MAP fail instead. Lock order: the
+ * reservation lock, then the target's mutex (no path of this module takes a reservation lock
+ * while holding a function's mutex: imp_lt_begin runs before MAP takes it, imp_lt_end after
+ * every lock is dropped).
+ */
+static void imp_lt_invalidate(struct dma_buf_attachment *attach)
+{
+	struct imp_handle *h = attach->importer_priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (READ_ONCE(h->lt_moved))
+		return;
+	WRITE_ONCE(h->lt_moved, true);
+	pr_warn_ratelimited("exporter %s moved or revoked the buffer of a mapping; unmapping it\n",
+			    attach->dmabuf->exp_name ?: "?");
+	if (!h->tf)
+		return;
+	mutex_lock(&h->tf->lock);
+	WRITE_ONCE(h->gone, true);
+	imp_handle_teardown_locked(h, true);
+	mutex_unlock(&h->tf->lock);
+}
+
+#ifdef UPCIE_KMOD_HAVE_INVALIDATE_MAPPINGS
+/*
+ * 7.1+: the callback is optional and promises an unmap in bounded time, which the teardown
+ * keeps (its wait for a domain to come back ends after 1 s). Only pinned or static buffers
+ * are accepted, so it runs only if such an exporter takes a buffer back after all.
+ */
+static const struct dma_buf_attach_ops imp_lt_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = imp_lt_invalidate,
+};
+#else
+/* Up to 7.0 the callback is mandatory for a dynamic importer. */
+static const struct dma_buf_attach_ops imp_lt_ops = {
+	.allow_peer2peer = true,
+	.move_notify = imp_lt_invalidate,
+};
+#endif
+
+struct imp_range {
+	u64 lo, hi; /* [lo, hi) */
+};
+
+static int imp_range_cmp(const void *a, const void *b)
+{
+	const struct imp_range *x = a, *y = b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/*
+ * Does every page lie inside the buffer's scatter list (addresses for imp_misc: CPU physical)?
+ * 0, -ENXIO naming the first page that does not, -ENOMEM. Sorted and merged once, then one
+ * binary search per run of contiguous pages.
+ */
+static int imp_lt_check(const struct dma_buf *buf, struct sg_table *sgt, const u64 *pages,
+			u64 npages, u64 ps)
+{
+	struct imp_range *r;
+	struct scatterlist *sg;
+	unsigned int i, n = 0, k;
+	u64 p, run_pa, run_len;
+	int ret = 0;
+
+	r = kvmalloc_array(max_t(unsigned int, sgt->nents, 1), sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return -ENOMEM;
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (!sg_dma_len(sg))
+			continue;
+		r[n].lo = sg_dma_address(sg);
+		r[n].hi = r[n].lo + sg_dma_len(sg);
+		n++;
+	}
+	sort(r, n, sizeof(*r), imp_range_cmp, NULL);
+	for (i = 0, k = 0; i < n; i++) {
+		if (k && r[i].lo <= r[k - 1].hi)
+			r[k - 1].hi = max(r[k - 1].hi, r[i].hi);
+		else
+			r[k++] = r[i];
+	}
+	for (p = 0; p < npages && !ret;) {
+		unsigned int lo = 0, hi = k;
+
+		run_pa = pages[p];
+		run_len = ps;
+		for (p++; p < npages && pages[p] == run_pa + run_len; p++)
+			run_len += ps;
+		while (lo < hi) { /* the last range starting at or below run_pa */
+			unsigned int mid = lo + (hi - lo) / 2;
+
+			if (r[mid].lo <= run_pa)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (!lo || run_pa + run_len > r[lo - 1].hi) {
+			pr_info_ratelimited(
+			    "the page at %#llx is not in the scatter list of the %s "
+			    "buffer named as lifetime_fd\n",
+			    run_pa, buf->exp_name ?: "?");
+			ret = -ENXIO;
+		}
+		if (p % IMP_RESCHED == 0)
+			cond_resched();
+	}
+	kvfree(r);
+	return ret;
+}
+
+/*
+ * The dma-buf at `fd` as the lifetime of h's pages: referenced, dynamically attached for the
+ * module's own device, pinned where the exporter can pin (else it must be a static exporter),
+ * and every page checked against its scatter list. No lock of this module held. The pin stays
+ * until the handle is freed (imp_lt_end), after the mapping is gone.
+ */
+static int imp_lt_begin(struct imp_handle *h, int fd, const u64 *pages, u64 npages, u64 ps)
+{
+	struct dma_buf_attachment *attach;
+	struct dma_buf *buf;
+	struct sg_table *sgt;
+	long wait;
+	int ret;
+
+	buf = dma_buf_get(fd);
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
+	h->lifetime = buf;
+	if (!buf->ops->pin && !imp_exporter_static(buf)) {
+		pr_info_ratelimited("exporter %s cannot pin its buffers and may move or revoke "
+				    "them: not accepted as lifetime_fd (static_exporters lists "
+				    "exporters that never do)\n",
+				    buf->exp_name ?: "?");
+		return -EOPNOTSUPP;
+	}
+	attach = dma_buf_dynamic_attach(buf, imp_misc.this_device, &imp_lt_ops, h);
+	if (IS_ERR(attach))
+		return PTR_ERR(attach);
+	h->lt_attach = attach;
+	/* a dynamic importer pins and maps under the reservation lock (6.1 and later) */
+	ret = dma_resv_lock_interruptible(buf->resv, NULL);
+	if (ret)
+		return ret;
+	if (buf->ops->pin) {
+		ret = dma_buf_pin(attach);
+		if (ret) {
+			pr_info_ratelimited("exporter %s could not pin the buffer named as "
+					    "lifetime_fd (%d)\n",
+					    buf->exp_name ?: "?", ret);
+			goto unlock;
+		}
+		h->lt_pinned = true;
+	}
+	sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto unlock;
+	}
+	ret = imp_lt_check(buf, sgt, pages, npages, ps);
+	/* the pin (or the static exporter) keeps the memory; the addresses were only read */
+	dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
+unlock:
+	dma_resv_unlock(buf->resv);
+	if (ret)
+		return ret;
+	/* what the exporter did to place the memory (a clear, a move) finishes first */
+	wait = dma_resv_wait_timeout(buf->resv, DMA_RESV_USAGE_KERNEL, true, MAX_SCHEDULE_TIMEOUT);
+	if (wait < 0)
+		return (int)wait;
+	return READ_ONCE(h->lt_moved) ? -ESTALE : 0;
+}
+
+/* Unpin, detach and drop the dma-buf; no lock of this module held. */
+static void imp_lt_end(struct imp_handle *h)
+{
+	if (h->lt_attach) {
+		if (h->lt_pinned) {
+			dma_resv_lock(h->lifetime->resv, NULL);
+			dma_buf_unpin(h->lt_attach);
+			dma_resv_unlock(h->lifetime->resv);
+		}
+		dma_buf_detach(h->lifetime, h->lt_attach);
+	}
+	if (h->lifetime)
+		dma_buf_put(h->lifetime);
+}
+
 static void imp_handle_free(struct kref *ref)
 {
 	struct imp_handle *h = container_of(ref, struct imp_handle, ref);
 
 	if (h->owner)
 		fput(h->owner); /* never torn down: a request that failed */
-	if (h->lifetime)
-		dma_buf_put(h->lifetime);
+	imp_lt_end(h);
 	imp_func_put(h->sf);
 	imp_func_put(h->tf);
 	kfree(h);
@@ -1148,8 +1384,8 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (req.flags || req.reserved0 || req.reserved[0] || req.reserved[1] ||
-	    (req.prot & ~(UPCIE_IOMMU_MAP_PA_READ | UPCIE_IOMMU_MAP_PA_WRITE)))
+	if ((req.flags & ~UPCIE_IOMMU_MAP_PA_F_RAW_PAGES) || req.reserved0 || req.reserved[0] ||
+	    req.reserved[1] || (req.prot & ~(UPCIE_IOMMU_MAP_PA_READ | UPCIE_IOMMU_MAP_PA_WRITE)))
 		return -EINVAL;
 	if (!is_power_of_2(req.page_size) || req.page_size < PAGE_SIZE || !req.npages ||
 	    !IS_ALIGNED(req.iova, req.page_size) || req.iova != (unsigned long)req.iova)
@@ -1160,7 +1396,9 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		return -EINVAL;
 	if (size > (u64)READ_ONCE(max_map_mib) << 20)
 		return -E2BIG;
-	if (req.lifetime_fd < -1)
+	/* the pages' dma-buf, or raw pages said explicitly: never both, never neither */
+	if (req.lifetime_fd < -1 ||
+	    (req.lifetime_fd == -1) != !!(req.flags & UPCIE_IOMMU_MAP_PA_F_RAW_PAGES))
 		return -EINVAL;
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
@@ -1182,14 +1420,6 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 		ret = -EBADF;
 		goto abort;
 	}
-	if (req.lifetime_fd >= 0) {
-		h->lifetime = dma_buf_get(req.lifetime_fd);
-		if (IS_ERR(h->lifetime)) {
-			ret = PTR_ERR(h->lifetime);
-			h->lifetime = NULL;
-			goto abort;
-		}
-	}
 	h->sf = imp_func_get(&req.source);
 	if (IS_ERR(h->sf)) {
 		ret = PTR_ERR(h->sf);
@@ -1206,6 +1436,9 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 	ret = imp_source_register(h);
 	if (!ret)
 		ret = imp_check_pages(h->sf->pdev, pages, req.npages, req.page_size);
+	/* before the target's lock: a revocation takes it under the reservation lock */
+	if (!ret && req.lifetime_fd >= 0)
+		ret = imp_lt_begin(h, req.lifetime_fd, pages, req.npages, req.page_size);
 	if (ret)
 		goto abort;
 
@@ -1213,6 +1446,10 @@ static long imp_ioc_map(struct imp_file *f, void __user *uarg)
 	if (h->torn) {
 		/* the source's driver changed since it was registered: its memory is not ours */
 		ret = -ENODEV;
+		goto unlock;
+	}
+	if (READ_ONCE(h->lt_moved)) {
+		ret = -ESTALE; /* the exporter took the buffer back meanwhile */
 		goto unlock;
 	}
 	switch (imp_domain_kind(tf->pdev, &d)) {
@@ -1867,6 +2104,13 @@ static int __init imp_init(void)
 	ret = misc_register(&imp_misc);
 	if (ret)
 		goto err_nb;
+	/* the device lifetime dma-bufs are attached for: dma-direct, all of memory, no limits */
+	ret = dma_coerce_mask_and_coherent(imp_misc.this_device, DMA_BIT_MASK(64));
+	if (ret) {
+		misc_deregister(&imp_misc);
+		goto err_nb;
+	}
+	imp_misc.this_device->dma_parms = &imp_dma_parms;
 	smp_store_release(&imp_ready, true);
 	pr_info("version %s, ABI %d, /dev/%s\n", IMP_VERSION, UPCIE_IOMMU_MAP_PA_ABI,
 		imp_misc.name);

@@ -946,7 +946,7 @@ build_kmods() { # SLOT : dkms/ modules for the slot's kernel -> $WORK/build/kmod
 	PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/other" modules ||
 		die "building tests/guest/kmod-other for $KV failed (log: $log)"
 	mkdir -p "$out/other"
-	for m in $KMODS; do
+	for m in $KMODS tb_barbuf; do
 		strip --strip-debug -o "$out/other/$m.ko" "$tmp/other/$m.ko"
 	done
 	rm -rf "$tmp"

@@ -40,7 +40,12 @@ static void test_layout(void)
 	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map, handle), 72, "MAP.handle at 72");
 	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_translate, owner_fd), 28,
 		 "TRANSLATE.owner_fd at 28");
-	CHECK_EQ(UPCIE_IOMMU_MAP_PA_ABI, 2, "ABI 2: owner and source in MAP");
+	CHECK_EQ(UPCIE_IOMMU_MAP_PA_ABI, 3,
+		 "ABI 3: MAP pins its lifetime dma-buf, raw pages by flag");
+	CHECK_EQ(UPCIE_IOMMU_MAP_PA_F_RAW_PAGES, 4u, "MAP flag RAW_PAGES is bit 2");
+	CHECK(!(UPCIE_IOMMU_MAP_PA_F_RAW_PAGES &
+		(UPCIE_IOMMU_MAP_PA_F_SHARE | UPCIE_IOMMU_MAP_PA_F_OUTSIDE_WINDOW)),
+	      "no MAP flag shares a bit with a MAP_BAR flag");
 	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_map_bar), 96, "MAP_BAR: 96 bytes");
 	CHECK_EQ(offsetof(struct upcie_iommu_map_pa_map_bar, iova), 56, "MAP_BAR.iova at 56");
 	CHECK_EQ(sizeof(struct upcie_iommu_map_pa_translate), 72, "TRANSLATE: 72 bytes");
@@ -118,7 +123,8 @@ static void test_open_closed(void)
 	CHECK_EQ(ctx.fd, 0, "closed after failures");
 	upcie_kmod_iommu_map_pa_close(&ctx);
 	upcie_kmod_iommu_map_pa_close(NULL);
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EBADF, "map on a closed context: -EBADF");
 	CHECK_EQ(h, 9, "handle untouched");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_unmap(&ctx, 1), -EBADF, "unmap: -EBADF");
@@ -127,16 +133,35 @@ static void test_open_closed(void)
 	CHECK_EQ(upcie_kmod_iommu_map_pa_translate(&ctx, &bdf, -1, 0, &phys, NULL), -EBADF,
 		 "translate: -EBADF");
 	ctx.fd = 1; /* "open", wrong arguments */
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &tbad, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &tbad, &bdf, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EINVAL, "device number 32: -EINVAL");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bad, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bad, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EINVAL, "source device number 32: -EINVAL");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, NULL, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, NULL, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EINVAL, "no source: -EINVAL");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, NULL, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, NULL, &bdf, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EINVAL, "no target: -EINVAL");
-	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, NULL, 1, 4096, 0, -1, &h, NULL),
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, NULL, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
 		 -EINVAL, "no pages: -EINVAL");
+	/* stdout is no module file: an ioctl would answer -ENOTTY, so -EINVAL is the wrapper's */
+	last_msg[0] = 0;
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0, -1, &h, NULL),
+		 -EINVAL,
+		 "map with no lifetime dma-buf and no RAW_PAGES: -EINVAL before the module");
+	CHECK(strstr(last_msg, "UPCIE_KMOD_IOMMU_RAW_PAGES") != NULL,
+	      "the message names the explicit choice: %s", last_msg);
+	CHECK_EQ(
+	    upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0, -ENOENT, &h, NULL),
+	    -EINVAL, "map with lifetime_fd -ENOENT (a failed call passed on): -EINVAL");
+	CHECK_EQ(upcie_kmod_iommu_map_pa_map(&ctx, &t, &bdf, 0, &page, 1, 4096, 0,
+					     UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL),
+		 -ENOTTY, "control: with RAW_PAGES the request reaches the file (-ENOTTY)");
+	CHECK_EQ(h, 9, "handle untouched");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_map_bar(&ctx, &bdf, &bdf, 0, 0, 0, 0, NULL), -EINVAL,
 		 "map_bar without an outcome: -EINVAL");
 	CHECK_EQ(upcie_kmod_iommu_map_pa_doorbells(&ctx, &bdf, &bdf, 0, 0, &bm), -EINVAL,
@@ -146,12 +171,13 @@ static void test_open_closed(void)
 	ctx.fd = 0;
 	memset(&w, 0, sizeof(w));
 	memset(&mem, 0x5a, sizeof(mem));
-	CHECK_EQ(upcie_dmamem_iommu_map_pa(&mem, &ctx, &w, &t, 1, &bdf, NULL, &page, 1, 4096, -1),
+	CHECK_EQ(upcie_dmamem_iommu_map_pa(&mem, &ctx, &w, &t, 1, &bdf, NULL, &page, 1, 4096,
+					   UPCIE_KMOD_IOMMU_RAW_PAGES),
 		 -EINVAL, "dmamem without context or window: -EINVAL");
 	CHECK(mem.release == NULL && mem.fd == -1 && mem.size == 0, "dmamem zeroed");
 	CHECK_EQ(upcie_dmamem_iommu_map_pa_add(&mem, &t), -EINVAL,
 		 "add to a dmamem that is not iommu_map_pa's: -EINVAL");
-	CHECK_EQ(upcie_dmamem_iommu_map_pa_lut(&mem, &ctx, &w, &t, 1, &bdf, &mem), -EINVAL,
+	CHECK_EQ(upcie_dmamem_iommu_map_pa_lut(&mem, &ctx, &w, &t, 1, &bdf, &mem, 3), -EINVAL,
 		 "lut form of a non-LUT dmamem: -EINVAL");
 }
 

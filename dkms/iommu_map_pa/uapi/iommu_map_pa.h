@@ -49,7 +49,7 @@
 #include <linux/types.h>
 
 #define UPCIE_IOMMU_MAP_PA_DEVICE "/dev/iommu_map_pa"
-#define UPCIE_IOMMU_MAP_PA_ABI	  2
+#define UPCIE_IOMMU_MAP_PA_ABI	  3
 
 /*
  * Identity: the module's read-only parameter /sys/module/iommu_map_pa/parameters/abi reads
@@ -75,14 +75,26 @@ struct upcie_iommu_map_pa_pci {
  * size), physical addresses at user pointer `pages` (npages __u64, each page_size aligned), at
  * IOVA `iova` (page_size aligned), into the domain of function `pci`, whose open vfio device
  * descriptor is `owner_fd`. Every page lies in a memory BAR of function `source`. prot 0 means
- * read and write. `lifetime_fd` >= 0 names a dma-buf the module keeps a reference to while the
- * mapping exists (the exporter cannot free the memory behind the pages), -1 none.
+ * read and write.
+ * `lifetime_fd` names the dma-buf the pages belong to (the GPU memory dmabuf_import resolved):
+ * the module attaches it for its own device (addresses: CPU physical), pins it where the
+ * exporter has a pin op (else the exporter must be listed in the module parameter
+ * static_exporters: one that never moves or revokes a buffer), checks that every page lies in
+ * its scatter list, and keeps the pin and a reference until the handle goes: the memory cannot
+ * move or be freed under the mapping, whatever else the caller closes first. Should an
+ * exporter revoke it anyway, the mapping is removed at once (the handle then answers only
+ * UNMAP). -1 with flag UPCIE_IOMMU_MAP_PA_F_RAW_PAGES maps the pages with nothing keeping the
+ * memory behind them: the caller alone must keep it in place (and the memory's owner must not
+ * reuse it) until UNMAP; a device may otherwise reach whatever is put there next.
  * Errors: EPERM (function not owned by user space; a page outside the source's BARs or in its
  * MSI-X structures; the domain is the blocking one: the owner detached the device), EBADF
  * (owner_fd not open), EACCES (owner_fd is not this function's vfio device, or one vfio has not
  * granted access to: a cdev opened but not bound), EAGAIN (another domain was attached while the
  * request ran: nothing mapped), ENODEV (no such function, or no IOMMU translates it), EINVAL (alignment, sizes,
- * flags, reserved fields), E2BIG (npages above max_map_pages, or the range above
+ * flags, reserved fields, lifetime_fd not a dma-buf, lifetime_fd -1 without F_RAW_PAGES or >= 0
+ * with it), ENXIO (a page outside the lifetime dma-buf's scatter list), EOPNOTSUPP (its exporter
+ * can neither pin nor is listed as static), ESTALE (the exporter took the buffer back while the
+ * request ran), E2BIG (npages above max_map_pages, or the range above
  * max_map_bytes), ERANGE (outside the aperture, or a reserved region), EEXIST (a page is already
  * translated, or overlaps a mapping of this file), EMFILE (the file holds max_mappings), ENFILE
  * (all files hold max_total_mappings), EFAULT, ENOMEM, and what iommu_map answers.
@@ -91,18 +103,21 @@ struct upcie_iommu_map_pa_map {
 	struct upcie_iommu_map_pa_pci pci;    /* in: the function whose domain gets the pages */
 	struct upcie_iommu_map_pa_pci source; /* in: the function whose BARs hold the pages */
 	__s32 owner_fd;			      /* in: pci's open vfio device */
-	__u32 flags;			      /* in: none defined yet, must be 0 */
+	__u32 flags;			      /* in: UPCIE_IOMMU_MAP_PA_F_RAW_PAGES or 0 */
 	__u32 prot;			      /* in: UPCIE_IOMMU_MAP_PA_READ | _WRITE, 0: both */
 	__u32 shared;	   /* out: 1 when the handle joined an existing mapping */
 	__u64 iova;	   /* in */
 	__u64 page_size;   /* in */
 	__u64 npages;	   /* in */
 	__u64 pages;	   /* in: user pointer */
-	__s32 lifetime_fd; /* in */
+	__s32 lifetime_fd; /* in: the pages' dma-buf; -1 only with F_RAW_PAGES */
 	__u32 reserved0;
 	__u64 handle; /* out */
 	__u64 reserved[2];
 };
+
+/* MAP flags: raw pages, no lifetime_fd (see MAP). */
+#define UPCIE_IOMMU_MAP_PA_F_RAW_PAGES (1u << 2)
 
 /* MAP_BAR flags. */
 #define UPCIE_IOMMU_MAP_PA_F_SHARE (1u << 0) /* take an existing identity mapping as borrowed */

@@ -8,7 +8,8 @@
  * Three parts:
  * - the module calls: upcie_kmod_iommu_map_pa_open/close, _map (pages of a source function's
  *   BARs at an IOVA in a controller's domain, proven owned by the controller's open vfio device
- *   descriptor), _unmap (by handle), _map_bar (identity map of a BAR range into another
+ *   descriptor, the memory kept in place by its dma-buf, which the module pins and checks the
+ *   pages against; raw pages with nothing keeping them only when asked by name), _unmap (by handle), _map_bar (identity map of a BAR range into another
  *   function's kernel DMA domain; _doorbells maps the doorbell pages of an NVMe BAR0 into a
  *   GPU's domain, with the share override from the environment), _translate (what a domain
  *   maps at an IOVA; tests, diagnostics);
@@ -63,6 +64,16 @@
 /* Protection for _map and _map_bar; 0 means both. */
 #define UPCIE_KMOD_IOMMU_READ  UPCIE_IOMMU_MAP_PA_READ
 #define UPCIE_KMOD_IOMMU_WRITE UPCIE_IOMMU_MAP_PA_WRITE
+
+/*
+ * The lifetime_fd of upcie_kmod_iommu_map_pa_map() and the dmamem that maps raw pages: no
+ * dma-buf keeps the memory behind them in place, so nothing stops its owner (a GPU driver
+ * evicting VRAM, a device reset) from moving or reusing it while the controller can still reach
+ * it. Only for memory the caller keeps in place by other means (a BAR of a device it drives).
+ * Outside the range of -errno values, so that a failed call's result (-1, -ENOENT) passed on as
+ * a descriptor is refused rather than taken for it.
+ */
+#define UPCIE_KMOD_IOMMU_RAW_PAGES (-65536)
 
 /* The default window: 64 GiB at 256 GiB (above any host's RAM in IOVA terms, below the 39-bit
  * limit of every VT-d and AMD-Vi page table). */
@@ -146,6 +157,14 @@ static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
 		return "the owner descriptor is not this function's open vfio device";
 	case EBADF:
 		return "a descriptor (owner or lifetime) is not open";
+	case ENXIO:
+		return "a page is not in the scatter list of the lifetime dma-buf (the pages "
+		       "must be memory of that buffer)";
+	case EOPNOTSUPP:
+		return "the lifetime dma-buf's exporter can neither pin it nor is it listed in "
+		       "the module's static_exporters: its memory could move under the mapping";
+	case ESTALE:
+		return "the lifetime dma-buf's exporter took the buffer back while mapping";
 	case ENFILE:
 		return "all files together hold the module's max_total_mappings";
 	case ENODEV:
@@ -180,11 +199,15 @@ static inline const char *upcie_kmod_iommu_why_(int err, bool bar)
  * pages[], each page_size aligned, all in memory BARs of function `source`) at `iova`
  * (page_size aligned) into the IOMMU domain of the controller `t` (on vfio-pci; t->owner_fd its
  * open vfio device, which the module keeps open while mapped). prot: UPCIE_KMOD_IOMMU_READ |
- * _WRITE, 0 for both. lifetime_fd: a dma-buf the module keeps referenced while mapped (the
- * memory's exporter cannot free it), or -1. *shared (may be NULL) tells whether the handle
- * joined an identical mapping this context made for another function in the same domain.
- * Errors, each logged in words: -EPERM, -EACCES, -EBADF, -ENODEV, -ERANGE, -EEXIST, -E2BIG,
- * -EMFILE, -ENFILE, -EINVAL, -ENOMEM.
+ * _WRITE, 0 for both. lifetime_fd: the dma-buf the pages belong to (the GPU memory that
+ * dmabuf_import resolved them from): the module pins it (or accepts an exporter that never moves
+ * a buffer), checks every page against its scatter list and keeps it until the handle goes, so
+ * the memory stays in place whatever the caller closes first; or UPCIE_KMOD_IOMMU_RAW_PAGES
+ * (see there). *shared (may be NULL) tells whether the handle joined an identical mapping this
+ * context made for another function in the same domain. Errors, each logged in words: -EPERM,
+ * -EACCES, -EBADF, -ENODEV, -ERANGE, -EEXIST, -E2BIG, -EMFILE, -ENFILE, -ENXIO (a page outside
+ * the dma-buf), -EOPNOTSUPP (an exporter that may move it), -ESTALE, -EINVAL (also a
+ * lifetime_fd that is neither a descriptor nor UPCIE_KMOD_IOMMU_RAW_PAGES), -ENOMEM.
  */
 static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ctx,
 					      const struct upcie_kmod_iommu_target *t,
@@ -201,6 +224,10 @@ static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ct
 		return UPCIE_FAIL(-EBADF, "iommu_map_pa: context not open");
 	if (!t || !pages || !npages || !handle)
 		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: map needs a target, pages and a handle");
+	if (lifetime_fd < 0 && lifetime_fd != UPCIE_KMOD_IOMMU_RAW_PAGES)
+		return UPCIE_FAIL(-EINVAL,
+				  "iommu_map_pa: map needs the pages' dma-buf as lifetime_fd, or "
+				  "UPCIE_KMOD_IOMMU_RAW_PAGES for memory kept in place otherwise");
 	memset(&m, 0, sizeof(m));
 	err = upcie_kmod_pci_(&t->bdf, &m.pci, name, sizeof(name));
 	if (!err)
@@ -213,7 +240,12 @@ static inline int upcie_kmod_iommu_map_pa_map(struct upcie_kmod_iommu_map_pa *ct
 	m.page_size = page_size;
 	m.npages = npages;
 	m.pages = (uint64_t)(uintptr_t)pages;
-	m.lifetime_fd = lifetime_fd;
+	if (lifetime_fd == UPCIE_KMOD_IOMMU_RAW_PAGES) {
+		m.lifetime_fd = -1;
+		m.flags = UPCIE_IOMMU_MAP_PA_F_RAW_PAGES;
+	} else {
+		m.lifetime_fd = lifetime_fd;
+	}
 	if (ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP, &m)) {
 		err = upcie_neg_errno();
 		return UPCIE_FAIL(err,
@@ -539,7 +571,7 @@ struct upcie_dmamem_iommu_map_pa_priv_ {
 	size_t npages;
 	uint64_t page_size;
 	struct upcie_pci_bdf source;
-	int lifetime_fd; /* own duplicate, for _add; -1 none */
+	int lifetime_fd; /* own duplicate, for _add; UPCIE_KMOD_IOMMU_RAW_PAGES none */
 	uint64_t *handles;
 	size_t nhandles;
 };
@@ -605,7 +637,8 @@ static inline int upcie_dmamem_iommu_map_pa_add(struct upcie_dmamem *mem,
  * in pages[], in memory BARs of function `source`) there into each of the `n` controllers in
  * targets[] (on vfio-pci, their domains covering the window); describe it as arithmetic dmamem
  * of npages * page_size bytes with CPU view `vaddr` (may be NULL). lifetime_fd: see
- * upcie_kmod_iommu_map_pa_map(); the dmamem keeps its own duplicate of it. The dmamem holds its
+ * upcie_kmod_iommu_map_pa_map() (the pages' dma-buf, or UPCIE_KMOD_IOMMU_RAW_PAGES); the dmamem
+ * keeps its own duplicate of it. The dmamem holds its
  * own reference to the module file (ctx may be closed first) and borrows the window, which must
  * outlive it. upcie_dmamem_destroy() unmaps from every controller, then frees the range.
  * Errors: -ENOSPC (window full) and those of upcie_kmod_iommu_map_pa_map(). `mem` is zeroed on
@@ -642,7 +675,12 @@ static inline int upcie_dmamem_iommu_map_pa(struct upcie_dmamem *mem,
 	p->npages = npages;
 	p->page_size = page_size;
 	p->source = *source;
-	p->lifetime_fd = -1;
+	p->lifetime_fd = UPCIE_KMOD_IOMMU_RAW_PAGES;
+	if (lifetime_fd < 0 && lifetime_fd != UPCIE_KMOD_IOMMU_RAW_PAGES) {
+		free(p);
+		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: the dmamem needs the pages' dma-buf, or "
+					   "UPCIE_KMOD_IOMMU_RAW_PAGES");
+	}
 	p->pages = (uint64_t *)malloc(npages * sizeof(*p->pages));
 	if (!p->pages) {
 		free(p);
@@ -702,15 +740,17 @@ fail_free:
 
 /*
  * The same for memory described by a LUT dmamem of physical addresses (upcie_dmamem_dmabuf_import
- * of GPU memory, `source` the GPU): its granules become the pages, its CPU view the view. The
- * LUT dmamem must outlive this one (it holds the attachment that keeps the memory in place).
+ * of GPU memory, `source` the GPU): its granules become the pages, its CPU view the view.
+ * dmabuf_fd: the dma-buf lutmem was imported from (the module pins it for these mappings and
+ * checks the granules against it), or UPCIE_KMOD_IOMMU_RAW_PAGES. The LUT dmamem must outlive
+ * this one.
  */
 static inline int upcie_dmamem_iommu_map_pa_lut(struct upcie_dmamem *mem,
 						struct upcie_kmod_iommu_map_pa *ctx,
 						struct upcie_kmod_iova_window *win,
 						const struct upcie_kmod_iommu_target *targets,
 						size_t n, const struct upcie_pci_bdf *source,
-						const struct upcie_dmamem *lutmem)
+						const struct upcie_dmamem *lutmem, int dmabuf_fd)
 {
 	int err;
 
@@ -721,9 +761,9 @@ static inline int upcie_dmamem_iommu_map_pa_lut(struct upcie_dmamem *mem,
 		}
 		return UPCIE_FAIL(-EINVAL, "iommu_map_pa: source is not a LUT dmamem");
 	}
-	err =
-	    upcie_dmamem_iommu_map_pa(mem, ctx, win, targets, n, source, lutmem->vaddr, lutmem->lut,
-				      lutmem->nlut, UINT64_C(1) << lutmem->granule_shift, -1);
+	err = upcie_dmamem_iommu_map_pa(mem, ctx, win, targets, n, source, lutmem->vaddr,
+					lutmem->lut, lutmem->nlut,
+					UINT64_C(1) << lutmem->granule_shift, dmabuf_fd);
 	if (!err)
 		mem->size = lutmem->size; /* the last granule may be partly beyond the memory */
 	return err;

@@ -7,7 +7,8 @@
 # inside the IOVA window, the controllers reading into and writing from it; identity mappings of
 # a BAR into a kernel DMA domain (ivshmem and c1 on uio_pci_generic standing in for a GPU; a
 # target with no driver bound refused)
-# with collision, sharing, driver rebinding and peer-to-peer data; refusals and lifetime.
+# with collision, sharing, driver rebinding and peer-to-peer data; refusals; the lifetime
+# dma-buf (tb_barbuf's export of the ivshmem BAR): pinned, pages checked, revocation.
 # Without an IOMMU: the refusal and PASSTHROUGH answers. The checks are in
 # progs/t_kmod_iommu.c; kmod_iommu.host.sh checks the vram and namespace files.
 #
@@ -21,6 +22,8 @@ echo 16 >/proc/sys/vm/nr_hugepages
 tb_modprobe iommu_map_pa || tap_diag "iommu_map_pa did not load"
 tb_modprobe dmabuf_import || tap_diag "dmabuf_import did not load"
 tb_modprobe vgem || tap_diag "vgem did not load"
+# the test exporter of BAR memory (tests/guest/kmod-other/tb_barbuf.c)
+insmod /lib/tb-other/tb_barbuf.ko || tap_diag "tb_barbuf did not load"
 tb_modprobe nvme uio_pci_generic
 if [ "$TB_IOMMU" = 1 ]; then
 	[ "$TB_OOT" = 1 ] && tb_modprobe iommufd

@@ -60,6 +60,7 @@
 #include <upcie/vfio/type1.h>
 
 #include "t_kmod.h"
+#include "../kmod-other/tb_barbuf.h"
 
 #define DEV UPCIE_IOMMU_MAP_PA_DEVICE
 
@@ -70,6 +71,7 @@
 #define V_CHILD	  (40 * MiB) /* mapped by a child that exits */
 #define V_REFUSE  (48 * MiB)
 #define V_IOMMUFD (52 * MiB) /* mapped into c0's iommufd domain (7.x with the iommufd rebuild) */
+#define V_LIFE	  (56 * MiB) /* exported by tb_barbuf, mapped with it as lifetime */
 
 static struct upcie_pci_bdf c0, c1, vram;
 static char n0[UPCIE_PCI_BDF_STRLEN], n1[UPCIE_PCI_BDF_STRLEN], nv[UPCIE_PCI_BDF_STRLEN];
@@ -127,7 +129,8 @@ static int raw_map(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_b
 	m.page_size = page_size;
 	m.npages = npages;
 	m.pages = (uint64_t)(uintptr_t)pages;
-	m.lifetime_fd = -1;
+	m.lifetime_fd = -1; /* raw pages, said explicitly, unless a tweak names a dma-buf */
+	m.flags = UPCIE_IOMMU_MAP_PA_F_RAW_PAGES;
 	if (tweak)
 		tweak(&m);
 	err = tk_ioctl(ctx->fd, UPCIE_IOMMU_MAP_PA_IOC_MAP, &m);
@@ -142,7 +145,11 @@ static void tw_reserved(struct upcie_iommu_map_pa_map *m)
 }
 static void tw_flags(struct upcie_iommu_map_pa_map *m)
 {
-	m->flags = 1;
+	m->flags |= 1;
+}
+static void tw_noraw(struct upcie_iommu_map_pa_map *m)
+{
+	m->flags = 0;
 }
 static void tw_prot(struct upcie_iommu_map_pa_map *m)
 {
@@ -156,6 +163,46 @@ static int lifetime_fd_;
 static void tw_lifetime(struct upcie_iommu_map_pa_map *m)
 {
 	m->lifetime_fd = lifetime_fd_;
+	m->flags = 0;
+}
+static void tw_lifetime_raw(struct upcie_iommu_map_pa_map *m)
+{
+	m->lifetime_fd = lifetime_fd_;
+}
+
+/* tb_barbuf (tests/guest/kmod-other): a dma-buf over [off, off + len) of vram's BAR2, or -errno */
+static int tbb_fd = -1;
+static int tbb_export(uint64_t off, uint64_t len, uint32_t flags)
+{
+	struct tb_barbuf_export e;
+
+	if (tbb_fd < 0)
+		tbb_fd = open(TB_BARBUF_DEVICE, O_RDWR | O_CLOEXEC);
+	if (tbb_fd < 0)
+		return -errno;
+	memset(&e, 0, sizeof(e));
+	e.segment = vram.domain;
+	e.bus = vram.bus;
+	e.devfn = (uint8_t)(vram.dev << 3 | vram.fn);
+	e.bar = 2;
+	e.flags = flags;
+	e.offset = off;
+	e.len = len;
+	return ioctl(tbb_fd, TB_BARBUF_IOC_EXPORT, &e) ? -errno : e.fd;
+}
+
+/* pins and attachments of a tb_barbuf dma-buf now; -1 each when it cannot be asked */
+static void tbb_state(int fd, int *pins, int *attached)
+{
+	struct tb_barbuf_state st;
+
+	memset(&st, 0, sizeof(st));
+	st.fd = fd;
+	*pins = *attached = -1;
+	if (tbb_fd >= 0 && !ioctl(tbb_fd, TB_BARBUF_IOC_STATE, &st)) {
+		*pins = (int)st.pins;
+		*attached = (int)st.attached;
+	}
 }
 static int owner_fd_;
 static void tw_owner(struct upcie_iommu_map_pa_map *m)
@@ -280,6 +327,7 @@ static void test_detach_during_map(struct upcie_kmod_iommu_map_pa *ctx,
 		l.m.npages = N;
 		l.m.pages = (uint64_t)(uintptr_t)pages;
 		l.m.lifetime_fd = -1;
+		l.m.flags = UPCIE_IOMMU_MAP_PA_F_RAW_PAGES;
 		err = pthread_create(&t, NULL, long_map_fn, &l);
 		if (err)
 			break;
@@ -382,7 +430,7 @@ static void test_no_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	struct upcie_kmod_iommu_target t0 = { c0, open("/dev/null", O_RDONLY) };
 
 	TAP(upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, UPCIE_KMOD_IOVA_WINDOW_BASE, &page, 1,
-					4096, 0, -1, &h, NULL) == -ENODEV,
+					4096, 0, UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL) == -ENODEV,
 	    "MAP without an IOMMU: -ENODEV");
 	close(t0.owner_fd);
 	TAP(!upcie_kmod_iommu_map_pa_map_bar(ctx, &c0, &vram, 2, 0, 0, 0, &bm) &&
@@ -580,9 +628,15 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	lifetime_fd_ = 1000;
 	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_lifetime) == -EBADF,
 	    "lifetime fd not open: EBADF");
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_noraw) == -EINVAL,
+	    "no lifetime dma-buf and no F_RAW_PAGES: EINVAL");
 	lifetime_fd_ = vg->fd;
-	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_lifetime) == 0,
-	    "lifetime fd = a dma-buf: mapped (and unmapped)");
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_lifetime_raw) == -EINVAL,
+	    "a lifetime dma-buf and F_RAW_PAGES together: EINVAL");
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, tw_lifetime) == -ENXIO,
+	    "lifetime fd = a %s dma-buf that does not hold the pages: ENXIO", vg->kind);
+	TAP(raw_map(ctx, &c0, win_free, pages, 4, 4096, NULL) == 0,
+	    "control: the same pages as raw pages (F_RAW_PAGES): mapped (and unmapped)");
 	{
 		struct upcie_pci_bdf none = { .domain = 0, .bus = 0xfe, .dev = 31, .fn = 7 };
 
@@ -597,6 +651,117 @@ static void test_refusals(struct upcie_kmod_iommu_map_pa *ctx, const struct upci
 	TAP(upcie_kmod_iommu_map_pa_unmap(ctx, 999999) == -ENOENT, "unmap of a handle never made: "
 								   "-ENOENT");
 	TAP(xlate(ctx, &c0, win_free, NULL) == 0, "no refusal left a translation behind");
+}
+
+/*
+ * The dma-buf a MAP names as lifetime_fd keeps the memory: the module pins it (tb_barbuf counts
+ * pins and attachments), checks every page against its scatter list, keeps it whatever the
+ * caller closes, drops it at UNMAP, and unmaps at once when the exporter takes it back.
+ */
+static void test_lifetime(const struct upcie_pci_bar *vbar, uint64_t iova)
+{
+	/* a file of its own: its readiness tells of this test's handles only */
+	struct upcie_kmod_iommu_map_pa own = { 0 }, *ctx = &own;
+	struct upcie_kmod_iommu_target t0 = target(&c0);
+	uint64_t pages[16], h = 0, was;
+	int fd, peek, pins, att, err;
+
+	if (upcie_kmod_iommu_map_pa_open(ctx)) {
+		TAP(0, "a second iommu_map_pa file for the lifetime test");
+		return;
+	}
+	was = live(ctx);
+
+	for (int i = 0; i < 16; i++)
+		pages[i] = vbar->phys + V_LIFE + (uint64_t)i * 4096;
+	fd = tbb_export(V_LIFE, 64 * KiB, 0);
+	TAP(fd >= 0, "tb_barbuf exports vram [56 MiB, +64 KiB) as a dma-buf with a pin op (%d)",
+	    fd);
+	if (fd < 0) {
+		upcie_kmod_iommu_map_pa_close(ctx);
+		return;
+	}
+	peek = dup(fd); /* to ask the exporter after the caller's descriptor is gone */
+	err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 16, 4096, 0, fd, &h, NULL);
+	tbb_state(peek, &pins, &att);
+	TAP(!err && xlate(ctx, &c0, iova + 4096, NULL) == pages[1] && pins == 1 && att == 1,
+	    "MAP with the pages' dma-buf as lifetime: mapped, the buffer pinned once (pins %d, "
+	    "attachments %d)",
+	    pins, att);
+	close(fd);
+	tbb_state(peek, &pins, &att);
+	TAP(pins == 1 && xlate(ctx, &c0, iova, NULL) == pages[0],
+	    "the caller closes its dma-buf descriptor: still pinned and mapped (pins %d)", pins);
+	TAP(!upcie_kmod_iommu_map_pa_unmap(ctx, h), "UNMAP");
+	tbb_state(peek, &pins, &att);
+	TAP(pins == 0 && att == 0 && xlate(ctx, &c0, iova, NULL) == 0 && live(ctx) == was,
+	    "after UNMAP: unpinned, detached, nothing translated (pins %d, attachments %d)", pins,
+	    att);
+	/* control of the pin count: raw pages leave the buffer alone */
+	err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 16, 4096, 0,
+					  UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL);
+	tbb_state(peek, &pins, &att);
+	TAP(!err && pins == 0 && att == 0,
+	    "control: the same pages mapped raw (UPCIE_KMOD_IOMMU_RAW_PAGES): the buffer is not "
+	    "pinned (pins %d)",
+	    pins);
+	if (!err)
+		upcie_kmod_iommu_map_pa_unmap(ctx, h);
+
+	/* pages the buffer does not hold: all of them, or the last one only */
+	{
+		uint64_t out[2] = { vbar->phys + V_LIFE + 64 * KiB,
+				    vbar->phys + V_LIFE + 60 * KiB };
+
+		err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, out, 1, 4096, 0, peek, &h,
+						  NULL);
+		TAP(err == -ENXIO, "a page of the BAR just past the dma-buf: -ENXIO (%d)", err);
+		for (int i = 0; i < 2; i++)
+			pages[i] = vbar->phys + V_LIFE + 60 * KiB + (uint64_t)i * 4096;
+		err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 2, 4096, 0, peek,
+						  &h, NULL);
+		tbb_state(peek, &pins, &att);
+		TAP(err == -ENXIO && pins == 0 && att == 0 && xlate(ctx, &c0, iova, NULL) == 0,
+		    "a run whose second page is outside the buffer: -ENXIO, nothing mapped, "
+		    "nothing left pinned or attached (%d; pins %d, attachments %d)",
+		    err, pins, att);
+		for (int i = 0; i < 16; i++)
+			pages[i] = vbar->phys + V_LIFE + (uint64_t)i * 4096;
+	}
+	/* an exporter that cannot pin and is not known never to move its buffers */
+	fd = tbb_export(V_LIFE, 64 * KiB, TB_BARBUF_F_NOPIN);
+	err = fd < 0 ? fd
+		     : upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 16, 4096, 0, fd,
+						   &h, NULL);
+	tbb_state(fd, &pins, &att);
+	TAP(err == -EOPNOTSUPP && att == 0,
+	    "a buffer whose exporter has no pin op and is not in static_exporters: -EOPNOTSUPP "
+	    "(%d; attachments %d)",
+	    err, att);
+	if (fd >= 0)
+		close(fd);
+
+	/* the exporter takes the buffer back: the mapping goes at once, poll tells */
+	err =
+	    upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 16, 4096, 0, peek, &h, NULL);
+	TAP(!err && xlate(ctx, &c0, iova + 15 * 4096, NULL) == pages[15] && !readable(ctx->fd),
+	    "control: mapped again, translated and the file not readable before the revocation");
+	if (!err) {
+		uint64_t before = live(ctx);
+		int32_t rfd = peek;
+
+		TAP(!ioctl(tbb_fd, TB_BARBUF_IOC_REVOKE, &rfd), "tb_barbuf revokes the buffer");
+		TAP(xlate(ctx, &c0, iova, NULL) == 0 &&
+			xlate(ctx, &c0, iova + 15 * 4096, NULL) == 0,
+		    "after the revocation nothing of the range is translated");
+		TAP(readable(ctx->fd), "the module's file polls readable: user space is told");
+		TAP(upcie_kmod_iommu_map_pa_unmap(ctx, h) == 0 && live(ctx) == before - 1,
+		    "the handle answers UNMAP");
+		tbb_state(peek, &pins, &att);
+		TAP(pins == 0 && att == 0, "unpinned and detached after UNMAP (pins %d)", pins);
+	}
+	close(peek);
+	upcie_kmod_iommu_map_pa_close(ctx);
 }
 
 static void test_child(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_pci_bar *vbar,
@@ -618,8 +783,8 @@ static void test_child(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 
 		/* the child inherited the parent's vfio device descriptor: a proof it holds too */
 		if (upcie_kmod_iommu_map_pa_open(&mine) ||
-		    upcie_kmod_iommu_map_pa_map(&mine, &t0, &vram, iova, pages, 16, 4096, 0, -1, &h,
-						NULL))
+		    upcie_kmod_iommu_map_pa_map(&mine, &t0, &vram, iova, pages, 16, 4096, 0,
+						UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL))
 			_exit(1);
 		_exit(xlate(&mine, &c0, iova + 4096, NULL) == pages[1] ? 0 : 2);
 	}
@@ -642,7 +807,8 @@ static void test_unmap_capability(struct upcie_kmod_iommu_map_pa *ctx,
 
 	for (int i = 0; i < 4; i++)
 		pages[i] = vbar->phys + V_CHILD + (uint64_t)i * 4096;
-	err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 4, 4096, 0, -1, &h, NULL);
+	err = upcie_kmod_iommu_map_pa_map(ctx, &t0, &vram, iova, pages, 4, 4096, 0,
+					  UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL);
 	if (err) {
 		TAP(0, "map for the capability test (%d)", err);
 		return;
@@ -1135,9 +1301,9 @@ static void test_iommufd(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie
 	{
 		struct upcie_kmod_iommu_target t0 = { c0, dev.fd };
 
-		err =
-		    upcie_dmamem_iommu_map_pa(&m, ctx, &win, &t0, 1, &vram,
-					      (char *)vbar->addr + V_IOMMUFD, pages, 256, 4096, -1);
+		err = upcie_dmamem_iommu_map_pa(&m, ctx, &win, &t0, 1, &vram,
+						(char *)vbar->addr + V_IOMMUFD, pages, 256, 4096,
+						UPCIE_KMOD_IOMMU_RAW_PAGES);
 	}
 	TAP(!err && xlate(ctx, &c0, m.iova + 4096, NULL) == pages[1],
 	    "iommufd: vram [52, 53) MiB mapped into the IOAS's domain at 0x%" PRIx64,
@@ -1199,8 +1365,9 @@ static void test_owner_holds(struct upcie_kmod_iommu_map_pa *ctx, const struct u
 	if (!err) {
 		struct upcie_kmod_iommu_target t = { c1, d.fd };
 
-		err = upcie_kmod_iommu_map_pa_map(ctx, &t, &vram, UPCIE_KMOD_IOVA_WINDOW_BASE,
-						  pages, 4, 4096, 0, -1, &h, NULL);
+		err =
+		    upcie_kmod_iommu_map_pa_map(ctx, &t, &vram, UPCIE_KMOD_IOVA_WINDOW_BASE, pages,
+						4, 4096, 0, UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL);
 	}
 	TAP(!err, "%s in its own container, 4 vram pages mapped with its device as owner", n1);
 	if (err)
@@ -1313,15 +1480,21 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 	{
 		struct upcie_kmod_iommu_target both[2] = { target(&c0), target(&c1) };
 
+		/* the memory's dma-buf, as a GPU driver would export it: the module pins it */
+		int lfd = tbb_export(V_MAP4K, 4 * MiB, 0);
+
 		was = live(ctx);
-		err =
-		    upcie_dmamem_iommu_map_pa(&m4k, ctx, &win, both, 2, &vram,
-					      (char *)vbar->addr + V_MAP4K, pages, 1024, 4096, -1);
+		err = lfd < 0 ? lfd
+			      : upcie_dmamem_iommu_map_pa(&m4k, ctx, &win, both, 2, &vram,
+							  (char *)vbar->addr + V_MAP4K, pages, 1024,
+							  4096, lfd);
+		if (lfd >= 0)
+			close(lfd); /* the dmamem keeps its own duplicate, the module its pin */
 	}
 	TAP(!err && m4k.iova >= win.base && m4k.iova + m4k.size <= win.base + win.size &&
 		live(ctx) == was + 2,
 	    "vram [8, 12) MiB as 1024 x 4 KiB pages into %s and %s at IOVA 0x%" PRIx64
-	    " in the window",
+	    " in the window, their tb_barbuf dma-buf as lifetime",
 	    n0, n1, m4k.iova);
 	TAP(xlate(ctx, &c0, m4k.iova + 5 * 4096, NULL) == pages[5] &&
 		xlate(ctx, &c1, m4k.iova + 1023 * 4096, NULL) == pages[1023],
@@ -1361,7 +1534,8 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		struct upcie_kmod_iommu_target t0 = target(&c0);
 
 		err = upcie_dmamem_iommu_map_pa(&m2m, ctx, &win, &t0, 1, &vram,
-						(char *)vbar->addr + V_MAP2M, big, 2, 2 * MiB, -1);
+						(char *)vbar->addr + V_MAP2M, big, 2, 2 * MiB,
+						UPCIE_KMOD_IOMMU_RAW_PAGES);
 	}
 	TAP(!err && upcie_is_aligned(m2m.iova, 2 * MiB) &&
 		xlate(ctx, &c0, m2m.iova + 3 * MiB + 0x1000, NULL) == big[1] + MiB + 0x1000,
@@ -1377,7 +1551,7 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		     V_MAP2M + 2 * MiB - 4 * KiB, 16 * KiB, 64 * KiB);
 	}
 
-	if (!tk_buf_vgem(&vg, 64 * KiB)) {
+	{
 		/*
 		 * The dmamem keeps its own duplicate of the lifetime descriptor: a controller added
 		 * after the caller closed (or reused) its number still gets the right dma-buf.
@@ -1385,13 +1559,15 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		struct upcie_kmod_iommu_target t0 = target(&c0), t1 = target(&c1);
 		struct upcie_dmamem ml;
 		uint64_t lp[4];
-		int lfd = dup(vg.fd);
+		int lfd = tbb_export(V_REFUSE + 64 * KiB, 16 * KiB, 0);
 
 		for (int i = 0; i < 4; i++)
 			lp[i] = vbar->phys + V_REFUSE + 64 * KiB + (uint64_t)i * 4096;
-		err = upcie_dmamem_iommu_map_pa(&ml, ctx, &win, &t0, 1, &vram, NULL, lp, 4, 4096,
-						lfd);
-		close(lfd);
+		err = lfd < 0 ? lfd
+			      : upcie_dmamem_iommu_map_pa(&ml, ctx, &win, &t0, 1, &vram, NULL, lp,
+							  4, 4096, lfd);
+		if (lfd >= 0)
+			close(lfd);
 		lfd = open("/dev/null",
 			   O_RDONLY); /* most likely the same number, now not a dma-buf */
 		TAP(!err && !upcie_dmamem_iommu_map_pa_add(&ml, &t1) &&
@@ -1402,7 +1578,6 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		close(lfd);
 		if (!err)
 			upcie_dmamem_destroy(&ml);
-		tk_buf_free(&vg);
 	}
 	if (!tk_buf_vgem(&vg, 64 * KiB)) {
 		uint64_t free_iova;
@@ -1410,6 +1585,7 @@ static void test_iommu(struct upcie_kmod_iommu_map_pa *ctx, const struct upcie_p
 		upcie_kmod_iova_window_alloc(&win, 16 * 4096, 0, &free_iova);
 		test_refusals(ctx, vbar, &m4k, &v0.host, &vg, free_iova);
 		test_child(ctx, vbar, free_iova);
+		test_lifetime(vbar, free_iova);
 		test_unmap_capability(ctx, vbar, free_iova);
 		upcie_kmod_iova_window_free(&win, free_iova, 16 * 4096);
 		tk_buf_free(&vg);
