@@ -109,7 +109,7 @@ static inline int upcie_served_vf_setup_(struct upcie_served *s)
 {
 	struct upcie_nvme_pri_ctrl_cap *cap;
 	const struct upcie_nvme_dev *d = &s->c->dev;
-	unsigned total;
+	unsigned total = 0;
 	bool reset;
 	int err, fd;
 
