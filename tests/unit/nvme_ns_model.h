@@ -2,10 +2,12 @@
 /*
  * Namespaces for the controller model (nvme_ctrl_model.h): a table of namespaces with any NSIDs
  * (gaps included), LBA formats (up to 64, any index in use), metadata (separate or extended),
- * protection information (types 1-3, generated and checked for PRACT) and zoned namespaces (a
- * write pointer per zone, Zone Management Send/Receive, the zoned status codes). It answers
- * Identify for them (CNS 00h, 02h, 03h, 05h) and executes their I/O commands. A test
- * instrument, never evidence of hardware behaviour.
+ * protection information (types 1-3, generated and checked for PRACT, the application tag of
+ * CDW15 included) and zoned namespaces (a write pointer per zone, Zone Management
+ * Send/Receive, Zone Append with its assigned LBA and the Zone Append Size Limit, the zoned
+ * status codes). It answers Identify for them (CNS 00h, 02h, 03h, 05h, and 06h for the zoned
+ * command set) and executes their I/O commands. A test instrument, never evidence of hardware
+ * behaviour.
  *
  * Knobs: no Active Namespace List (NVMe 1.0), no Namespace Identification Descriptor list, a
  * malformed descriptor list, an Active Namespace List that never ends (the same full page
@@ -48,9 +50,11 @@ struct nvme_nsm_ns {
 	uint64_t *wp;  /* zoned: write pointer per zone */
 	uint32_t nzones;
 	/* records */
-	uint32_t n_io, n_pract, n_pi_errors;
-	uint32_t last_cdw12, last_cdw14;
+	uint32_t n_io, n_pract, n_pi_errors, n_append;
+	uint32_t last_cdw12, last_cdw14, last_cdw15;
 	uint64_t last_mptr;
+	uint8_t last_opc;
+	uint64_t last_slba;
 };
 
 struct nvme_nsm {
@@ -61,6 +65,11 @@ struct nvme_nsm {
 	bool bad_desc_list;  /* CNS 03h: a descriptor that runs past the page */
 	bool endless_list;   /* CNS 02h: NSIDs 1..1024 whatever the start */
 	uint32_t n_cs_ns;    /* CNS 05h asked */
+	uint8_t zasl;	     /* zoned Identify Controller (CNS 06h, CSI 02h): ZASL */
+	uint32_t n_cs_ctrl_zns;
+	/* Zone Append: the LBA a completion reports is this much beyond where the data went (a
+	   controller that lies; 0: the truth) */
+	int64_t append_lba_skew;
 	/* Identify Namespace overrides for nsid `over_nsid` (fuzz-like absurd values) */
 	uint32_t over_nsid;
 	void (*over)(struct upcie_nvme_id_ns *id);
@@ -264,6 +273,12 @@ static inline int nvme_nsm_identify(struct nvme_nsm *t, uint32_t nn,
 		z->lbafe[n->lbaf].zsze = n->zone_blocks;
 		return 0;
 	}
+	case UPCIE_NVME_CNS_CS_CTRL:
+		if (csi != UPCIE_NVME_CSI_ZNS)
+			return -1;
+		t->n_cs_ctrl_zns++;
+		buf[0] = t->zasl;
+		return 0;
 	default:
 		return -1;
 	}
@@ -321,9 +336,10 @@ static inline uint8_t *nvme_nsm_pi_at_(struct nvme_nsm_ns *n, uint64_t lba)
 	return (n->dps & UPCIE_NVME_DPS_PIP) ? md : md + n->ms - UPCIE_NVME_PI_BYTES;
 }
 
-/* Check the stored PI of `lba` as a read with PRCHK bits `prchk` and reference `ref` would. */
+/* Check the stored PI of `lba` as a read with PRCHK bits (CDW12), application tag and mask
+ * (CDW15) and reference `ref` would. */
 static inline uint16_t nvme_nsm_pi_check_(struct nvme_nsm_ns *n, uint64_t lba, uint32_t cdw12,
-					  uint32_t ref)
+					  uint32_t cdw15, uint32_t ref)
 {
 	uint8_t *pi = nvme_nsm_pi_at_(n, lba);
 	uint16_t guard = (uint16_t)(pi[0] << 8 | pi[1]), app = (uint16_t)(pi[2] << 8 | pi[3]);
@@ -334,6 +350,8 @@ static inline uint16_t nvme_nsm_pi_check_(struct nvme_nsm_ns *n, uint64_t lba, u
 	if ((cdw12 & UPCIE_NVME_RW_PRCHK_GUARD) &&
 	    guard != nvme_nsm_crc16(n->data + lba * n->lba_bytes, n->lba_bytes))
 		return UPCIE_NVME_SC_GUARD_CHECK;
+	if ((cdw12 & UPCIE_NVME_RW_PRCHK_APP) && ((app ^ cdw15) & (cdw15 >> 16) & 0xffffu))
+		return UPCIE_NVME_SC_APPTAG_CHECK;
 	if ((cdw12 & UPCIE_NVME_RW_PRCHK_REF) && (n->dps & 7) != UPCIE_NVME_DPS_PIT_3 && tag != ref)
 		return UPCIE_NVME_SC_REFTAG_CHECK;
 	return 0;
@@ -354,6 +372,26 @@ static inline uint16_t nvme_nsm_zone_write_(struct nvme_nsm_ns *n, uint64_t slba
 		return UPCIE_NVME_SC_ZONE_BOUNDARY;
 	n->wp[z] += nlb;
 	return 0;
+}
+
+/*
+ * Zone Append of `nlb` blocks to the zone starting at `zslba`: the zone's write pointer is
+ * where they go (*slba), the size limit ZASL (2^zasl 4 KiB pages, 0: none) and the zone's end
+ * bound it.
+ */
+static inline uint16_t nvme_nsm_zone_append_(struct nvme_nsm *t, struct nvme_nsm_ns *n,
+					     uint64_t zslba, uint32_t nlb, uint64_t *slba)
+{
+	uint32_t z = (uint32_t)(zslba / n->zone_blocks);
+
+	if (zslba % n->zone_blocks)
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	if (z >= n->nzones)
+		return UPCIE_NVME_SC_LBA_RANGE;
+	if (t->zasl && (uint64_t)nlb * n->lba_bytes > (UINT64_C(4096) << t->zasl))
+		return UPCIE_NVME_SC_INVALID_FIELD;
+	*slba = n->wp[z];
+	return nvme_nsm_zone_write_(n, *slba, nlb);
 }
 
 static inline uint16_t nvme_nsm_zone_cmd_(struct nvme_model *m, const struct nvme_model_pend *p,
@@ -406,8 +444,9 @@ static inline uint16_t nvme_nsm_zone_cmd_(struct nvme_model *m, const struct nvm
  * Execute an I/O command on the namespace table (nvme_model exec hook: ctx is the table).
  * Read/Write/Compare move lba_bytes per block, plus ms interleaved for extended LBAs unless PI
  * is all the metadata and PRACT is set; separate metadata travels through MPTR. PRACT makes the
- * model generate PI (guard CRC, application tag 0, reference tag CDW14 + i) on writes and check
- * and strip it on reads.
+ * model generate PI (guard CRC, application tag CDW15 15:0, reference tag CDW14 + i) on writes
+ * and check and strip it on reads (the application tag under the mask of CDW15 31:16). Zone
+ * Append writes at its zone's write pointer and completes with that LBA in DW0/DW1.
  */
 static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 				     const struct upcie_nvme_sqe *sqe, struct nvme_model_pend *p)
@@ -415,7 +454,7 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 	struct nvme_nsm *t = (struct nvme_nsm *)ctx;
 	struct nvme_nsm_ns *n;
 	uint64_t slba = sqe->cdw10 | ((uint64_t)sqe->cdw11 << 32);
-	uint32_t nlb = (sqe->cdw12 & 0xffff) + 1, per, mlen;
+	uint32_t nlb = (sqe->cdw12 & 0xffff) + 1, per, mlen, ref0 = sqe->cdw14;
 	bool pract = sqe->cdw12 & UPCIE_NVME_RW_PRACT, strip, sep;
 	uint8_t *buf, *mbuf = NULL;
 	struct nvme_nsm_xfer_ x;
@@ -433,14 +472,35 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 	n->n_io++;
 	n->last_cdw12 = sqe->cdw12;
 	n->last_cdw14 = sqe->cdw14;
+	n->last_cdw15 = sqe->cdw15;
 	n->last_mptr = sqe->mptr;
+	n->last_opc = sqe->opc;
+	n->last_slba = slba;
 	if (sqe->opc == UPCIE_NVME_NVM_FLUSH)
 		return 0;
 	if (sqe->opc == UPCIE_NVME_ZNS_MGMT_SEND || sqe->opc == UPCIE_NVME_ZNS_MGMT_RECV)
 		return nvme_nsm_zone_cmd_(m, p, n, sqe);
-	if (sqe->opc != UPCIE_NVME_NVM_READ && sqe->opc != UPCIE_NVME_NVM_WRITE &&
-	    sqe->opc != UPCIE_NVME_NVM_COMPARE && sqe->opc != UPCIE_NVME_NVM_WRITE_ZEROES)
+	if (sqe->opc == UPCIE_NVME_ZNS_APPEND) {
+		uint64_t zslba = slba;
+
+		if (!n->zone_blocks)
+			return UPCIE_NVME_SC_INVALID_OPCODE;
+		if (pract && !n->dps)
+			return UPCIE_NVME_SC_INVALID_FIELD;
+		st = nvme_nsm_zone_append_(t, n, zslba, nlb, &slba);
+		if (st)
+			return st;
+		n->n_append++;
+		/* the LBA the data went to, in the completion (DW0 low, DW1 high) */
+		p->dw0 = (uint32_t)(slba + (uint64_t)t->append_lba_skew);
+		p->dw1 = (uint32_t)((slba + (uint64_t)t->append_lba_skew) >> 32);
+		/* PIREMAP: reference tags from ILBRT (for the zone's start) to where it landed */
+		if (sqe->cdw12 & UPCIE_NVME_ZA_PIREMAP)
+			ref0 = sqe->cdw14 + (uint32_t)(slba - zslba);
+	} else if (sqe->opc != UPCIE_NVME_NVM_READ && sqe->opc != UPCIE_NVME_NVM_WRITE &&
+		   sqe->opc != UPCIE_NVME_NVM_COMPARE && sqe->opc != UPCIE_NVME_NVM_WRITE_ZEROES) {
 		return UPCIE_NVME_SC_INVALID_OPCODE;
+	}
 	if (slba >= n->blocks || nlb > n->blocks - slba)
 		return UPCIE_NVME_SC_LBA_RANGE;
 	if (pract && !n->dps)
@@ -461,7 +521,7 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 				nvme_nsm_pi_put_(nvme_nsm_pi_at_(n, slba + i),
 						 nvme_nsm_crc16(n->data + (slba + i) * n->lba_bytes,
 								n->lba_bytes),
-						 0, sqe->cdw14 + i);
+						 (uint16_t)sqe->cdw15, sqe->cdw14 + i);
 		}
 		return 0;
 	}
@@ -481,7 +541,8 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 			uint64_t lba = slba + i;
 
 			if (pract)
-				st = nvme_nsm_pi_check_(n, lba, sqe->cdw12, sqe->cdw14 + i);
+				st = nvme_nsm_pi_check_(n, lba, sqe->cdw12, sqe->cdw15,
+							sqe->cdw14 + i);
 			memcpy(buf + (size_t)i * per, n->data + lba * n->lba_bytes, n->lba_bytes);
 			if (per > n->lba_bytes)
 				memcpy(buf + (size_t)i * per + n->lba_bytes, n->meta + lba * n->ms,
@@ -530,7 +591,7 @@ static inline uint16_t nvme_nsm_exec(void *ctx, struct nvme_model *m,
 			memcpy(n->meta + lba * n->ms, mbuf + (size_t)i * n->ms, n->ms);
 		if (pract)
 			nvme_nsm_pi_put_(nvme_nsm_pi_at_(n, lba), nvme_nsm_crc16(d, n->lba_bytes),
-					 0, sqe->cdw14 + i);
+					 (uint16_t)sqe->cdw15, ref0 + i);
 	}
 out:
 	free(buf);

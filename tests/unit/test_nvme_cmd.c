@@ -143,5 +143,25 @@ int main(void)
 	      "Zone Management Receive: NUMD 1023 (0's based), partial report");
 	CHECK_EQ(upcie_nvme_cmd_zone_report(&sqe, 9, 0, 32, false), -EINVAL,
 		 "a buffer without room for the header refused");
+
+	/* Zone Append: the zone's first LBA where Read/Write have SLBA, the same NLB and PRINFO */
+	dirty();
+	CHECK_EQ(upcie_nvme_cmd_zone_append(&sqe, 9, 0x200000400ull, 16,
+					    UPCIE_NVME_RW_PRACT | UPCIE_NVME_ZA_PIREMAP),
+		 0, "zone append");
+	CHECK(sqe.opc == 0x7d && sqe.nsid == 9 && sqe.cdw10 == 0x400 && sqe.cdw11 == 2 &&
+		  sqe.cdw12 == ((1u << 29) | (1u << 25) | 15u) && sqe.cdw13 == 0 &&
+		  sqe.cdw14 == 0 && sqe.cdw15 == 0 && sqe.prp1 == 0,
+	      "Zone Append: opcode 0x7d, ZSLBA in CDW10-11, NLB 15, PRACT, PIREMAP bit 25");
+	CHECK_EQ(upcie_nvme_cmd_zone_append(&sqe, 9, 0, 65537, 0), -EINVAL,
+		 "zone append of 65537 blocks refused");
+	CHECK_EQ(upcie_nvme_cdw15_apptag(0x1234, 0xff00), 0xff001234,
+		 "CDW15: application tag in bits 15:0, its mask in 31:16");
+	{
+		struct upcie_nvme_cqe cqe = { 0x89abcdefu, 0x1234567u, 0, 0 };
+
+		CHECK(upcie_nvme_zone_append_lba(&cqe) == 0x123456789abcdefull,
+		      "the assigned LBA: CQE DW0 low, DW1 high");
+	}
 	return check_done();
 }

@@ -4,10 +4,12 @@
  * table (nvme_ns_model.h): NSID gaps and the Active Namespace List, the sequential scan when
  * there is none (bounded, also for an absurd NN), a list that never ends, more than 16 LBA
  * formats, extended LBAs, protection information (PRACT with the controller making and checking
- * the PI, refused with a clear error where a metadata buffer is needed), zoned namespaces (the
- * I/O command set from the descriptor list, the zone size, plain Writes refused, zoned Writes
- * at the write pointer, zone reset and report, named zoned statuses), and Identify data with
- * absurd values: each one logged, counted in nbad_id, then clamped or refused.
+ * the PI, refused with a clear error where a metadata buffer is needed; the application tag
+ * and its mask in CDW15, inserted by PRACT and checked by PRCHK), zoned namespaces (the I/O
+ * command set from the descriptor list, the zone size, plain Writes refused, zoned Writes at
+ * the write pointer, zone reset and report, named zoned statuses; Zone Append with the LBA the
+ * controller assigned, its refusals, the Zone Append Size Limit, PI remapped), and Identify
+ * data with absurd values: each one logged, counted in nbad_id, then clamped or refused.
  */
 #include <upcie/nvme/ctrl.h>
 #include <upcie/nvme/ns.h>
@@ -517,6 +519,281 @@ static void t_zoned(void)
 	rig_teardown(&r);
 }
 
+/* One request through the synchronous helper; the completion into *cqe (may be NULL). */
+static int io_sync(struct upcie_nvme_ioq *q, struct upcie_nvme_ns *ns, uint8_t opc, uint64_t slba,
+		   const struct upcie_dmamem *mem, uint64_t off, uint64_t len, uint32_t flags,
+		   uint16_t apptag, uint16_t mask, struct upcie_nvme_cqe *cqe)
+{
+	struct upcie_nvme_dseg seg = { .mem = mem, .off = off, .len = len };
+	struct upcie_nvme_io io;
+
+	memset(&io, 0, sizeof(io));
+	io.opc = opc;
+	io.slba = slba;
+	io.segs = &seg;
+	io.nsegs = 1;
+	io.flags = flags;
+	io.apptag = apptag;
+	io.apptag_mask = mask;
+	if (cqe)
+		memset(cqe, 0, sizeof(*cqe));
+	return upcie_nvme_ioq_io_sync(q, ns, &io, 0, cqe);
+}
+
+/*
+ * The application tag (CDW15): zero by default on every path, carried as given, inserted by
+ * PRACT on writes, checked under its mask by reads with PRCHK for the application tag; a read
+ * expecting another tag fails with the controller's application tag check status (negative
+ * control), and a mask that leaves the differing bits out lets it through.
+ */
+static void t_apptag(void)
+{
+	struct upcie_nvme_ns ns5, ns12;
+	struct upcie_nvme_ioq q;
+	struct nvme_nsm_ns *m5, *m12;
+	struct upcie_nvme_cqe cqe;
+	uint8_t *pi;
+	struct rig r;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns5, &r.c, 5);
+	upcie_nvme_ns_open(&ns12, &r.c, 12);
+	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK_EQ(err, 0, "apptag: I/O queue");
+	m5 = nvme_nsm_find(&r.nsm, 5);
+	m12 = nvme_nsm_find(&r.nsm, 12);
+
+	/* the defaults: the one-call helpers (a zeroed struct) send CDW15 0 */
+	m12->last_cdw15 = 0xdeadbeef;
+	err = upcie_nvme_ioq_write_sync(&q, &ns12, 0, &r.data, 0, 4096, NULL);
+	CHECK(err == 0 && m12->last_cdw15 == 0, "a plain Write (the fast path): CDW15 0 (0x%x)",
+	      m12->last_cdw15);
+	m5->last_cdw15 = 0xdeadbeef;
+	err = upcie_nvme_ioq_write_sync(&q, &ns5, 40, &r.data, 0, 4096, NULL);
+	pi = nvme_nsm_pi_at_(m5, 40);
+	CHECK(err == 0 && m5->last_cdw15 == 0 && pi[2] == 0 && pi[3] == 0,
+	      "a PRACT Write without a tag: CDW15 0, application tag 0 stored (0x%x)",
+	      m5->last_cdw15);
+
+	/* carried as given, also where no PI reads it (the fast path too) */
+	err = io_sync(&q, &ns12, UPCIE_NVME_NVM_READ, 0, &r.data, 0, 4096, 0, 0xbeef, 0x0ff0, NULL);
+	CHECK(err == 0 && m12->last_cdw15 == 0x0ff0beef,
+	      "a Read with apptag 0xbeef, mask 0x0ff0: CDW15 0x0ff0beef (0x%x)", m12->last_cdw15);
+
+	/* PRACT inserts the tag; PRCHK checks it */
+	rig_fill(r.data_va, 3 * 4096, 21);
+	err = io_sync(&q, &ns5, UPCIE_NVME_NVM_WRITE, 50, &r.data, 0, 3 * 4096, 0, 0x1234, 0xffff,
+		      NULL);
+	pi = nvme_nsm_pi_at_(m5, 52);
+	CHECK(err == 0 && m5->last_cdw15 == 0xffff1234 && pi[2] == 0x12 && pi[3] == 0x34 &&
+		  (m5->last_cdw12 & UPCIE_NVME_RW_PRACT),
+	      "a PRACT Write with apptag 0x1234: CDW15 0xffff1234, tag 0x1234 stored with LBA 52");
+	err = io_sync(&q, &ns5, UPCIE_NVME_NVM_READ, 50, &r.data, 3 * 4096, 3 * 4096,
+		      UPCIE_NVME_RW_PRCHK_APP, 0x1234, 0xffff, &cqe);
+	CHECK(err == 0 && (m5->last_cdw12 & UPCIE_NVME_RW_PRCHK_APP) &&
+		  rig_same((uint8_t *)r.data_va + 3 * 4096, 3 * 4096, 21),
+	      "a Read checking apptag 0x1234: passes, data verified (%d)", err);
+	err = io_sync(&q, &ns5, UPCIE_NVME_NVM_READ, 50, &r.data, 3 * 4096, 3 * 4096,
+		      UPCIE_NVME_RW_PRCHK_APP, 0x4321, 0xffff, &cqe);
+	CHECK(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_APPTAG_CHECK,
+	      "negative control: expecting apptag 0x4321 fails with %s (0x%03x)",
+	      upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)), upcie_nvme_cqe_code(&cqe));
+	err = io_sync(&q, &ns5, UPCIE_NVME_NVM_READ, 50, &r.data, 3 * 4096, 3 * 4096, 0, 0x4321,
+		      0xffff, &cqe);
+	CHECK_EQ(err, 0, "the same Read without PRCHK for the tag: not checked, passes");
+	err = io_sync(&q, &ns5, UPCIE_NVME_NVM_READ, 50, &r.data, 3 * 4096, 3 * 4096,
+		      UPCIE_NVME_RW_PRCHK_APP, 0x12ff, 0xff00, &cqe);
+	CHECK_EQ(err, 0, "expecting 0x12ff under mask 0xff00: only the high byte compared, passes");
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
+/* A request whose callback reads the LBA its Zone Append was given. */
+struct append_req {
+	struct upcie_nvme_req req;
+	int calls, err, lba_err;
+	uint64_t lba;
+};
+
+static void append_cb(struct upcie_nvme_req *req)
+{
+	struct append_req *a = (struct append_req *)req->ctx;
+
+	a->calls++;
+	a->err = req->err;
+	a->lba = UINT64_MAX;
+	a->lba_err = upcie_nvme_req_append_lba(req, &a->lba);
+}
+
+/* Zone Append of `len` bytes at `off` of `mem` to the zone at `zslba`, waited for. Returns the
+ * submission's error, else the wait's. */
+static int append(struct upcie_nvme_ioq *q, struct upcie_nvme_ns *ns, uint64_t zslba,
+		  const struct upcie_dmamem *mem, uint64_t off, uint64_t len, struct append_req *a)
+{
+	struct upcie_nvme_dseg seg = { .mem = mem, .off = off, .len = len };
+	struct upcie_nvme_io io;
+	int err;
+
+	memset(a, 0, sizeof(*a));
+	a->req.cb = append_cb;
+	a->req.ctx = a;
+	a->lba_err = 1;
+	memset(&io, 0, sizeof(io));
+	io.opc = UPCIE_NVME_ZNS_APPEND;
+	io.slba = zslba;
+	io.segs = &seg;
+	io.nsegs = 1;
+	err = upcie_nvme_ioq_submit_io(q, ns, &io, &a->req);
+	if (err)
+		return err;
+	return upcie_nvme_ioq_wait(q, &a->req, UPCIE_NSEC_PER_SEC);
+}
+
+/*
+ * Zone Append: the command names the zone (ZSLBA, opcode 0x7d); the controller writes at the
+ * write pointer and the callback reads the LBA it assigned, which the data really went to;
+ * an LBA the controller gets wrong reaches the caller as such (the caller's check is the
+ * guard). Refused before anything is sent: not a zone's first LBA, a namespace that is not
+ * zoned, more than one command. ZASL: read from the zoned Identify Controller (0: MDTS), and a
+ * larger append fails at the controller. On PI type 1 the reference tags are remapped from
+ * the zone's start to where the data landed (PIREMAP), so a read with the reference check
+ * passes.
+ */
+static void t_zone_append(void)
+{
+	struct upcie_nvme_ns ns, ns12, nspi;
+	struct upcie_nvme_ioq_opts qo;
+	struct upcie_nvme_ioq q, q8k;
+	struct nvme_nsm_ns *m, *mpi;
+	struct upcie_nvme_cqe cqe;
+	struct append_req a;
+	uint64_t max = 0;
+	uint8_t *va, *pi;
+	uint32_t n_io;
+	struct rig r;
+	int err;
+
+	rig_setup(&r);
+	add_namespaces(&r);
+	mpi = nvme_nsm_add(&r.nsm, 10, 256, 4096, 8, false, UPCIE_NVME_DPS_PIT_1, 64);
+	rig_use_nsm(&r);
+	rig_start(&r);
+	rig_ctrl(&r, NULL);
+	upcie_nvme_ns_open(&ns, &r.c, 9);
+	upcie_nvme_ns_open(&ns12, &r.c, 12);
+	err = upcie_nvme_ns_open(&nspi, &r.c, 10);
+	CHECK(err == 0 && nspi.zoned && nspi.pract, "a zoned namespace with PI type 1 (%d)", err);
+	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
+	CHECK_EQ(err, 0, "append: I/O queue");
+	m = nvme_nsm_find(&r.nsm, 9);
+	va = (uint8_t *)r.data_va;
+
+	rig_fill(va, 8192, 31);
+	err = append(&q, &ns, 128, &r.data, 0, 8192, &a);
+	CHECK(err == 0 && m->last_opc == UPCIE_NVME_ZNS_APPEND && m->last_slba == 128 &&
+		  m->n_append == 1,
+	      "Zone Append to zone 2: opcode 0x7d, ZSLBA 128 (%d)", err);
+	CHECK(a.calls == 1 && a.err == 0 && a.lba_err == 0 && a.lba == 128 && m->wp[2] == 130,
+	      "the callback reads the assigned LBA 128 (%llu), write pointer 130",
+	      (unsigned long long)a.lba);
+	rig_fill(va + 8192, 3 * 4096, 32);
+	err = append(&q, &ns, 128, &r.data, 8192, 3 * 4096, &a);
+	CHECK(err == 0 && a.lba_err == 0 && a.lba == 130 && m->wp[2] == 133,
+	      "a second append lands at the write pointer: LBA 130 (%llu)",
+	      (unsigned long long)a.lba);
+	memset(va + 65536, 0, 5 * 4096);
+	err = upcie_nvme_ioq_read_sync(&q, &ns, 128, &r.data, 65536, 5 * 4096, NULL);
+	CHECK(err == 0 && rig_same(va + 65536, 8192, 31) && rig_same(va + 65536 + 8192, 12288, 32),
+	      "read back from 128: both appends where their LBAs say");
+	err = io_sync(&q, &ns, UPCIE_NVME_ZNS_APPEND, 128, &r.data, 0, 4096, 0, 0, 0, &cqe);
+	CHECK(err == 0 && upcie_nvme_zone_append_lba(&cqe) == 133,
+	      "the synchronous helper: the completion says LBA 133 (%llu)",
+	      (unsigned long long)upcie_nvme_zone_append_lba(&cqe));
+
+	/* the controller's word reaches the caller as it is: a wrong LBA is the caller's to catch */
+	r.nsm.append_lba_skew = 5;
+	err = append(&q, &ns, 128, &r.data, 0, 4096, &a);
+	CHECK(err == 0 && a.lba == 139 && m->wp[2] == 135,
+	      "a controller that reports LBA 139 for data at 134: the caller sees 139 (%llu)",
+	      (unsigned long long)a.lba);
+	r.nsm.append_lba_skew = 0;
+
+	/* refused before anything goes out */
+	n_io = m->n_io;
+	err = append(&q, &ns, 129, &r.data, 0, 4096, &a);
+	CHECK(err == -EINVAL && m->n_io == n_io && a.calls == 0,
+	      "Zone Append at LBA 129 (not a zone's first LBA): -EINVAL, nothing sent (%d)", err);
+	n_io = nvme_nsm_find(&r.nsm, 12)->n_io;
+	err = append(&q, &ns12, 0, &r.data, 0, 4096, &a);
+	CHECK(err == -EOPNOTSUPP && nvme_nsm_find(&r.nsm, 12)->n_io == n_io,
+	      "Zone Append to a namespace that is not zoned: -EOPNOTSUPP, nothing sent (%d)", err);
+	memset(&qo, 0, sizeof(qo));
+	qo.max_xfer = 8192;
+	err = upcie_nvme_ioq_create(&q8k, &r.c, &qo);
+	n_io = m->n_io;
+	if (!err)
+		err = append(&q8k, &ns, 192, &r.data, 0, 16384, &a);
+	CHECK(err == -EINVAL && m->n_io == n_io && a.calls == 0,
+	      "16 KiB on a queue of 8 KiB commands: an append is never split, -EINVAL (%d)", err);
+	err = append(&q8k, &ns, 192, &r.data, 0, 8192, &a);
+	CHECK(err == 0 && a.lba == 192, "8 KiB on that queue: one command, LBA 192 (%d)", err);
+	upcie_nvme_ioq_delete(&q8k);
+	{
+		struct upcie_nvme_req rq;
+
+		memset(&rq, 0, sizeof(rq));
+		CHECK_EQ(upcie_nvme_req_append_lba(&rq, &max), -EINVAL,
+			 "the assigned LBA of a request that has not ended: -EINVAL");
+		rq.done = true;
+		rq.err = -EIO;
+		CHECK_EQ(upcie_nvme_req_append_lba(&rq, &max), -EIO,
+			 "of a failed request: its error, no LBA");
+	}
+
+	/* the Zone Append Size Limit */
+	err = upcie_nvme_ns_zone_append_max(&ns, &max);
+	CHECK(err == 0 && max == 512 * 1024 && r.nsm.n_cs_ctrl_zns == 1,
+	      "ZASL 0: the limit is MDTS, 512 KiB (%llu, %d)", (unsigned long long)max, err);
+	r.nsm.zasl = 1;
+	err = upcie_nvme_ns_zone_append_max(&ns, &max);
+	CHECK(err == 0 && max == 8192, "ZASL 1: 2 minimum pages, 8 KiB (%llu)",
+	      (unsigned long long)max);
+	r.nsm.zasl = 30;
+	err = upcie_nvme_ns_zone_append_max(&ns, &max);
+	CHECK(err == 0 && max == 512 * 1024, "ZASL 30 (above MDTS): bounded by MDTS (%llu)",
+	      (unsigned long long)max);
+	CHECK_EQ(upcie_nvme_ns_zone_append_max(&ns12, &max), -EOPNOTSUPP,
+		 "the limit of a namespace that is not zoned: -EOPNOTSUPP");
+	CHECK_EQ(upcie_nvme_ns_zone_append_max(&ns, NULL), -EINVAL, "NULL out-parameter: -EINVAL");
+	r.nsm.zasl = 1;
+	err = io_sync(&q, &ns, UPCIE_NVME_ZNS_APPEND, 192, &r.data, 0, 16384, 0, 0, 0, &cqe);
+	CHECK(err == -EIO && upcie_nvme_cqe_code(&cqe) == UPCIE_NVME_SC_INVALID_FIELD,
+	      "16 KiB above ZASL 1: the controller refuses it (%s)",
+	      upcie_nvme_status_str(upcie_nvme_cqe_code(&cqe)));
+	r.nsm.zasl = 0;
+
+	/* PI type 1: ILBRT for the zone's start, PIREMAP, tags of the LBAs the data went to */
+	err = append(&q, &nspi, 64, &r.data, 0, 4096, &a);
+	if (!err)
+		err = append(&q, &nspi, 64, &r.data, 4096, 2 * 4096, &a);
+	pi = nvme_nsm_pi_at_(mpi, 66);
+	CHECK(err == 0 && a.lba == 65 && (mpi->last_cdw12 & UPCIE_NVME_ZA_PIREMAP) &&
+		  (mpi->last_cdw12 & UPCIE_NVME_RW_PRACT) && mpi->last_cdw14 == 64 && pi[7] == 66,
+	      "PI type 1: PRACT, PIREMAP, ILBRT 64 (the zone); LBA 66 stored with reference tag "
+	      "%u (%d)",
+	      pi[7], err);
+	err = upcie_nvme_ioq_read_sync(&q, &nspi, 64, &r.data, 65536, 3 * 4096, &cqe);
+	CHECK(err == 0 && (mpi->last_cdw12 & UPCIE_NVME_RW_PRCHK_REF),
+	      "a Read with the reference check over the appended blocks passes (%d)", err);
+	upcie_nvme_ioq_delete(&q);
+	rig_teardown(&r);
+}
+
 /* Found by fuzz_identify: an extended LBA format whose blocks are not a dword multiple. */
 static void t_odd_metadata(void)
 {
@@ -633,6 +910,8 @@ int main(void)
 	t_eo_sees_nsm();
 	t_elbaf();
 	t_zoned();
+	t_apptag();
+	t_zone_append();
 	t_odd_metadata();
 	return check_done();
 }

@@ -234,6 +234,21 @@ UPCIE_HD static inline int upcie_nvme_cmd_abort(struct upcie_nvme_sqe *sqe, uint
 #define UPCIE_NVME_RW_PRCHK_APP	  (1u << 27) /* check the application tag */
 #define UPCIE_NVME_RW_PRCHK_REF	  (1u << 26) /* check the reference tag */
 
+/* Zone Append only (CDW12 bit 25): PI types 1 and 2, the controller remaps the reference tags
+ * from ILBRT (given for the zone's first LBA) to the LBAs the data lands at. */
+#define UPCIE_NVME_ZA_PIREMAP (1u << 25)
+
+/*
+ * CDW15 of Read, Write, Compare and Zone Append on a namespace with protection information:
+ * the application tag (LBAT, bits 15:0) that PRACT inserts on writes and that reads and
+ * compares with UPCIE_NVME_RW_PRCHK_APP expect, and the mask of the bits they compare (LBATM,
+ * bits 31:16; 0xffff: all).
+ */
+UPCIE_HD static inline uint32_t upcie_nvme_cdw15_apptag(uint16_t apptag, uint16_t mask)
+{
+	return apptag | ((uint32_t)mask << 16);
+}
+
 /* Read/Write/Compare share one layout: SLBA in CDW10-11, NLB (0's based) in CDW12 15:0. */
 UPCIE_HD static inline int upcie_nvme_cmd_rw_(struct upcie_nvme_sqe *sqe, uint8_t opc,
 					      uint32_t nsid, uint64_t slba, uint32_t nlb,
@@ -349,6 +364,26 @@ UPCIE_HD static inline int upcie_nvme_cmd_zone_report(struct upcie_nvme_sqe *sqe
 	sqe->cdw12 = (uint32_t)(len / 4 - 1);
 	sqe->cdw13 = UPCIE_NVME_ZRA_REPORT | (partial ? 1u << 16 : 0u);
 	return 0;
+}
+
+/*
+ * Zone Append (Zoned Namespace Command Set): write `nlb` blocks (1..65536) into the zone whose
+ * first LBA is `zslba`, at whatever its write pointer is when the controller executes it; the
+ * completion says where the data went (upcie_nvme_zone_append_lba()). Flags as for
+ * upcie_nvme_cmd_write(), plus UPCIE_NVME_ZA_PIREMAP; the application tag goes to CDW15
+ * (upcie_nvme_cdw15_apptag()). The transfer may not exceed the controller's Zone Append Size
+ * Limit (ZASL; upcie_nvme_ns_zone_append_max() in nvme/ns.h reads it).
+ */
+UPCIE_HD static inline int upcie_nvme_cmd_zone_append(struct upcie_nvme_sqe *sqe, uint32_t nsid,
+						      uint64_t zslba, uint32_t nlb, uint32_t flags)
+{
+	return upcie_nvme_cmd_rw_(sqe, UPCIE_NVME_ZNS_APPEND, nsid, zslba, nlb, flags);
+}
+
+/* The first LBA a successful Zone Append wrote: its completion's DW0 (low) and DW1 (high). */
+UPCIE_HD static inline uint64_t upcie_nvme_zone_append_lba(const struct upcie_nvme_cqe *cqe)
+{
+	return cqe->dw0 | ((uint64_t)cqe->dw1 << 32);
 }
 
 /*

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Namespaces and I/O: Identify Namespace and the active namespace list, and the NVM commands
- * (Read, Write, Compare, Flush, Write Zeroes, Dataset Management) on an I/O queue pair of
- * nvme/ctrl.h, asynchronous with a completion callback or synchronous on top of the same path.
+ * (Read, Write, Compare, Flush, Write Zeroes, Dataset Management) and the zoned Zone Append on
+ * an I/O queue pair of nvme/ctrl.h, asynchronous with a completion callback or synchronous on
+ * top of the same path.
  *
  * Data is given as (dmamem, offset, length) or as a list of such segments (struct
  * upcie_nvme_dseg), so host hugepages, IOMMU-mapped memory, the CMB or a peer device's BAR all
@@ -16,13 +17,17 @@
  * metadata is exactly its protection information (8 bytes) is driven with PRACT and the guard
  * and reference checks: no metadata anywhere, the controller makes and checks the PI. PI inside
  * larger metadata travels in the caller's metadata buffer, untouched. The PI fields a command
- * carries (PRACT, PRCHK, the reference tag in CDW14) are those of the 16-bit guard format:
+ * carries (PRACT, PRCHK, the reference tag in CDW14, the application tag and its mask in CDW15:
+ * io.apptag, io.apptag_mask) are those of the 16-bit guard format:
  * where the extended LBA format (CNS 05h) gives a 32/64-bit guard or a storage tag, I/O asking
  * for them is refused (-EOPNOTSUPP); without them it goes. Identify Namespace is
  * device-written data: it is checked before use (upcie_nvme_ns_parse()). The namespace's I/O
  * command set is identified: NVM, or Zoned Namespace, whose zone size is kept and to which
  * plain Writes are refused unless the request says it keeps the zone semantics (io.zoned); other
- * command sets are refused.
+ * command sets are refused. Zone Append (io.opc UPCIE_NVME_ZNS_APPEND) names a zone, not an
+ * LBA: the controller writes at the zone's write pointer and the completion says where
+ * (upcie_nvme_req_append_lba()); it is one command, never split, within the Zone Append Size
+ * Limit (upcie_nvme_ns_zone_append_max()).
  *
  * Requests (struct upcie_nvme_req, caller-allocated) complete once, through their callback,
  * when every command of theirs did: err 0, -EIO (the first error status in req->cqe:
@@ -79,9 +84,16 @@ struct upcie_nvme_req {
 	const struct upcie_nvme_ns_rec_ *rec_; /* the namespace's record, NULL: none */
 };
 
-/* One Read, Write or Compare request (data as segments; split when larger than max_xfer). */
+/*
+ * One Read, Write, Compare or Zone Append request (data as segments; Read, Write and Compare
+ * are split when larger than max_xfer). Zero it, then set what it needs: every field left zero
+ * keeps the command as upcie always built it (CDW15 0).
+ */
 struct upcie_nvme_io {
-	uint8_t opc; /* UPCIE_NVME_NVM_READ, _WRITE, _COMPARE */
+	uint8_t opc; /* UPCIE_NVME_NVM_READ, _WRITE, _COMPARE, or UPCIE_NVME_ZNS_APPEND (zoned
+			namespaces; slba is then the zone's first LBA, and the request one command:
+			at most max_xfer, and at most the Zone Append Size Limit, which the
+			controller enforces: upcie_nvme_ns_zone_append_max()) */
 	uint64_t slba;
 	const struct upcie_nvme_dseg *segs; /* a whole number of blocks in total */
 	unsigned nsegs;
@@ -90,6 +102,12 @@ struct upcie_nvme_io {
 	uint32_t flags; /* UPCIE_NVME_RW_FUA, UPCIE_NVME_RW_LR, UPCIE_NVME_RW_PR* */
 	bool zoned;	/* a Write to a zoned namespace, at the zone's write pointer: the caller
 			   keeps the zone semantics (plain Writes to zoned namespaces are refused) */
+	/* protection information (CDW15): the application tag a PRACT Write or Zone Append
+	   inserts, and that a Read or Compare with UPCIE_NVME_RW_PRCHK_APP expects in the bits
+	   of apptag_mask (0xffff: all; 0: none). Carried as given on any namespace; only a
+	   namespace with PI reads them. */
+	uint16_t apptag;
+	uint16_t apptag_mask;
 };
 
 /*
@@ -136,6 +154,48 @@ static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
 {
 	if (ns)
 		memset(ns, 0, sizeof(*ns));
+}
+
+/*
+ * The largest Zone Append zoned namespace `ns` takes, in bytes of data transfer, into *bytes:
+ * the controller's Zone Append Size Limit (ZASL, zoned Identify Controller: CNS 06h, CSI 02h;
+ * 2^ZASL minimum memory pages), bounded by MDTS (c->max_xfer); ZASL 0 means MDTS, and no
+ * MDTS either gives UINT64_MAX. Asks the controller each time (an admin command): call it at
+ * setup. Returns 0; -EINVAL for a NULL argument; -EOPNOTSUPP when `ns` is not zoned; -EIO
+ * (status logged), -ENOMEM, -ESTALE / -ENODEV for a namespace that changed or went.
+ */
+static inline int upcie_nvme_ns_zone_append_max(const struct upcie_nvme_ns *ns, uint64_t *bytes)
+{
+	struct upcie_nvme_id_ctrl_zns *z;
+	struct upcie_nvme_ctrl *c;
+	unsigned shift;
+	uint64_t max;
+	int err;
+
+	if (!ns || !ns->ctrl || !bytes)
+		return UPCIE_FAIL(-EINVAL, "nvme: zone append limit: NULL argument");
+	c = ns->ctrl;
+	if (!ns->zoned)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: namespace %u is not zoned: it has no Zone Append",
+				  c->name, ns->nsid);
+	err = upcie_nvme_ns_check_(ns);
+	if (err)
+		return err;
+	z = (struct upcie_nvme_id_ctrl_zns *)malloc(sizeof(*z));
+	if (!z)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	err = upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_CTRL, 0, UPCIE_NVME_CSI_ZNS, z);
+	if (err) {
+		free(z);
+		return UPCIE_FAIL(err, "nvme %s: zoned Identify Controller (ZASL) failed", c->name);
+	}
+	/* device data: a shift beyond 64 bits is no limit of its own, MDTS still bounds it */
+	shift = upcie_nvme_cap_mpsmin_shift(c->cap) + z->zasl;
+	max = z->zasl && shift < 64 ? UINT64_C(1) << shift : UINT64_MAX;
+	free(z);
+	*bytes = max < c->max_xfer ? max : c->max_xfer;
+	return 0;
 }
 
 /* Start a request on `q` for `ns` (NULL: a command of no namespace): no commands yet, one
@@ -457,9 +517,27 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 	if (!io->segs || !io->nsegs)
 		return UPCIE_FAIL(-EINVAL, "nvme: I/O without data segments");
 	if (io->opc != UPCIE_NVME_NVM_READ && io->opc != UPCIE_NVME_NVM_WRITE &&
-	    io->opc != UPCIE_NVME_NVM_COMPARE)
-		return UPCIE_FAIL(-EINVAL, "nvme: I/O opcode 0x%02x is not Read, Write or Compare",
-				  io->opc);
+	    io->opc != UPCIE_NVME_NVM_COMPARE && io->opc != UPCIE_NVME_ZNS_APPEND)
+		return UPCIE_FAIL(
+		    -EINVAL, "nvme: I/O opcode 0x%02x is not Read, Write, Compare or Zone Append",
+		    io->opc);
+	if (io->opc == UPCIE_NVME_ZNS_APPEND && !ns->zoned)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: Zone Append on namespace %u, which is not zoned",
+				  ns->ctrl->name, ns->nsid);
+	if (io->opc == UPCIE_NVME_ZNS_APPEND && io->slba % ns->zone_blocks)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: Zone Append at LBA %" PRIu64
+				  " of namespace %u: not the first LBA of a zone (%" PRIu64
+				  " blocks a zone)",
+				  ns->ctrl->name, io->slba, ns->nsid, ns->zone_blocks);
+	/* the reference tags of an append are remapped from the zone's start (PIREMAP), which
+	   upcie builds for the 16-bit guard format only */
+	if (io->opc == UPCIE_NVME_ZNS_APPEND && ns->pi) {
+		err = upcie_nvme_ns_pi_fmt_check_(ns, UPCIE_NVME_RW_PRACT);
+		if (err)
+			return err;
+	}
 	if (io->opc == UPCIE_NVME_NVM_COMPARE && !(ns->ctrl->id.oncs & UPCIE_NVME_ONCS_COMPARE))
 		return UPCIE_FAIL(-EOPNOTSUPP, "nvme %s: Compare not supported (ONCS)",
 				  ns->ctrl->name);
@@ -501,6 +579,15 @@ static inline int upcie_nvme_io_check_(const struct upcie_nvme_ioq *q,
 				  "nvme: %" PRIu64 " bytes is not a whole number of %u-byte blocks",
 				  sum, ns->block_bytes);
 	nlb = sum / ns->block_bytes;
+	/* the controller picks where each Zone Append lands: pieces of one would not be one
+	   contiguous write */
+	if (io->opc == UPCIE_NVME_ZNS_APPEND && sum > upcie_nvme_ioq_chunk_(q, ns))
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme %s: Zone Append of %" PRIu64
+				  " bytes: more than one command holds on queue %u (%" PRIu64
+				  " bytes: max_xfer, MDTS, 65536 blocks), and an append is never "
+				  "split",
+				  ns->ctrl->name, sum, q->qid, upcie_nvme_ioq_chunk_(q, ns));
 	if (io->slba >= ns->nsze || nlb > ns->nsze - io->slba)
 		UPCIE_DBG("nvme: LBA %" PRIu64 " + %" PRIu64 " beyond namespace %u (%" PRIu64
 			  " blocks): the controller will say so",
@@ -556,11 +643,17 @@ static inline int upcie_nvme_io_piece_(struct upcie_nvme_ioq *q, const struct up
 	/* without a metadata buffer the controller makes and checks the PI (PRACT) */
 	if (pi && ns->pract && !io->md)
 		flags |= ns->prinfo;
+	/* an append's reference tags are given for the zone's first LBA (ILBRT below) and
+	   remapped by the controller to where the data lands (types 1 and 2 only) */
+	if (pi && io->opc == UPCIE_NVME_ZNS_APPEND &&
+	    (ns->pi == UPCIE_NVME_DPS_PIT_1 || ns->pi == UPCIE_NVME_DPS_PIT_2))
+		flags |= UPCIE_NVME_ZA_PIREMAP;
 	err = upcie_nvme_cmd_rw_(sqe, io->opc, ns->nsid, io->slba + blk,
 				 (uint32_t)upcie_nvme_ns_blocks_(ns, len), flags);
 	if (UPCIE_UNLIKELY(err))
 		return UPCIE_FAIL(err, "nvme: bad Read/Write fields");
-	if (pi && (flags & UPCIE_NVME_RW_PRCHK_REF))
+	sqe->cdw15 = upcie_nvme_cdw15_apptag(io->apptag, io->apptag_mask);
+	if (pi && (flags & (UPCIE_NVME_RW_PRCHK_REF | UPCIE_NVME_ZA_PIREMAP)))
 		sqe->cdw14 = (uint32_t)(io->slba + blk); /* initial reference tag: the LBA */
 	if (io->md && ns->ms && !ns->ext)
 		sqe->mptr = upcie_dmamem_iova_fast(io->md, io->md_off + blk * ns->ms);
@@ -617,8 +710,9 @@ static inline int upcie_nvme_io_submit_(struct upcie_nvme_ioq *q, const struct u
 		return err;
 	/* the hot path: one segment, one command, power-of-two blocks, no division */
 	if (io->nsegs == 1 && io->segs && ns->block_shift && !wait_ns && !q->sgl && !ns->slow &&
-	    io->opc != UPCIE_NVME_NVM_COMPARE && io->segs[0].len &&
-	    !(io->segs[0].len & (ns->block_bytes - 1)) && io->segs[0].len <= q->dptr.max_bytes &&
+	    (io->opc == UPCIE_NVME_NVM_READ || io->opc == UPCIE_NVME_NVM_WRITE) &&
+	    io->segs[0].len && !(io->segs[0].len & (ns->block_bytes - 1)) &&
+	    io->segs[0].len <= q->dptr.max_bytes &&
 	    (io->segs[0].len >> ns->block_shift) <= UPCIE_NVME_MAX_BLOCKS_PER_CMD) {
 		if (UPCIE_UNLIKELY(!upcie_nvme_qpair_room(&q->qp)))
 			return -EBUSY;
@@ -705,17 +799,38 @@ out:
 }
 
 /*
- * Submit Read/Write/Compare request `io` on `q` for `ns`; `r` completes (callback) when all its
- * commands did. Returns 0 (the callback will come, also for errors of a request that was
- * partly submitted), -EBUSY (not enough room now: reap and retry; nothing submitted), -EINVAL
- * (request that breaks the PRP/SGL rules, not whole blocks, missing metadata buffer, more
- * commands than the queue can ever hold, on an SGL queue a command needing more descriptors
- * than its list pages hold: all checked before anything is submitted), -EOPNOTSUPP.
+ * Submit Read/Write/Compare/Zone Append request `io` on `q` for `ns`; `r` completes (callback)
+ * when all its commands did (a Zone Append's one command: upcie_nvme_req_append_lba() in the
+ * callback says where its data went). Returns 0 (the callback will come, also for errors of a
+ * request that was partly submitted), -EBUSY (not enough room now: reap and retry; nothing
+ * submitted), -EINVAL (request that breaks the PRP/SGL rules, not whole blocks, missing
+ * metadata buffer, more commands than the queue can ever hold, on an SGL queue a command
+ * needing more descriptors than its list pages hold, a Zone Append that is not at a zone's
+ * first LBA or needs more than one command: all checked before anything is submitted),
+ * -EOPNOTSUPP (among others a Zone Append to a namespace that is not zoned).
  */
 static inline int upcie_nvme_ioq_submit_io(struct upcie_nvme_ioq *q, const struct upcie_nvme_ns *ns,
 					   const struct upcie_nvme_io *io, struct upcie_nvme_req *r)
 {
 	return upcie_nvme_io_submit_(q, ns, io, r, 0);
+}
+
+/*
+ * Where the Zone Append of request `r` wrote its data: the first LBA, from the completion's
+ * DW0/DW1 (the request is one command), into *lba. For the request's callback or after its
+ * wait; the caller knows the request was a Zone Append. The LBA is the controller's word:
+ * compare it with what the caller expects (the zone, the write pointer) before trusting it.
+ * Returns 0; -EINVAL for a NULL argument or a request that has not ended; the request's own
+ * error (-EIO, -ECANCELED, ...) when it failed, which placed nothing.
+ */
+static inline int upcie_nvme_req_append_lba(const struct upcie_nvme_req *r, uint64_t *lba)
+{
+	if (!r || !lba || !r->done)
+		return UPCIE_FAIL(-EINVAL, "nvme: append LBA: NULL argument or request not ended");
+	if (r->err)
+		return r->err;
+	*lba = upcie_nvme_zone_append_lba(&r->cqe);
+	return 0;
 }
 
 /* `io` for one contiguous transfer: opcode `opc`, `len` bytes at `off` in `mem`, from `slba`. */
@@ -1056,9 +1171,10 @@ static inline int upcie_nvme_ioq_io_sync(struct upcie_nvme_ioq *q, const struct 
 	if (cqe)
 		*cqe = r.cqe;
 	return upcie_nvme_io_report_(q, ns,
-				     io->opc == UPCIE_NVME_NVM_READ    ? "Read"
-				     : io->opc == UPCIE_NVME_NVM_WRITE ? "Write"
-								       : "Compare",
+				     io->opc == UPCIE_NVME_NVM_READ	? "Read"
+				     : io->opc == UPCIE_NVME_NVM_WRITE	? "Write"
+				     : io->opc == UPCIE_NVME_ZNS_APPEND ? "Zone Append"
+									: "Compare",
 				     io->slba, &r, err);
 }
 

@@ -414,6 +414,17 @@ UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_zns_lbafe) == 16, "LBA format exten
 UPCIE_STATIC_ASSERT(offsetof(struct upcie_nvme_id_ns_zns, lbafe) == 2816, "LBAFE0");
 UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ns_zns) == 4096, "ZNS Identify Namespace size");
 
+/*
+ * I/O command set specific Identify Controller for the Zoned Namespace set (CNS 06h, CSI 02h):
+ * the Zone Append Size Limit, a power of two in units of the minimum memory page size
+ * (CAP.MPSMIN); 0: the controller's MDTS.
+ */
+struct upcie_nvme_id_ctrl_zns {
+	uint8_t zasl; /* 0 */
+	uint8_t rsvd1[4095];
+};
+UPCIE_STATIC_ASSERT(sizeof(struct upcie_nvme_id_ctrl_zns) == 4096, "ZNS Identify Controller size");
+
 /* Zone Management Send actions (CDW13 bits 7:0). */
 #define UPCIE_NVME_ZSA_CLOSE  0x1
 #define UPCIE_NVME_ZSA_FINISH 0x2
