@@ -17,7 +17,8 @@
  *
  * Engine options: upcie_path=auto|uio|type1|iommufd (the DMA path, nvme/dev.h), upcie_bind=1
  * (take the function from its driver first, as `upcie-setup bind` would: refused for a device
- * the system is using), upcie_max_xfer=BYTES (bytes per command, 0: the largest block size of
+ * the system is using, and for a function whose PCI class is not NVMe unless
+ * upcie_bind_any_class=1), upcie_max_xfer=BYTES (bytes per command, 0: the largest block size of
  * the job, bounded by MDTS), upcie_sgl=1 (SGLs instead of PRPs), upcie_gpu=1 (upcie_fio_cuda.so,
  * the build with CUDA, on the uio path: the controller moves the data to and from a twin of
  * fio's buffers in the CUDA device heap, gpu/heap_cuda.h, and the engine copies between the
@@ -28,22 +29,27 @@
  * separate metadata buffer (needed where the namespace keeps metadata apart, unless it is
  * exactly the 8-byte PI and pi_act=1); the engine writes a pattern of the LBA there
  * (upcie_md_seed varies it) and, with upcie_md_verify=1, reads check it. pi_act=1 (default)
- * sets PRACT: the controller inserts the PI on writes and strips it on reads; pi_chk=GUARD,
- * REFTAG sets the PRCHK bits of reads, so a block whose PI does not match fails with the
- * controller's status. Refused, naming the option: pi_chk=APPTAG, apptag and apptag_mask
- * (struct upcie_nvme_io carries no CDW15), pi_chk with pi_act=0 (the engine computes no PI),
- * pi_chk on a namespace without PI, PI formats with a 32/64-bit guard or a storage tag.
+ * sets PRACT: the controller inserts the PI on writes (application tag: apptag, default 0)
+ * and strips it on reads; pi_chk=GUARD,REFTAG,APPTAG sets the PRCHK bits of reads, so a block
+ * whose PI does not match (for the application tag: in the bits of apptag_mask, default
+ * 0xffff) fails with the controller's status. Refused, naming the option: pi_chk, apptag or
+ * apptag_mask with pi_act=0 (the engine computes no PI) or on a namespace without PI, apptag
+ * or apptag_mask above 0xffff, PI formats with a 32/64-bit guard or a storage tag.
  *
  * Zoned namespaces: fio's zone hooks (get_zoned_model, report_zones, reset_wp,
  * get_max_open_zones) are Report Zones, Zone Reset and the zoned Identify Namespace, on a queue
  * pair of the controller's own (fio calls them from its main thread too); zonemode=zbd (and
  * direct=1, which fio asks of zoned block devices) is required for writing jobs, whose writes
- * fio places at the write pointers.
+ * fio places at the write pointers. upcie_zone_append=1 sends those writes as Zone Append
+ * (the zone's first LBA in the command, the controller picks the LBA) and fails with EIO, naming
+ * both LBAs, every one the controller placed elsewhere than fio's offset; refused on a
+ * namespace that is not zoned, and where the job's largest write exceeds one command (the Zone
+ * Append Size Limit, MDTS, upcie_max_xfer).
  *
  * Needs what the path needs (root, the function bound to uio_pci_generic or vfio-pci, or
  * upcie_bind=1, and hugepages for the buffers: upcie-setup hugepages reserve N). Built against a
  * configured fio tree of the fio binary that loads it (tools/fio/build-fio.sh, meson -Dfio_src=).
- * Does not: Zone Append, the application tag, or fork mode (thread=0).
+ * Does not: fork mode (thread=0).
  */
 #include <upcie/base/feature.h>
 
@@ -101,15 +107,18 @@ struct ufio_file {
 	struct ufio_ctrl *c;
 	const struct upcie_nvme_ns *ns;
 	/* how the job drives it (ufio_file_pi()) */
-	uint32_t flags_r, flags_w; /* PRACT / PRCHK bits of Reads and Writes */
-	bool md;		   /* each command gets its slot of the metadata buffer */
-	bool md_moves;		   /* the metadata is transferred (not PRACT with 8-byte PI) */
+	uint32_t flags_r, flags_w;    /* PRACT / PRCHK bits of Reads and Writes */
+	uint16_t apptag, apptag_mask; /* CDW15 of every Read and Write (namespaces with PI) */
+	bool md;		      /* each command gets its slot of the metadata buffer */
+	bool md_moves;		      /* the metadata is transferred (not PRACT with 8-byte PI) */
+	bool append;		      /* writes go out as Zone Append (upcie_zone_append) */
 };
 
 struct ufio_options {
 	struct thread_data *td; /* fio stores the job here */
 	char *path;
 	unsigned int bind;
+	unsigned int bind_any_class;
 	unsigned long long max_xfer;
 	unsigned int sgl;
 	unsigned int gpu;
@@ -121,6 +130,7 @@ struct ufio_options {
 	unsigned int apptag_mask;
 	unsigned int md_verify;
 	unsigned int md_seed;
+	unsigned int zone_append;
 };
 
 /* Per job (thread). */
@@ -142,6 +152,7 @@ struct ufio_td {
 	unsigned depth;			     /* iodepth */
 	struct ufio_file files[UFIO_MAX_NS]; /* what FILE_ENG_DATA points at */
 	unsigned nfiles;
+	int64_t append_skew; /* UPCIE_FIO_TEST_APPEND_SKEW: a test of the Zone Append check */
 #if defined(UPCIE_FIO_CUDA)
 	struct upcie_gpu_cuda gpu; /* upcie_gpu=1: the data moves to and from GPU memory */
 	struct upcie_heap_buf gbuf;
@@ -157,6 +168,8 @@ struct ufio_iou {
 	struct thread_data *td; /* for the job's options at completion */
 	unsigned slot;		/* fio's io_u index: which DSM range is this request's */
 	bool busy;
+	bool append;	     /* a Zone Append: its assigned LBA is checked */
+	uint64_t append_lba; /* ... against this one, where fio put the write */
 };
 
 static pthread_mutex_t ufio_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -212,6 +225,11 @@ static int ufio_ctrl_get_locked(const struct upcie_pci_bdf *bdf, const struct uf
 		log_err("upcie: upcie_path=%s: want auto, uio, type1 or iommufd\n", o->path);
 		return -EINVAL;
 	}
+	if (o->bind_any_class && !o->bind) {
+		log_err("upcie: upcie_bind_any_class=1 only matters with upcie_bind=1 (the engine "
+			"binds nothing without it)\n");
+		return -EINVAL;
+	}
 	for (c = ufio_ctrls; c; c = c->next) {
 		if (!upcie_pci_bdf_cmp(&c->bdf, bdf)) {
 			if (path != UPCIE_NVME_PATH_AUTO && path != c->path) {
@@ -232,7 +250,12 @@ static int ufio_ctrl_get_locked(const struct upcie_pci_bdf *bdf, const struct uf
 	memset(&co, 0, sizeof(co));
 	co.dev.path = path;
 	co.dev.bind = o->bind != 0;
+	co.dev.bind_any_class = o->bind_any_class != 0;
 	err = upcie_nvme_ctrl_open(&c->ctrl, bdf, &co);
+	if (err == -ENODEV && o->bind && !o->bind_any_class)
+		log_err("upcie: %s: no such function, or its PCI class is not NVMe: check the "
+			"address, or set upcie_bind_any_class=1 to bind it anyway\n",
+			c->name);
 	if (err) {
 		log_err("upcie: cannot open NVMe controller %s: %s\n", c->name, strerror(-err));
 		free(c);
@@ -466,6 +489,20 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 
 		io_u->error = 0;
 		io_u->resid = 0;
+		/* a Zone Append landed where the controller chose: fio reads it back at its offset */
+		if (iu->append) {
+			uint64_t lba = UINT64_MAX;
+			int err = upcie_nvme_req_append_lba(r, &lba);
+
+			if (err || lba != iu->append_lba) {
+				upcie_log(UPCIE_LOG_ERROR,
+					  "upcie: Zone Append at offset %llu, %llu bytes: the "
+					  "controller wrote it at LBA %" PRIu64 ", fio expected "
+					  "LBA %" PRIu64,
+					  io_u->offset, io_u->xfer_buflen, lba, iu->append_lba);
+				io_u->error = EIO;
+			}
+		}
 		/* md_verify: the metadata read back is what the engine wrote with it */
 		if (io_u->ddir == DDIR_READ && o->md_verify && uf->md_moves && !uf->ns->pi &&
 		    ufio_md_pattern(o, uf->ns,
@@ -519,8 +556,11 @@ static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, st
 	const char *name = uf->c->name;
 	bool sep = ns->ms && !ns->ext;
 
+	bool tag = o->apptag || o->apptag_mask != 0xffff;
+
 	uf->flags_r = uf->flags_w = 0;
-	uf->md = uf->md_moves = false;
+	uf->apptag = uf->apptag_mask = 0;
+	uf->md = uf->md_moves = uf->append = false;
 	*md_need = 0;
 	if (ns->zoned && td_write(td) && td->o.zone_mode != ZONE_MODE_ZBD) {
 		log_err("upcie: %s: namespace %u is zoned: writing jobs need zonemode=zbd (writes "
@@ -533,6 +573,12 @@ static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, st
 			log_err("upcie: pi_chk=%s: %s namespace %u has no protection "
 				"information\n",
 				o->pi_chk, name, ns->nsid);
+			return -EINVAL;
+		}
+		if (tag) {
+			log_err("upcie: apptag=0x%x, apptag_mask=0x%x: %s namespace %u has no "
+				"protection information, so no application tag\n",
+				o->apptag, o->apptag_mask, name, ns->nsid);
 			return -EINVAL;
 		}
 	} else {
@@ -557,6 +603,13 @@ static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, st
 				o->pi_chk);
 			return -EINVAL;
 		}
+		if (!o->pi_act && tag) {
+			log_err("upcie: apptag=0x%x, apptag_mask=0x%x with pi_act=0: only the "
+				"controller's PI (pi_act=1) carries the application tag the engine "
+				"gives; use pi_act=1\n",
+				o->apptag, o->apptag_mask);
+			return -EINVAL;
+		}
 		if (!o->pi_act && ns->ext && ns->pract) {
 			log_err("upcie: pi_act=0: %s namespace %u interleaves its 8-byte PI with "
 				"the data, which upcie drives with PRACT only\n",
@@ -570,6 +623,10 @@ static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, st
 			uf->flags_w =
 			    UPCIE_NVME_RW_PRACT | chk |
 			    (ns->pi != UPCIE_NVME_DPS_PIT_3 ? UPCIE_NVME_RW_PRCHK_REF : 0);
+			/* CDW15: the tag PRACT inserts on writes, and that the APPTAG check of
+			   reads expects in the bits of the mask */
+			uf->apptag = (uint16_t)o->apptag;
+			uf->apptag_mask = (uint16_t)o->apptag_mask;
 		}
 	}
 	if (!sep)
@@ -591,6 +648,74 @@ static int ufio_file_pi(struct thread_data *td, const struct ufio_options *o, st
 			" bytes of metadata for a %" PRIu64 "-byte request\n",
 			o->md_per_io_size, name, ns->nsid, *md_need, max_bs);
 		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * upcie_zone_append=1: every namespace of the job zoned, and the job's largest write one Zone
+ * Append (the controller's Zone Append Size Limit, and one command of the job's queue).
+ * UPCIE_FIO_TEST_APPEND_SKEW=N shifts the LBA each append is expected at, so that a test can
+ * see the check fail.
+ */
+static int ufio_append_setup(struct thread_data *td, struct ufio_td *t)
+{
+	uint64_t wbs = td->o.max_bs[DDIR_WRITE];
+	const char *skew = getenv("UPCIE_FIO_TEST_APPEND_SKEW");
+
+	for (unsigned i = 0; i < t->nfiles; i++) {
+		struct ufio_file *uf = &t->files[i];
+		const struct upcie_nvme_ns *ns = uf->ns;
+		uint64_t zasl = 0, chunk;
+		int err;
+
+		if (!ns->zoned) {
+			log_err("upcie: upcie_zone_append=1: %s namespace %u is not zoned (Zone "
+				"Append is a command of zoned namespaces)\n",
+				uf->c->name, ns->nsid);
+			return -EINVAL;
+		}
+		err = upcie_nvme_ns_zone_append_max(ns, &zasl);
+		if (err) {
+			log_err("upcie: upcie_zone_append=1: %s namespace %u: no Zone Append Size "
+				"Limit (zoned Identify Controller: %s)\n",
+				uf->c->name, ns->nsid, strerror(-err));
+			return err;
+		}
+		chunk = upcie_nvme_split_chunk(t->q.dptr.max_bytes, ns->block_bytes);
+		if (td_write(td) && wbs > zasl) {
+			log_err("upcie: upcie_zone_append=1: %s namespace %u takes Zone Appends of "
+				"at most %" PRIu64 " bytes (the controller's Zone Append Size "
+				"Limit, ZASL, within MDTS); the job writes up to %" PRIu64
+				" bytes (bs)\n",
+				uf->c->name, ns->nsid, zasl, wbs);
+			return -EINVAL;
+		}
+		if (td_write(td) && wbs > chunk) {
+			log_err(
+			    "upcie: upcie_zone_append=1: one command of the job's queue holds at "
+			    "most %" PRIu64 " bytes (upcie_max_xfer, MDTS); the job writes up to "
+			    "%" PRIu64 " bytes (bs), and a Zone Append is never split\n",
+			    chunk, wbs);
+			return -EINVAL;
+		}
+		uf->append = true;
+	}
+	if (skew && *skew) {
+		char *end;
+		long long v;
+
+		errno = 0;
+		v = strtoll(skew, &end, 0);
+		if (errno || *end) {
+			log_err("upcie: UPCIE_FIO_TEST_APPEND_SKEW=%s: want a number of blocks\n",
+				skew);
+			return -EINVAL;
+		}
+		t->append_skew = v;
+		log_info("upcie: UPCIE_FIO_TEST_APPEND_SKEW=%lld: Zone Appends are expected %lld "
+			 "blocks from fio's offset (a test of the engine's LBA check)\n",
+			 v, v);
 	}
 	return 0;
 }
@@ -843,10 +968,10 @@ static int ufio_init(struct thread_data *td)
 			o->pi_chk);
 		return 1;
 	}
-	if ((chk & UPCIE_NVME_RW_PRCHK_APP) || o->apptag || o->apptag_mask != 0xffff) {
-		log_err("upcie: pi_chk=APPTAG, apptag and apptag_mask: upcie's I/O request "
-			"(struct upcie_nvme_io) carries no application tag (CDW15); the "
-			"controller writes application tag 0 with pi_act=1\n");
+	if (o->apptag > 0xffff || o->apptag_mask > 0xffff) {
+		log_err("upcie: apptag=0x%x, apptag_mask=0x%x: the application tag and its mask "
+			"are 16 bits (0..0xffff)\n",
+			o->apptag, o->apptag_mask);
 		return 1;
 	}
 	for (unsigned i = 0; i < t->nfiles; i++) {
@@ -860,6 +985,13 @@ static int ufio_init(struct thread_data *td)
 		if (t->files[i].md && need > md_need)
 			md_need = need;
 		md_any |= t->files[i].md;
+	}
+	if (o->zone_append) {
+		err = ufio_append_setup(td, t);
+		if (err) {
+			td_verror(td, -err, "upcie zone append");
+			return 1;
+		}
 	}
 	if (md_any) {
 		/* a power-of-two slot per io_u: never across a page of the buffer, dword aligned */
@@ -1079,8 +1211,11 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		io.segs = &seg;
 		io.nsegs = 1;
 		io.flags = io_u->ddir == DDIR_READ ? uf->flags_r : uf->flags_w;
+		io.apptag = uf->apptag;
+		io.apptag_mask = uf->apptag_mask;
 		/* fio's zonemode=zbd issues each zone's writes at its write pointer, in order */
 		io.zoned = ns->zoned && io_u->ddir == DDIR_WRITE;
+		iu->append = false;
 		if (uf->md) {
 			if (!t->md_live || iu->slot >= t->depth) {
 				err = -EINVAL;
@@ -1094,6 +1229,14 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 			else if (uf->md_moves)
 				memset((char *)t->md.vaddr + io.md_off, 0,
 				       io_u->xfer_buflen / ns->block_bytes * ns->ms);
+		}
+		/* Zone Append names the zone; the LBA the controller picks must be fio's offset,
+		   where fio's write pointer (and its verification) has the data */
+		if (uf->append && io_u->ddir == DDIR_WRITE) {
+			iu->append = true;
+			iu->append_lba = io.slba + (uint64_t)t->append_skew;
+			io.opc = UPCIE_NVME_ZNS_APPEND;
+			io.slba -= io.slba % ns->zone_blocks;
 		}
 		err = upcie_nvme_ioq_submit_io(&t->q, ns, &io, &iu->req);
 		break;
@@ -1269,6 +1412,16 @@ static struct fio_option ufio_options_list[] = {
 	    .group = FIO_OPT_G_INVALID,
 	},
 	{
+	    .name = "upcie_bind_any_class",
+	    .lname = "upcie bind any class",
+	    .type = FIO_OPT_BOOL,
+	    .off1 = offsetof(struct ufio_options, bind_any_class),
+	    .def = "0",
+	    .help = "with upcie_bind=1: bind even a function whose PCI class is not NVMe",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
 	    .name = "upcie_max_xfer",
 	    .lname = "upcie bytes per command",
 	    .type = FIO_OPT_STR_VAL,
@@ -1344,7 +1497,8 @@ static struct fio_option ufio_options_list[] = {
 	    .type = FIO_OPT_INT,
 	    .off1 = offsetof(struct ufio_options, apptag),
 	    .def = "0",
-	    .help = "PI application tag (refused unless 0: upcie's I/O carries none)",
+	    .help = "PI application tag (0..0xffff): inserted by pi_act=1 on writes, expected by "
+		    "pi_chk=APPTAG on reads",
 	    .category = FIO_OPT_C_ENGINE,
 	    .group = FIO_OPT_G_INVALID,
 	},
@@ -1354,7 +1508,7 @@ static struct fio_option ufio_options_list[] = {
 	    .type = FIO_OPT_INT,
 	    .off1 = offsetof(struct ufio_options, apptag_mask),
 	    .def = "0xffff",
-	    .help = "PI application tag mask (refused unless 0xffff: upcie's I/O carries none)",
+	    .help = "PI application tag mask (0..0xffff): the bits pi_chk=APPTAG compares",
 	    .category = FIO_OPT_C_ENGINE,
 	    .group = FIO_OPT_G_INVALID,
 	},
@@ -1376,6 +1530,17 @@ static struct fio_option ufio_options_list[] = {
 	    .off1 = offsetof(struct ufio_options, md_seed),
 	    .def = "0",
 	    .help = "varies the metadata the engine writes with each block (a function of the LBA)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "upcie_zone_append",
+	    .lname = "upcie Zone Append",
+	    .type = FIO_OPT_BOOL,
+	    .off1 = offsetof(struct ufio_options, zone_append),
+	    .def = "0",
+	    .help = "zoned namespaces: writes go out as Zone Append, the LBA the controller "
+		    "assigns checked against fio's offset",
 	    .category = FIO_OPT_C_ENGINE,
 	    .group = FIO_OPT_G_INVALID,
 	},

@@ -11,9 +11,12 @@
 # Every write-and-verify job must read back as many bytes as it wrote (fio's terse output), so a
 # job that silently skipped verification fails. Negative control: a block overwritten behind
 # fio's back must make a verify-only pass fail. Metadata, PI and zones: zonemode=zbd on the
-# zoned c1n4 (fio's zone hooks), pi_act/pi_chk on the PI type 1 c1n5 (a block rewritten
-# without valid PI must fail the pi_chk read), md_per_io_size with upcie_md_verify on c1n2
-# (changed metadata must fail it). The engine's refusals are checked too.
+# zoned c1n4 (fio's zone hooks), with plain Writes and with Zone Append (upcie_zone_append=1:
+# an LBA the engine does not expect must fail the job, naming both LBAs), pi_act/pi_chk on the
+# PI type 1 c1n5 (a block rewritten without valid PI must fail the pi_chk read) with the
+# application tag (apptag, pi_chk=APPTAG: a read expecting another tag must fail with the
+# controller's application tag check), md_per_io_size with upcie_md_verify on c1n2 (changed
+# metadata must fail it). The engine's refusals are checked too.
 #
 # configs: A B C
 # timeout: 600
@@ -75,6 +78,12 @@ run_fio "c0n1 512 B: one-LBA sequential writes, flush every 8, crc32c, do_verify
 	--upcie_bind=1 --name=lba --filename="$C0/1" --rw=write --bs=512 --size=1M --iodepth=16 \
 	--fsync=8 --verify=crc32c --do_verify=1
 tap_is "$(tb_driver "$TB_C0_BDF")" "$drv" "the engine bound c0 to $drv"
+# upcie_bind_any_class=1 passes through to the bind (an NVMe function binds as before)
+tb_bind "$TB_C0_BDF" nvme
+run_fio "c0n1: upcie_bind=1 upcie_bind_any_class=1 binds the NVMe function, reads" rc \
+	--upcie_bind=1 --upcie_bind_any_class=1 --name=anyc --filename="$C0/1" --rw=read --bs=4k \
+	--size=64k
+tap_is "$(tb_driver "$TB_C0_BDF")" "$drv" "with upcie_bind_any_class=1 the engine bound c0 to $drv"
 tb_bind "$TB_C1_BDF" "$drv"
 
 run_fio "c0n1: random 512 B..3 MiB (MDTS 512 KiB: split), md5, verify_backlog" verify \
@@ -137,6 +146,39 @@ fio_fails "c1n4 zoned: a writing job without zonemode=zbd is refused, naming zon
 	'zonemode=zbd' --thread=1 --name=zw --filename="$C1/4" \
 	--rw=write --bs=4k --size=64k
 
+# Zone Append (upcie_zone_append=1): the same zones written with Zone Append (opcode 7Dh, the
+# zone's first LBA); each completion's LBA must be fio's offset, and fio's verification reads
+# the data back there
+ZA="--upcie_zone_append=1 --name=zapp --filename=$C1/4 --zonemode=zbd --direct=1 --rw=write --bsrange=4k-256k --size=4M --iodepth=4 --verify=crc32c"
+# shellcheck disable=SC2086
+run_fio "c1n4 zoned: upcie_zone_append=1 writes over 4 zones (Zone Append), crc32c, do_verify" verify \
+	$ZA --do_verify=1
+# negative control: the engine told to expect every append one block further
+# (UPCIE_FIO_TEST_APPEND_SKEW, honoured for tests) must fail the job, naming both LBAs
+export UPCIE_FIO_TEST_APPEND_SKEW=1
+# shellcheck disable=SC2086
+out=$(fio --thread=1 --ioengine=external:$ENGINE --upcie_path=$path $ZA --do_verify=0 2>&1)
+rc=$?
+unset UPCIE_FIO_TEST_APPEND_SKEW
+lbas=$(printf '%s\n' "$out" | sed -n 's/.*Zone Append at offset .*: the controller wrote it at LBA \([0-9]*\), fio expected LBA \([0-9]*\).*/\1 \2/p' | head -n 1)
+# shellcheck disable=SC2086
+set -- $lbas
+if [ "$rc" != 0 ] && [ $# = 2 ] && [ "$2" = $(($1 + 1)) ]; then
+	tap_ok "Zone Append negative control: an LBA one block off fails the job, naming LBA $1 and the expected $2 (exit $rc)"
+else
+	tap_fail "Zone Append negative control: an LBA one block off fails the job, naming both LBAs" \
+		"exit $rc, LBAs '$lbas'" "$(printf '%s\n' "$out" | tail -n 10)"
+fi
+fio_fails "upcie_zone_append=1 on c1n1 (not zoned) is refused, naming upcie_zone_append" \
+	'upcie_zone_append=1: .* namespace 1 is not zoned' --thread=1 --upcie_zone_append=1 \
+	--name=zan --filename="$C1/1" --rw=write --bs=4k --size=64k
+# c1 has no Zone Append Size Limit of its own (ZASL 0, MDTS 0); one command of the job's queue
+# is the limit here
+fio_fails "upcie_zone_append=1 with 128 KiB writes and upcie_max_xfer=64k is refused, naming the 64 KiB limit" \
+	'upcie_zone_append=1: one command .* at most 65536 bytes' --thread=1 --upcie_zone_append=1 \
+	--upcie_max_xfer=64k --name=zab --filename="$C1/4" --zonemode=zbd --direct=1 --rw=write \
+	--bs=128k --size=1M
+
 # c1n5, PI type 1 in 8 bytes of separate metadata: the controller inserts the PI (pi_act=1) and
 # checks guard and reference tag on every read (pi_chk); fio's crc32c verifies the data
 run_fio "c1n5 PI type 1: pi_act=1 pi_chk=GUARD,REFTAG writes, crc32c, do_verify" verify \
@@ -159,9 +201,32 @@ run_fio "PI negative control: without pi_chk the controller reads the block (no 
 fio_fails "PI negative control: the pi_chk read of the changed block fails with the controller's PI status" \
 	'end-to-end guard check error\|end-to-end reference tag check error' --thread=1 --pi_act=1 \
 	--pi_chk=GUARD,REFTAG $P --verify_only=1
-fio_fails "pi_chk=APPTAG is refused, naming the application tag upcie's I/O cannot carry" \
-	'APPTAG.*application tag' --thread=1 --pi_chk=GUARD,APPTAG \
-	--name=pia --filename="$C1/5" --rw=read --bs=4k --size=64k
+# the application tag: pi_act=1 makes the controller insert apptag with every block written,
+# pi_chk=APPTAG makes it compare the tag of every block read (in the bits of apptag_mask)
+A="--name=pat --filename=$C1/5 --rw=write --bs=64k --size=1M --offset=6M --iodepth=4 --verify=crc32c"
+# shellcheck disable=SC2086
+run_fio "c1n5 PI type 1: apptag=0x1234 pi_act=1 pi_chk=GUARD,REFTAG,APPTAG writes, crc32c, do_verify" verify \
+	--pi_act=1 --apptag=0x1234 --pi_chk=GUARD,REFTAG,APPTAG $A --do_verify=1
+# negative control: the region read expecting another tag fails with the controller's status
+# shellcheck disable=SC2086
+fio_fails "apptag negative control: read expecting apptag=0x4321 (pi_chk=APPTAG) fails with the application tag check" \
+	'end-to-end application tag check error' --thread=1 --pi_act=1 --apptag=0x4321 \
+	--pi_chk=APPTAG $A --verify_only=1
+# shellcheck disable=SC2086
+run_fio "apptag control: expecting 0x12ff under apptag_mask=0xff00 (only 0x12 compared) reads" rc \
+	--pi_act=1 --apptag=0x12ff --apptag_mask=0xff00 --pi_chk=APPTAG $A --verify_only=1
+fio_fails "apptag on c1n1 (no PI) is refused, naming apptag" \
+	'apptag=0x1234, apptag_mask=0xffff: .* no protection information' --thread=1 \
+	--apptag=0x1234 --name=pan --filename="$C1/1" --rw=read --bs=4k --size=64k
+fio_fails "apptag with pi_act=0 is refused, naming pi_act" \
+	'apptag=0x1234, apptag_mask=0xffff with pi_act=0' --thread=1 --pi_act=0 --apptag=0x1234 \
+	--md_per_io_size=8 --name=pa0 --filename="$C1/5" --rw=read --bs=4k --size=64k
+fio_fails "pi_chk=APPTAG with pi_act=0 is refused, naming pi_act=0" \
+	'pi_chk=APPTAG with pi_act=0' --thread=1 --pi_act=0 --pi_chk=APPTAG --md_per_io_size=8 \
+	--name=pa1 --filename="$C1/5" --rw=read --bs=4k --size=64k
+fio_fails "apptag above 16 bits is refused" \
+	'apptag=0x10000, .* 16 bits' --thread=1 --pi_act=1 --apptag=0x10000 \
+	--name=pa2 --filename="$C1/5" --rw=read --bs=4k --size=64k
 fio_fails "pi_chk on c1n1 (no PI) is refused, naming pi_chk" \
 	'pi_chk=GUARD.*no protection' --thread=1 --pi_chk=GUARD \
 	--name=pin --filename="$C1/1" --rw=read --bs=4k --size=64k
@@ -193,6 +258,12 @@ fio_fails "fork mode (thread=0) is refused, naming thread=1" \
 fio_fails "c1n2 (separate metadata) without md_per_io_size is refused, naming md_per_io_size" \
 	'metadata per block in a separate buffer: set md_per_io_size' --thread=1 --name=md --filename="$C1/2" \
 	--rw=read --bs=4k --size=64k
+fio_fails "upcie_bind_any_class=1 without upcie_bind=1 is refused, naming upcie_bind" \
+	'upcie_bind_any_class=1 only matters with upcie_bind=1' --thread=1 --upcie_bind_any_class=1 \
+	--name=ac --filename="$C0/1" --rw=read --bs=4k --size=64k
+fio_fails "upcie_bind=1 on the ivshmem function (not NVMe) is refused, naming upcie_bind_any_class" \
+	'upcie_bind_any_class=1 to bind it anyway' --thread=1 --upcie_bind=1 --name=nonvme \
+	--filename="$(echo "$TB_VRAM_BDF" | tr ':' '.')/1" --rw=read --bs=4k --size=64k
 fio_fails "a file name that is no PCI address is refused with an example" \
 	"0000.01.00.0/1" --thread=1 --name=bad --filename=nvme0 \
 	--rw=read --bs=4k --size=64k
