@@ -7,7 +7,11 @@
  * hipError_t to errno, what opening the provider answers without a GPU (-ENODEV with the HIP
  * error logged) and, for IMPORT translation, without ROCm 7.0 (-EOPNOTSUPP), and the queue and
  * mirror calls on a closed provider, the payload placement rule's verdict on the attributes the
- * runtime reports. Nothing here claims GPU behaviour.
+ * runtime reports, and the GPU-issued queue's placement rules on top of it (direct: no host
+ * memory; bridged: no VRAM; each unless the queue's flag vouches for the platform), with the
+ * flags creation accepts; the device heap's memory flags (fine-grained or uncached: bad flags
+ * -EINVAL before the runtime is asked, without a GPU the runtime's error, a later open that asks
+ * for another kind than the heap's refused). Nothing here claims GPU behaviour.
  */
 #include <upcie/gpu/heap_hip.h>
 #include <upcie/gpuq/cqmirror_host_hip.h>
@@ -93,6 +97,101 @@ int main(void)
 		CHECK(err == -EOPNOTSUPP && strstr(g_last, "ROCm 7.0"),
 		      "IMPORT built against HIP %d.%d: -EOPNOTSUPP naming ROCm 7.0",
 		      HIP_VERSION_MAJOR, HIP_VERSION_MINOR);
+	/* The device heap's memory (opts.device_heap_flags) */
+	{
+		static struct upcie_gpu_hip_proc proc;
+		struct upcie_gpu_hip gpu2;
+		unsigned mf = 77;
+
+		CHECK(upcie_gpu_hip_heap_flags_check(0, &mf) == 0 && mf == 0,
+		      "heap flags 0: coarse-grained, a plain hipMalloc (no allocation flags)");
+		CHECK(upcie_gpu_hip_heap_flags_check(UPCIE_GPU_HIP_HEAP_FINEGRAINED, &mf) == 0 &&
+			  mf == 1,
+		      "UPCIE_GPU_HIP_HEAP_FINEGRAINED: hipDeviceMallocFinegrained (1)");
+		CHECK(upcie_gpu_hip_heap_flags_check(UPCIE_GPU_HIP_HEAP_UNCACHED, &mf) == 0 &&
+			  mf == 3,
+		      "UPCIE_GPU_HIP_HEAP_UNCACHED: hipDeviceMallocUncached (3)");
+		mf = 77;
+		CHECK(upcie_gpu_hip_heap_flags_check(UPCIE_GPU_HIP_HEAP_FINEGRAINED |
+							 UPCIE_GPU_HIP_HEAP_UNCACHED,
+						     &mf) == -EINVAL &&
+			  mf == 77,
+		      "both heap kinds at once: -EINVAL, nothing returned");
+		CHECK(upcie_gpu_hip_heap_flags_check(0x80u, &mf) == -EINVAL && mf == 77,
+		      "an unknown heap flag: -EINVAL");
+
+		memset(&o, 0, sizeof(o));
+		o.xlate = UPCIE_GPU_HIP_XLATE_OFFSET;
+		o.device_heap_flags = 0x80u;
+		g_last[0] = 0;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(
+		    err == -EINVAL && !gpu2.p && strstr(g_last, "unknown device heap flags"),
+		    "open with an unknown heap flag: -EINVAL before the runtime is asked (%s: %s)",
+		    upcie_errno_name(err), g_last);
+		o.device_heap_flags = UPCIE_GPU_HIP_HEAP_FINEGRAINED | UPCIE_GPU_HIP_HEAP_UNCACHED;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == -EINVAL && !gpu2.p, "open with both heap kinds: -EINVAL (%s)",
+		      upcie_errno_name(err));
+		o.device_heap_flags = UPCIE_GPU_HIP_HEAP_FINEGRAINED;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == -ENODEV && !gpu2.p,
+		      "open of a fine-grained heap without a GPU: the runtime's error, -ENODEV, "
+		      "never a pass (%s: %s)",
+		      upcie_errno_name(err), g_last);
+		o.device_heap_flags = UPCIE_GPU_HIP_HEAP_UNCACHED;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == -ENODEV && !gpu2.p,
+		      "open of an uncached heap without a GPU: -ENODEV (%s)",
+		      upcie_errno_name(err));
+
+		/* the heap's own allocation, asked of the runtime without a GPU */
+		memset(&proc, 0, sizeof(proc));
+		CHECK_EQ(upcie_registry_init(&proc.reg), 0, "a registry for the heap");
+		g_last[0] = 0;
+		err = upcie_gpu_hip_dheap_open_(&proc, UPCIE_GPU_HIP_HEAP_ALIGN,
+						UPCIE_GPU_HIP_HEAP_FINEGRAINED);
+		CHECK(err < 0 && !proc.dbase && !proc.have_dheap &&
+			  strstr(g_last, "hipExtMallocWithFlags") && strstr(g_last, "fine-grained"),
+		      "a fine-grained heap's allocation without a GPU: refused with the runtime's "
+		      "error (%s: %s), nothing left",
+		      upcie_errno_name(err), g_last);
+		g_last[0] = 0;
+		err = upcie_gpu_hip_dheap_open_(&proc, UPCIE_GPU_HIP_HEAP_ALIGN,
+						UPCIE_GPU_HIP_HEAP_UNCACHED);
+		CHECK(err < 0 && !proc.dbase && strstr(g_last, "hipExtMallocWithFlags") &&
+			  strstr(g_last, "UPCIE_GPU_HIP_HEAP_FINEGRAINED"),
+		      "an uncached heap's allocation without a GPU: refused with the runtime's "
+		      "error, naming the fine-grained heap as the other choice (%s)",
+		      upcie_errno_name(err));
+		CHECK_EQ(upcie_gpu_hip_dheap_open_(&proc, UPCIE_GPU_HIP_HEAP_ALIGN, 0x40u), -EINVAL,
+			 "the heap's allocation with an unknown flag: -EINVAL");
+		upcie_registry_fini(&proc.reg);
+
+		/* A later open meets the heap the first one made (the provider's state stood in:
+		 * one reference, a fine-grained heap, GPU 0, OFFSET) */
+		upcie_gpu_hip_proc_g.refs = 1;
+		upcie_gpu_hip_proc_g.xlate = UPCIE_GPU_HIP_XLATE_OFFSET;
+		upcie_gpu_hip_proc_g.dflags = UPCIE_GPU_HIP_HEAP_FINEGRAINED;
+		o.device_heap_flags = UPCIE_GPU_HIP_HEAP_UNCACHED;
+		g_last[0] = 0;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == -EINVAL && !gpu2.p && upcie_gpu_hip_proc_g.refs == 1 &&
+			  strstr(g_last, "first open"),
+		      "a later open asking for an uncached heap where the first made a "
+		      "fine-grained one: -EINVAL, no reference taken");
+		o.device_heap_flags = UPCIE_GPU_HIP_HEAP_FINEGRAINED;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == 0 && gpu2.p && upcie_gpu_hip_proc_g.refs == 2 &&
+			  upcie_gpu_hip_heap_flags(&gpu2) == UPCIE_GPU_HIP_HEAP_FINEGRAINED,
+		      "control: a later open asking for the heap's own kind takes a reference");
+		o.device_heap_flags = 0;
+		err = upcie_gpu_hip_open(&gpu2, &o);
+		CHECK(err == 0 && upcie_gpu_hip_proc_g.refs == 3,
+		      "a later open with heap flags 0 takes the heap as it is");
+		memset(&upcie_gpu_hip_proc_g, 0, sizeof(upcie_gpu_hip_proc_g));
+		gpu2.p = NULL;
+	}
 	{
 		struct upcie_nvme_gqp_hip_host h;
 		struct upcie_nvme_gqp_hip_cfg c;
@@ -144,6 +243,95 @@ int main(void)
 			 "managed memory, whatever its flags: -EOPNOTSUPP");
 		err = upcie_gpu_hip_payload_check(buf, "payload");
 		CHECK(err < 0, "payload_check without a GPU (the runtime cannot say): refused (%d)",
+		      err);
+	}
+	/* The GPU-issued queue's placement rules (gpuq/gqp_host_hip.h) */
+	{
+		const unsigned D = UPCIE_NVME_GQP_HIP_DIRECT;
+		hipPointerAttribute_t host, fine, coarse;
+		static char buf[64];
+
+		memset(&host, 0, sizeof(host));
+		host.memoryType = hipMemoryTypeHost;
+		memset(&fine, 0, sizeof(fine));
+		fine.memoryType = hipMemoryTypeDevice;
+		fine.allocationFlags = UPCIE_GPU_HIP_MALLOC_UNCACHED;
+		coarse = fine;
+		coarse.allocationFlags = 0;
+
+		g_last[0] = 0;
+		CHECK(upcie_nvme_gqp_hip_data_verdict(0, 3, &fine, buf) == -EXDEV &&
+			  strstr(g_last, "bridged") && strstr(g_last, "direct queue"),
+		      "bridged queue, payload in (uncached) VRAM: -EXDEV, naming the direct queue "
+		      "to use instead");
+		CHECK_EQ(
+		    upcie_nvme_gqp_hip_data_verdict(UPCIE_NVME_GQP_HIP_VRAM_DATA, 3, &fine, buf), 0,
+		    "control: bridged queue with UPCIE_NVME_GQP_HIP_VRAM_DATA takes it");
+		CHECK_EQ(
+		    upcie_nvme_gqp_hip_data_verdict(UPCIE_NVME_GQP_HIP_VRAM_DATA, 3, &coarse, buf),
+		    -EOPNOTSUPP,
+		    "bridged queue with UPCIE_NVME_GQP_HIP_VRAM_DATA, coarse-grained VRAM: still "
+		    "-EOPNOTSUPP (the flag vouches for ordering, not for the L2)");
+		CHECK_EQ(upcie_nvme_gqp_hip_data_verdict(0, 3, &host, buf), 0,
+			 "bridged queue, payload in host memory: accepted (one destination with "
+			 "the CQ)");
+		g_last[0] = 0;
+		CHECK(upcie_nvme_gqp_hip_data_verdict(D, 4, &host, buf) == -EXDEV &&
+			  strstr(g_last, "UPCIE_NVME_GQP_HIP_HOST_DATA"),
+		      "direct queue, payload in host memory: -EXDEV, naming the flag");
+		CHECK_EQ(upcie_nvme_gqp_hip_data_verdict(D | UPCIE_NVME_GQP_HIP_HOST_DATA, 4, &host,
+							 buf),
+			 0, "control: direct queue with UPCIE_NVME_GQP_HIP_HOST_DATA takes it");
+		CHECK_EQ(upcie_nvme_gqp_hip_data_verdict(D, 4, &fine, buf), 0,
+			 "direct queue, uncached VRAM: accepted");
+		CHECK_EQ(upcie_nvme_gqp_hip_data_verdict(D | UPCIE_NVME_GQP_HIP_HOST_DATA, 4,
+							 &coarse, buf),
+			 -EOPNOTSUPP,
+			 "direct queue, coarse-grained VRAM: -EOPNOTSUPP whatever the flags");
+
+		CHECK_EQ(upcie_nvme_gqp_hip_flags_check_(5, UPCIE_NVME_GQP_HIP_HOST_DATA), -EINVAL,
+			 "creation: UPCIE_NVME_GQP_HIP_HOST_DATA on a bridged queue: -EINVAL");
+		CHECK_EQ(upcie_nvme_gqp_hip_flags_check_(5, D | UPCIE_NVME_GQP_HIP_VRAM_DATA),
+			 -EINVAL,
+			 "creation: UPCIE_NVME_GQP_HIP_VRAM_DATA on a direct queue: -EINVAL");
+		CHECK_EQ(upcie_nvme_gqp_hip_flags_check_(5, 0x8000u), -EINVAL,
+			 "creation: an unknown flag: -EINVAL");
+		g_last[0] = 0;
+		CHECK(
+		    upcie_nvme_gqp_hip_flags_check_(5, D | UPCIE_NVME_GQP_HIP_HOST_DATA) == 0 &&
+			strstr(g_last, "caller's word"),
+		    "creation: direct with UPCIE_NVME_GQP_HIP_HOST_DATA accepted, with a warning");
+		g_last[0] = 0;
+		CHECK(
+		    upcie_nvme_gqp_hip_flags_check_(5, UPCIE_NVME_GQP_HIP_VRAM_DATA) == 0 &&
+			strstr(g_last, "caller's word"),
+		    "creation: bridged with UPCIE_NVME_GQP_HIP_VRAM_DATA accepted, with a warning");
+		CHECK(upcie_nvme_gqp_hip_flags_check_(5, 0) == 0 &&
+			  upcie_nvme_gqp_hip_flags_check_(5, D) == 0,
+		      "creation: bridged and direct without payload flags accepted");
+	}
+	/* The queue's payload check without a GPU: the runtime cannot describe memory */
+	{
+		struct upcie_nvme_gqp_hip_host h;
+		static struct upcie_gpu_hip_proc proc;
+		static char buf[8192];
+		uint64_t iova = 1;
+
+		memset(&h, 0, sizeof(h));
+		CHECK_EQ(upcie_nvme_gqp_hip_data_check(&h, buf, sizeof(buf)), -EINVAL,
+			 "payload check on a zeroed (closed) queue: -EINVAL");
+		h.gpu.p = &proc; /* only the flags and qid are read before the runtime is asked */
+		h.flags = UPCIE_NVME_GQP_HIP_DIRECT | UPCIE_NVME_GQP_HIP_HOST_DATA;
+		CHECK_EQ(upcie_nvme_gqp_hip_data_check(&h, buf, 0), -EINVAL,
+			 "payload check of an empty range: -EINVAL");
+		err = upcie_nvme_gqp_hip_data_check(&h, buf, sizeof(buf));
+		CHECK(err < 0,
+		      "payload check without a GPU, even with the opt-out flag: refused "
+		      "(%d), never taken on trust",
+		      err);
+		err = upcie_nvme_gqp_hip_data_iova(&h, buf, sizeof(buf), &iova);
+		CHECK(err < 0 && iova == 1,
+		      "payload translation without a GPU: refused before any translation (%d)",
 		      err);
 	}
 	printf("1..%d\n", check_n_);

@@ -18,9 +18,18 @@
  * Translation is then by offset from the allocation's base, bounded by the allocation (the
  * registry's range), inside what the export describes (the dmamem).
  *
- * Device heap (1 GiB by default, rounded up to 2 MiB): one hipMalloc, exported as above,
+ * Device heap (1 GiB by default, rounded up to 2 MiB): one allocation, exported as above,
  * resolved to bus addresses by the dmabuf_import module (kmod/dmabuf_import.h) into a LUT dmamem
  * at the largest granule the scatter list allows (2 MiB, 64 KiB or 4 KiB), a upcie heap on top.
+ * Its memory is chosen when the first open creates it (opts.device_heap_flags): coarse-grained
+ * (0, a plain hipMalloc, which the GPU's L2 caches: a controller's write can be served stale from
+ * the L2 after the completion, so no payload that GPU code reads after reaping), or
+ * UPCIE_GPU_HIP_HEAP_FINEGRAINED / UPCIE_GPU_HIP_HEAP_UNCACHED (hipExtMallocWithFlags with
+ * hipDeviceMallocFinegrained / hipDeviceMallocUncached), the memory such payloads need. The open
+ * then runs upcie_gpu_hip_payload_check() on the heap and fails with its error where the runtime
+ * does not report the heap as that memory, so every buffer of such a heap passes the check. An
+ * uncached heap is refused, not downgraded, by a runtime that does not know the flag (ROCm 5.2's
+ * headers do not name it): open with UPCIE_GPU_HIP_HEAP_FINEGRAINED there.
  * Host heap (1 GiB by default): hugepages with physical addresses (the uio_pci_generic case),
  * registered with HIP (hipHostRegister, mapped) so GPU code reaches them: SQs, host CQs, PRP
  * lists. Both are set up by the first upcie_gpu_hip_open() of the process (its sizes and GPU take
@@ -37,7 +46,9 @@
  * or fine-grained where the runtime refuses that flag (ROCm 5.2 does not know it; logged, since
  * the L2 may then still hold lines), registered as caller memory is, and checked to be
  * contiguous for the controller. Payloads that GPU code reads after a completion belong in such
- * memory too (upcie_gpu_hip_payload_check() says whether a buffer is). IMPORT exports are checked
+ * memory too: polled memory (2 MiB at most), a fine-grained or uncached device heap, or the
+ * caller's own hipExtMallocWithFlags allocation, registered (upcie_gpu_hip_payload_check() says
+ * whether a buffer is such memory). IMPORT exports are checked
  * to lie inside the GPU's memory BAR and outside system RAM (gpu/p2p_check.h): amdgpu can satisfy
  * an attach by placing the buffer in GTT, host memory, which is then refused with -EXDEV.
  *
@@ -94,6 +105,13 @@ UPCIE_STATIC_ASSERT(hipDeviceMallocUncached == UPCIE_GPU_HIP_MALLOC_UNCACHED,
 		    "hipDeviceMallocUncached moved");
 #endif
 
+/*
+ * The device heap's memory (upcie_gpu_hip_opts.device_heap_flags; 0: coarse-grained, hipMalloc).
+ * At most one of the two: see the header's comment.
+ */
+#define UPCIE_GPU_HIP_HEAP_FINEGRAINED 0x1u /* hipExtMallocWithFlags(hipDeviceMallocFinegrained) */
+#define UPCIE_GPU_HIP_HEAP_UNCACHED    0x2u /* hipExtMallocWithFlags(hipDeviceMallocUncached) */
+
 #define UPCIE_GPU_HIP_PAGE	   UINT64_C(4096)
 #define UPCIE_GPU_HIP_BO_ROUND	   (UINT64_C(2) << 20) /* a buffer object's size rounding */
 #define UPCIE_GPU_HIP_HEAP_DEFAULT (UINT64_C(1) << 30)
@@ -105,9 +123,10 @@ enum upcie_gpu_hip_xlate {
 };
 
 struct upcie_gpu_hip_opts {
-	int gpu_id;		   /* HIP device ordinal */
-	uint64_t device_heap_size; /* 0: 1 GiB; rounded up to 2 MiB */
-	uint64_t host_heap_size;   /* 0: 1 GiB; rounded up to the hugepage size */
+	int gpu_id;		    /* HIP device ordinal */
+	uint64_t device_heap_size;  /* 0: 1 GiB; rounded up to 2 MiB */
+	unsigned device_heap_flags; /* UPCIE_GPU_HIP_HEAP_*; 0: coarse-grained */
+	uint64_t host_heap_size;    /* 0: 1 GiB; rounded up to the hugepage size */
 	enum upcie_gpu_hip_xlate xlate;
 	uint64_t iova_offset;			      /* OFFSET only */
 	const struct upcie_hugepage_opts *host_pages; /* NULL: hugetlb memfd, default size */
@@ -134,6 +153,7 @@ struct upcie_gpu_hip_proc {
 	struct upcie_registry reg;
 	void *dbase; /* device heap allocation */
 	uint64_t dsize;
+	unsigned dflags; /* UPCIE_GPU_HIP_HEAP_* it was made with */
 	struct upcie_heap dheap;
 	bool have_dheap;
 	void *hbase; /* host heap memory */
@@ -421,19 +441,126 @@ static inline void upcie_gpu_hip_unreg_(struct upcie_gpu_hip_proc *p, const void
 		upcie_dmamem_destroy(&hb);
 }
 
-static inline int upcie_gpu_hip_dheap_open_(struct upcie_gpu_hip_proc *p, uint64_t size)
+/* The verdict of upcie_gpu_hip_payload_check() on the attributes the runtime reported for `ptr`:
+ * 0, -EXDEV, -EOPNOTSUPP (see there). */
+static inline int upcie_gpu_hip_payload_verdict(const hipPointerAttribute_t *attr, const void *ptr,
+						const char *what)
 {
+	hipPointerAttribute_t a = *attr;
+
+	if (a.memoryType == hipMemoryTypeHost)
+		return UPCIE_FAIL(
+		    -EXDEV,
+		    "gpu: %s at %p is host memory: a GPU-side completion does not vouch "
+		    "for it",
+		    what, ptr);
+	if (a.memoryType != hipMemoryTypeDevice || a.isManaged)
+		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: %s at %p: not plain device memory (type %d)",
+				  what, ptr, (int)a.memoryType);
+	if (a.allocationFlags != UPCIE_GPU_HIP_MALLOC_UNCACHED &&
+	    a.allocationFlags != UPCIE_GPU_HIP_MALLOC_FINEGRAINED)
+		return UPCIE_FAIL(
+		    -EOPNOTSUPP,
+		    "gpu: %s at %p is coarse-grained VRAM (allocation flags 0x%x): the "
+		    "GPU's L2 may serve it stale after a completion; allocate it with "
+		    "hipExtMallocWithFlags(hipDeviceMallocUncached or "
+		    "hipDeviceMallocFinegrained), or from a device heap opened with "
+		    "UPCIE_GPU_HIP_HEAP_FINEGRAINED",
+		    what, ptr, a.allocationFlags);
+	return 0;
+}
+
+/*
+ * Whether GPU code that acquires after a completion reads fresh payload at `ptr`. The HIP acquire
+ * (base/arch_hip.h) invalidates L0/L1 but the L2 only for lines it does not keep coherent
+ * (gfx90a: buffer_invl2 drops non-coherent lines; gfx940: buffer_inv sc0 sc1), so an ordinary
+ * (coarse-grained) VRAM line that a peer's PCIe write went around can still be served stale from
+ * the L2 after the completion. Payloads that GPU code reads after a GPU-side completion must be
+ * uncached (hipExtMallocWithFlags hipDeviceMallocUncached) or fine-grained
+ * (hipDeviceMallocFinegrained), as a device heap opened with UPCIE_GPU_HIP_HEAP_FINEGRAINED or
+ * UPCIE_GPU_HIP_HEAP_UNCACHED is (the open runs this check on it). Returns 0; -EOPNOTSUPP
+ * (coarse-grained, or the runtime does not say how it was allocated: the setup refuses where it
+ * cannot know); -EXDEV (host memory: on a
+ * direct queue, whose CQ is in VRAM, its completion and its data take two paths; a bridged queue
+ * may take it, see gpuq/gqp_hip.h); a HIP error.
+ * Not run on an AMD GPU here (none was available): compiled, and the acquire sequences it relies
+ * on are checked in the disassembly (tests/hip/check-disasm.sh).
+ */
+static inline int upcie_gpu_hip_payload_check(const void *ptr, const char *what)
+{
+	hipPointerAttribute_t a;
+	hipError_t r;
+
+	memset(&a, 0, sizeof(a));
+	r = hipPointerGetAttributes(&a, ptr);
+	if (r != hipSuccess)
+		return UPCIE_GPU_HIP_FAIL(r, "hipPointerGetAttributes", "%s at %p", what, ptr);
+	return upcie_gpu_hip_payload_verdict(&a, ptr, what);
+}
+
+/*
+ * The hipExtMallocWithFlags flags of a device heap made with `flags` (UPCIE_GPU_HIP_HEAP_*) into
+ * *malloc_flags; 0 there means a plain hipMalloc (coarse-grained). Returns 0, or -EINVAL (unknown
+ * bits, or both kinds at once; *malloc_flags untouched).
+ */
+static inline int upcie_gpu_hip_heap_flags_check(unsigned flags, unsigned *malloc_flags)
+{
+	if (flags & ~(UPCIE_GPU_HIP_HEAP_FINEGRAINED | UPCIE_GPU_HIP_HEAP_UNCACHED))
+		return UPCIE_FAIL(-EINVAL, "gpu: unknown device heap flags 0x%x", flags);
+	if ((flags & UPCIE_GPU_HIP_HEAP_FINEGRAINED) && (flags & UPCIE_GPU_HIP_HEAP_UNCACHED))
+		return UPCIE_FAIL(-EINVAL,
+				  "gpu: a device heap is fine-grained or uncached, not both "
+				  "(flags 0x%x)",
+				  flags);
+	if (malloc_flags)
+		*malloc_flags =
+		    flags == UPCIE_GPU_HIP_HEAP_FINEGRAINED ? UPCIE_GPU_HIP_MALLOC_FINEGRAINED
+		    : flags == UPCIE_GPU_HIP_HEAP_UNCACHED  ? UPCIE_GPU_HIP_MALLOC_UNCACHED
+							    : 0u;
+	return 0;
+}
+
+/* The device heap's allocation of `size` bytes, of the memory `flags` asks for (checked). */
+static inline int upcie_gpu_hip_dheap_open_(struct upcie_gpu_hip_proc *p, uint64_t size,
+					    unsigned flags)
+{
+	const char *kind = flags == UPCIE_GPU_HIP_HEAP_FINEGRAINED ? "fine-grained"
+			   : flags == UPCIE_GPU_HIP_HEAP_UNCACHED  ? "uncached"
+								   : "coarse-grained";
 	struct upcie_registry_hit hit;
+	unsigned mflags = 0;
 	hipError_t r;
 	int err;
 
-	r = hipMalloc(&p->dbase, (size_t)size);
+	err = upcie_gpu_hip_heap_flags_check(flags, &mflags);
+	if (err)
+		return err;
+	if (mflags)
+		r = hipExtMallocWithFlags(&p->dbase, (size_t)size, mflags);
+	else
+		r = hipMalloc(&p->dbase, (size_t)size);
 	if (r != hipSuccess) {
 		p->dbase = NULL;
-		return UPCIE_GPU_HIP_FAIL(r, "hipMalloc", "device heap of %" PRIu64 " MiB",
-					  size >> 20);
+		return UPCIE_GPU_HIP_FAIL(
+		    r, mflags ? "hipExtMallocWithFlags" : "hipMalloc",
+		    "%s device heap of %" PRIu64 " MiB%s", kind, size >> 20,
+		    flags == UPCIE_GPU_HIP_HEAP_UNCACHED
+			? " (a runtime that does not know hipDeviceMallocUncached refuses it: "
+			  "UPCIE_GPU_HIP_HEAP_FINEGRAINED is the other memory payloads may use)"
+			: "");
 	}
 	p->dsize = size;
+	p->dflags = flags;
+	/* The heap is for payloads GPU code reads after a completion: the check must take it. */
+	err = mflags ? upcie_gpu_hip_payload_check(p->dbase, "the device heap") : 0;
+	if (err) {
+		upcie_gpu_hip_check_(hipFree(p->dbase), "hipFree");
+		p->dbase = NULL;
+		return UPCIE_FAIL(err,
+				  "gpu: the runtime does not report the %s device heap as memory "
+				  "payloads may be read from; refused",
+				  kind);
+	}
 	err = upcie_gpu_hip_reg_new_(p, p->dbase);
 	if (!err)
 		err = upcie_registry_lookup(&p->reg, p->dbase, &hit);
@@ -602,6 +729,9 @@ static inline int upcie_gpu_hip_proc_init_(struct upcie_gpu_hip_proc *p,
 	p->iova_offset = o->iova_offset;
 	if (o->xlate != UPCIE_GPU_HIP_XLATE_IMPORT && o->xlate != UPCIE_GPU_HIP_XLATE_OFFSET)
 		return UPCIE_FAIL(-EINVAL, "gpu: unknown translation %d", (int)o->xlate);
+	err = upcie_gpu_hip_heap_flags_check(o->device_heap_flags, NULL);
+	if (err)
+		return err;
 	dsize = upcie_align_up(dsize, UPCIE_GPU_HIP_HEAP_ALIGN);
 	if (p->xlate == UPCIE_GPU_HIP_XLATE_IMPORT) {
 		if (!UPCIE_GPU_HIP_HAVE_EXPORT)
@@ -632,7 +762,7 @@ static inline int upcie_gpu_hip_proc_init_(struct upcie_gpu_hip_proc *p,
 	entered = true;
 	err = upcie_registry_init(&p->reg);
 	if (!err)
-		err = upcie_gpu_hip_dheap_open_(p, dsize);
+		err = upcie_gpu_hip_dheap_open_(p, dsize, o->device_heap_flags);
 	if (!err)
 		err = upcie_gpu_hip_hheap_open_(p, hsize, o->host_pages);
 	if (err)
@@ -650,9 +780,12 @@ fail:
 /*
  * Open the provider on GPU opts->gpu_id. The first open in the process sets up the GPU, both
  * heaps and the registry with these options; later opens take a reference and must name the same
- * GPU and translation (-EINVAL otherwise). Returns 0; -EOPNOTSUPP (IMPORT with a ROCm older than
- * 7.0, a BAR smaller than VRAM); -ENOENT (IMPORT without the module); -ENODEV (no GPU or
- * runtime); -ENOMEM; a hugepage or HIP error. `gpu` is zeroed on failure.
+ * GPU and translation, and device heap flags of 0 or those the heap was made with (-EINVAL
+ * otherwise). Returns 0; -EINVAL (unknown translation or device heap flags, both heap kinds);
+ * -EOPNOTSUPP (IMPORT with a ROCm older than 7.0, a BAR smaller than VRAM, a fine-grained or
+ * uncached heap the runtime does not report as such); -ENOENT (IMPORT without the module);
+ * -ENODEV (no GPU or runtime); -ENOMEM; a hugepage or HIP error (a runtime refusing the heap's
+ * memory kind). `gpu` is zeroed on failure.
  */
 static inline int upcie_gpu_hip_open(struct upcie_gpu_hip *gpu,
 				     const struct upcie_gpu_hip_opts *opts)
@@ -668,6 +801,9 @@ static inline int upcie_gpu_hip_open(struct upcie_gpu_hip *gpu,
 		memset(&def, 0, sizeof(def));
 		opts = &def;
 	}
+	err = upcie_gpu_hip_heap_flags_check(opts->device_heap_flags, NULL);
+	if (err)
+		return err;
 	pthread_mutex_lock(&upcie_gpu_hip_lock_g);
 	if (p->refs) {
 		if (opts->gpu_id != p->dev.ordinal || opts->xlate != p->xlate)
@@ -676,6 +812,11 @@ static inline int upcie_gpu_hip_open(struct upcie_gpu_hip *gpu,
 					 "asked for GPU %d (translation %d): one GPU per process",
 					 p->dev.ordinal, (int)p->xlate, opts->gpu_id,
 					 (int)opts->xlate);
+		else if (opts->device_heap_flags && opts->device_heap_flags != p->dflags)
+			err = UPCIE_FAIL(-EINVAL,
+					 "gpu: the device heap was made with flags 0x%x; asked for "
+					 "0x%x: the first open chooses its memory",
+					 p->dflags, opts->device_heap_flags);
 		else
 			p->refs++;
 	} else {
@@ -703,6 +844,12 @@ static inline void upcie_gpu_hip_close(struct upcie_gpu_hip *gpu)
 static inline struct upcie_heap *upcie_gpu_hip_heap(const struct upcie_gpu_hip *gpu)
 {
 	return &gpu->p->dheap;
+}
+
+/* The UPCIE_GPU_HIP_HEAP_* flags the device heap was made with (0: coarse-grained). */
+static inline unsigned upcie_gpu_hip_heap_flags(const struct upcie_gpu_hip *gpu)
+{
+	return gpu->p->dflags;
 }
 
 /* The host heap (pinned host memory the GPU maps), for allocations by offset. */
@@ -733,7 +880,10 @@ static inline void *upcie_gpu_hip_host_devptr(const struct upcie_gpu_hip *gpu, c
 	return (char *)gpu->p->hbase_dev + (v - b);
 }
 
-/* Device heap: `size` bytes aligned to `align` (buf->vaddr is the GPU address). */
+/*
+ * Device heap: `size` bytes aligned to `align` (buf->vaddr is the GPU address), of the memory the
+ * heap was made with (upcie_gpu_hip_heap_flags()).
+ */
 static inline int upcie_gpu_hip_alloc(struct upcie_gpu_hip *gpu, uint64_t size, uint64_t align,
 				      struct upcie_heap_buf *buf)
 {
@@ -868,60 +1018,6 @@ static inline int upcie_gpu_hip_iomem_unmap(struct upcie_gpu_hip *gpu, volatile 
 	if (err)
 		return UPCIE_FAIL(err, "gpu: registers at %p are not mapped", (void *)a);
 	return 0;
-}
-
-/* The verdict of upcie_gpu_hip_payload_check() on the attributes the runtime reported for `ptr`:
- * 0, -EXDEV, -EOPNOTSUPP (see there). */
-static inline int upcie_gpu_hip_payload_verdict(const hipPointerAttribute_t *attr, const void *ptr,
-						const char *what)
-{
-	hipPointerAttribute_t a = *attr;
-
-	if (a.memoryType == hipMemoryTypeHost)
-		return UPCIE_FAIL(
-		    -EXDEV,
-		    "gpu: %s at %p is host memory: a GPU-side completion does not vouch "
-		    "for it",
-		    what, ptr);
-	if (a.memoryType != hipMemoryTypeDevice || a.isManaged)
-		return UPCIE_FAIL(-EOPNOTSUPP, "gpu: %s at %p: not plain device memory (type %d)",
-				  what, ptr, (int)a.memoryType);
-	if (a.allocationFlags != UPCIE_GPU_HIP_MALLOC_UNCACHED &&
-	    a.allocationFlags != UPCIE_GPU_HIP_MALLOC_FINEGRAINED)
-		return UPCIE_FAIL(
-		    -EOPNOTSUPP,
-		    "gpu: %s at %p is coarse-grained VRAM (allocation flags 0x%x): the "
-		    "GPU's L2 may serve it stale after a completion; allocate it with "
-		    "hipExtMallocWithFlags(hipDeviceMallocUncached or "
-		    "hipDeviceMallocFinegrained)",
-		    what, ptr, a.allocationFlags);
-	return 0;
-}
-
-/*
- * Whether GPU code that acquires after a completion reads fresh payload at `ptr`. The HIP acquire
- * (base/arch_hip.h) invalidates L0/L1 but the L2 only for lines it does not keep coherent
- * (gfx90a: buffer_invl2 drops non-coherent lines; gfx940: buffer_inv sc0 sc1), so an ordinary
- * (coarse-grained) VRAM line that a peer's PCIe write went around can still be served stale from
- * the L2 after the completion. Payloads that GPU code reads after a GPU-side completion must be
- * uncached (hipExtMallocWithFlags hipDeviceMallocUncached) or fine-grained
- * (hipDeviceMallocFinegrained). Returns 0; -EOPNOTSUPP (coarse-grained, or the runtime does not
- * say how it was allocated: the setup refuses where it cannot know); -EXDEV (host memory: on a
- * direct queue, whose CQ is in VRAM, its completion and its data take two paths; a bridged queue
- * may take it, see gpuq/gqp_hip.h); a HIP error.
- * Not run on an AMD GPU here (none was available): compiled, and the acquire sequences it relies
- * on are checked in the disassembly (tests/hip/check-disasm.sh).
- */
-static inline int upcie_gpu_hip_payload_check(const void *ptr, const char *what)
-{
-	hipPointerAttribute_t a;
-	hipError_t r;
-
-	memset(&a, 0, sizeof(a));
-	r = hipPointerGetAttributes(&a, ptr);
-	if (r != hipSuccess)
-		return UPCIE_GPU_HIP_FAIL(r, "hipPointerGetAttributes", "%s at %p", what, ptr);
-	return upcie_gpu_hip_payload_verdict(&a, ptr, what);
 }
 
 /*

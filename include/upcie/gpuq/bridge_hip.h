@@ -21,6 +21,16 @@
  * consumed: the controller can only reuse a slot after the CQ head doorbell passed it, and that
  * doorbell is the GPU's own head, relayed.
  *
+ * Payloads: the completion lands in host memory, so a payload the controller writes into VRAM
+ * goes to a second destination that PCIe does not order against the first; the poller seeing
+ * the entry, and the GPU seeing the relayed one, say nothing about the data. A bridged queue is
+ * for payloads in host memory (one destination with the CQ) and for commands that move no data
+ * into VRAM. gpuq/gqp_host_hip.h enforces it where a payload's device address is set up
+ * (upcie_nvme_gqp_hip_data_iova(): -EXDEV for VRAM on a bridged queue, unless the queue was
+ * created with UPCIE_NVME_GQP_HIP_VRAM_DATA, the caller's word for the platform); VRAM payloads
+ * belong on a direct queue (UPCIE_NVME_GQP_HIP_DIRECT), whose CQ is in VRAM beside them. Not run
+ * on an AMD GPU (none was available).
+ *
  * Plain C (pthreads): no HIP headers. gpuq/gqp_host_hip.h wires it to GPU memory; a test can
  * play the GPU with CPU threads on the same memory layout (tests/guest/progs/t_hip_bridge.c).
  * A bridge without its own thread (UPCIE_NVME_BRIDGE_MANUAL) is driven by

@@ -27,6 +27,26 @@
  * whose runtime does not report hipDeviceAttributeWallClockRate (ROCm 5.2) gets no queue
  * unless opts.wall_khz of the provider gave one (-EOPNOTSUPP).
  *
+ * Payloads: upcie_nvme_gqp_hip_data_iova() gives the device address of a payload for a command
+ * on this queue (PRP1, or the pages of a PRP list) after upcie_nvme_gqp_hip_data_check() has
+ * placed it against the queue's rules (gpuq/gqp_hip.h), so that GPU code which reads it after
+ * reaping, with its acquire, reads what the controller wrote:
+ * - any queue: VRAM must be fine-grained or uncached (upcie_gpu_hip_payload_check(): the acquire
+ *   leaves L2 lines of coarse-grained VRAM, hipMalloc's and the provider's device heap's, as they
+ *   were; -EOPNOTSUPP), and memory the runtime does not describe is refused;
+ * - direct (CQ in VRAM): host memory is refused (-EXDEV: the controller's write into host DRAM
+ *   and its completion into VRAM take two paths that PCIe does not order) unless the queue was
+ *   created with UPCIE_NVME_GQP_HIP_HOST_DATA, the HIP counterpart of CUDA's
+ *   UPCIE_NVME_GQP_HOST_DATA;
+ * - bridged (CQ in host memory): VRAM is refused (-EXDEV: now the completion goes to host memory
+ *   and the data to VRAM, the same two unordered destinations; use a direct queue for VRAM, or
+ *   a host-memory payload) unless the queue was created with UPCIE_NVME_GQP_HIP_VRAM_DATA.
+ * Each flag is the caller's word that the platform orders the two destinations; upcie cannot
+ * check it, and creation logs a warning naming it. A queue that never reads payloads on the GPU
+ * after reaping still gets the rules: the check cannot tell reads from writes.
+ * Not run on an AMD GPU (none was available): compiled, and the refusals tested on the
+ * attributes the runtime would report (tests/hip/test_hip_host.hip).
+ *
  * Creation and destruction are host calls from any thread; the queue pair has one owner GPU
  * thread at a time. C++ host code with the HIP headers.
  */
@@ -36,6 +56,8 @@
 #include <upcie/base/feature.h>
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +73,23 @@
 #include <upcie/nvme/spec.h>
 
 #define UPCIE_NVME_GQP_HIP_DIRECT 0x100u /* doorbells mapped for the GPU, CQ in device memory */
+/*
+ * Direct queues: accept payloads in host memory. The caller asserts that the platform orders the
+ * controller's writes into host memory before its completions in VRAM (see above).
+ */
+#define UPCIE_NVME_GQP_HIP_HOST_DATA 0x200u
+/*
+ * Bridged queues: accept payloads in (fine-grained or uncached) VRAM. The caller asserts that the
+ * platform orders the controller's writes into VRAM before its completions in host memory, which
+ * PCIe does not: a direct queue is what keeps data and completion in one destination.
+ */
+#define UPCIE_NVME_GQP_HIP_VRAM_DATA 0x400u
 
 struct upcie_nvme_gqp_hip_cfg {
 	uint16_t qid;		 /* for messages and synthesized fields */
 	uint32_t depth;		 /* SQ and CQ entries, 2..65536 */
 	uint32_t ncids;		 /* outstanding commands, 1..depth - 1; 0: depth - 1 */
-	unsigned flags;		 /* UPCIE_NVME_GQP_HIP_DIRECT */
+	unsigned flags;		 /* UPCIE_NVME_GQP_HIP_DIRECT, _HOST_DATA, _VRAM_DATA */
 	volatile uint32_t *sqdb; /* the controller's SQ tail doorbell in the process's BAR0 map */
 	volatile uint32_t *cqdb; /* the controller's CQ head doorbell */
 	uint64_t spin_ns, sleep_ns; /* bridge poller idle policy; 0: defaults */
@@ -111,6 +144,38 @@ static inline void upcie_nvme_gqp_hip_release_(struct upcie_nvme_gqp_hip_host *h
 	memset(h, 0, sizeof(*h));
 }
 
+/* Creation's check of cfg->flags: known bits, each payload flag on the placement it is for. */
+static inline int upcie_nvme_gqp_hip_flags_check_(uint16_t qid, unsigned flags)
+{
+	bool direct = flags & UPCIE_NVME_GQP_HIP_DIRECT;
+
+	if (flags & ~(UPCIE_NVME_GQP_HIP_DIRECT | UPCIE_NVME_GQP_HIP_HOST_DATA |
+		      UPCIE_NVME_GQP_HIP_VRAM_DATA))
+		return UPCIE_FAIL(-EINVAL, "nvme: gqp hip %u: unknown flags 0x%x", qid, flags);
+	if (!direct && (flags & UPCIE_NVME_GQP_HIP_HOST_DATA))
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: gqp hip %u: UPCIE_NVME_GQP_HIP_HOST_DATA is for direct "
+				  "queues; a bridged queue takes host-memory payloads anyway",
+				  qid);
+	if (direct && (flags & UPCIE_NVME_GQP_HIP_VRAM_DATA))
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: gqp hip %u: UPCIE_NVME_GQP_HIP_VRAM_DATA is for bridged "
+				  "queues; a direct queue takes fine-grained VRAM payloads anyway",
+				  qid);
+	if (flags & UPCIE_NVME_GQP_HIP_HOST_DATA)
+		UPCIE_WARN(
+		    "nvme: gqp hip %u: payloads in host memory accepted on the caller's word "
+		    "that the platform orders the controller's host-memory writes before its "
+		    "completions in VRAM",
+		    qid);
+	if (flags & UPCIE_NVME_GQP_HIP_VRAM_DATA)
+		UPCIE_WARN("nvme: gqp hip %u: payloads in VRAM accepted on a bridged queue on the "
+			   "caller's word that the platform orders the controller's VRAM writes "
+			   "before its completions in host memory",
+			   qid);
+	return 0;
+}
+
 /*
  * Create the memory, device state and (bridged) poller of a GPU-issued queue pair. The rings
  * start at tail 0, head 0, phase 1, matching queues the controller is about to create. Returns
@@ -146,6 +211,9 @@ static inline int upcie_nvme_gqp_hip_create(struct upcie_nvme_gqp_hip_host *h,
 	if (!cfg->sqdb || !cfg->cqdb || (((uintptr_t)cfg->sqdb | (uintptr_t)cfg->cqdb) & 3))
 		return UPCIE_FAIL(-EINVAL, "nvme: gqp hip %u: doorbells missing or misaligned",
 				  cfg->qid);
+	err = upcie_nvme_gqp_hip_flags_check_(cfg->qid, cfg->flags);
+	if (err)
+		return err;
 	if (!gpu->p->dev.wall_khz)
 		return UPCIE_FAIL(-EOPNOTSUPP,
 				  "nvme: gqp hip %u: no wall-clock rate for device-side timeouts "
@@ -288,6 +356,102 @@ fail:
 	free(img);
 	upcie_nvme_gqp_hip_release_(h);
 	return err;
+}
+
+/*
+ * The placement verdict of a payload for a queue created with `flags`, on the attributes the
+ * runtime reported for `ptr` (see the header's comment): 0, -EXDEV, -EOPNOTSUPP.
+ */
+static inline int upcie_nvme_gqp_hip_data_verdict(unsigned flags, uint16_t qid,
+						  const hipPointerAttribute_t *attr,
+						  const void *ptr)
+{
+	bool direct = flags & UPCIE_NVME_GQP_HIP_DIRECT;
+
+	if (attr->memoryType == hipMemoryTypeHost) {
+		if (!direct || (flags & UPCIE_NVME_GQP_HIP_HOST_DATA))
+			return 0;
+		return UPCIE_FAIL(
+		    -EXDEV,
+		    "nvme: gqp hip %u: payload at %p is host memory on a direct "
+		    "queue: the controller's write into host DRAM and its completion "
+		    "into the CQ in VRAM take two paths PCIe does not order; put it in "
+		    "fine-grained or uncached VRAM, or create the queue with "
+		    "UPCIE_NVME_GQP_HIP_HOST_DATA if the platform orders them",
+		    qid, ptr);
+	}
+	if (attr->memoryType == hipMemoryTypeDevice && !direct &&
+	    !(flags & UPCIE_NVME_GQP_HIP_VRAM_DATA))
+		return UPCIE_FAIL(
+		    -EXDEV,
+		    "nvme: gqp hip %u: payload at %p is VRAM on a bridged queue: the "
+		    "completion goes to the CQ in host memory and the data to VRAM, two "
+		    "destinations PCIe does not order, so GPU code can see the "
+		    "completion before the data; use a direct queue "
+		    "(UPCIE_NVME_GQP_HIP_DIRECT) or a host-memory payload, or create the "
+		    "queue with UPCIE_NVME_GQP_HIP_VRAM_DATA if the platform orders them",
+		    qid, ptr);
+	return upcie_gpu_hip_payload_verdict(attr, ptr, "payload");
+}
+
+/*
+ * Whether the `len` bytes at `ptr` (a CPU or GPU address the runtime describes) may be the data
+ * of commands on queue `h`: both ends are asked of the runtime (hipPointerGetAttributes) and
+ * judged by upcie_nvme_gqp_hip_data_verdict(). Returns 0; -EXDEV (host memory on a direct
+ * queue, VRAM on a bridged one, unless the queue's flag allows it); -EOPNOTSUPP (coarse-grained
+ * VRAM, managed memory); -EINVAL; a HIP error (memory the runtime does not describe).
+ */
+static inline int upcie_nvme_gqp_hip_data_check(const struct upcie_nvme_gqp_hip_host *h,
+						const void *ptr, uint64_t len)
+{
+	const char *end;
+	int k;
+
+	if (!h || !h->gpu.p || !ptr || !len || len - 1 > UINTPTR_MAX - (uintptr_t)ptr)
+		return UPCIE_FAIL(-EINVAL,
+				  "nvme: gqp hip: payload check of %p + %" PRIu64
+				  " on a closed queue, or an empty or wrapping range",
+				  ptr, len);
+	end = (const char *)ptr + (len - 1);
+	for (k = 0; k < (len > 1 ? 2 : 1); k++) {
+		const void *p = k ? (const void *)end : ptr;
+		hipPointerAttribute_t a;
+		hipError_t r;
+		int err;
+
+		memset(&a, 0, sizeof(a));
+		r = hipPointerGetAttributes(&a, p);
+		if (r != hipSuccess)
+			return UPCIE_GPU_HIP_FAIL(r, "hipPointerGetAttributes",
+						  "gqp hip %u: payload at %p: the runtime cannot "
+						  "say where it lives, so it is refused",
+						  h->qid, p);
+		err = upcie_nvme_gqp_hip_data_verdict(h->flags, h->qid, &a, p);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/*
+ * The device address the controller uses for `ptr` (in a registered range: a heap, a
+ * registration, polled memory), after upcie_nvme_gqp_hip_data_check() of its `len` bytes on
+ * queue `h`: where the PRPs of a command on this queue are set up. Returns 0 (*iova set); the
+ * check's error; -ENOENT (not registered).
+ */
+static inline int upcie_nvme_gqp_hip_data_iova(struct upcie_nvme_gqp_hip_host *h, const void *ptr,
+					       uint64_t len, uint64_t *iova)
+{
+	int err = upcie_nvme_gqp_hip_data_check(h, ptr, len);
+
+	if (err)
+		return err;
+	err = upcie_gpu_hip_iova(&h->gpu, ptr, iova);
+	if (err)
+		return UPCIE_FAIL(err,
+				  "nvme: gqp hip %u: payload at %p is not in a registered range",
+				  h->qid, ptr);
+	return 0;
 }
 
 /* The bridge's counters (bridged queues; zeros for direct ones). */
