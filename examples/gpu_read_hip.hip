@@ -1,21 +1,36 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * gpu_read_hip: NVMe reads straight into AMD GPU memory, two ways, each checked by a kernel that
- * reads the data as ordinary code would. The HIP counterpart of examples/gpu_read_cuda.cu.
+ * gpu_read_hip: NVMe reads straight into memory that AMD GPU code then reads, two ways, each
+ * checked by a kernel that reads the data as ordinary code would. The HIP counterpart of
+ * examples/gpu_read_cuda.cu.
  *
  *   gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] [--queues Q] [--rounds R]
- *                [--direct] BDF
+ *                [--direct] [--payload host|fine|uncached] BDF
  *
  * 1. GPU-issued (gpuq/gqp_hip.h): Q queue pairs driven by GPU threads, one thread per queue pair
  *    (the queue-pair core of nvme/qpair.h compiled for the GPU: one owner, as on the CPU). Each
- *    thread keeps 32 Reads of 4 KiB in flight into its part of a VRAM buffer, R rounds, reaps
- *    them, then compares what arrived with plain loads. Bridged by default (the SQ in host
- *    memory, doorbells and completions relayed by a host thread: GPUs whose runtime cannot map a
- *    peer's BAR, consumer RDNA), or --direct (the controller's doorbells mapped for the GPU and
- *    the CQ in device memory: CDNA, e.g. gfx90a).
+ *    thread keeps 32 Reads of 4 KiB in flight into its part of the payload buffer, R rounds,
+ *    reaps them, then compares what arrived with plain vector loads, ordered after the
+ *    completion by reap's acquire. The queue kind decides where the payload may be, because the
+ *    controller's data write and its completion must land in one destination for the completion
+ *    to vouch for the data:
+ *    - bridged (default; GPUs whose runtime cannot map a peer's BAR, consumer RDNA): the CQ is in
+ *      host memory, a host thread relays doorbells and completions, and the payload is host
+ *      memory (the provider's host heap, which the GPU reads through its mapping);
+ *    - --direct (the controller's doorbells mapped for the GPU, the CQ in device memory: CDNA,
+ *      e.g. gfx90a): the payload is VRAM from the provider's device heap, opened fine-grained
+ *      (--payload uncached: uncached), never plain hipMalloc memory, whose lines the acquire
+ *      leaves in the GPU's L2.
+ *    --payload host|fine|uncached overrides the choice; every block's device address comes from
+ *    upcie_nvme_gqp_hip_data_iova() for the queue that reads into it, so a payload that does
+ *    not fit the queue (VRAM on a bridged queue, host memory on a direct one: -EXDEV; memory the
+ *    runtime does not report as fine-grained or uncached: -EOPNOTSUPP) is refused before the
+ *    queue exists on the controller, and the example stops saying why. It never opts out of the
+ *    check (UPCIE_NVME_GQP_HIP_HOST_DATA, _VRAM_DATA).
  * 2. Completion mirror (gpuq/cqmirror_host_hip.h): a CPU queue pair whose completions the
- *    controller writes into VRAM beside the data; a resident kernel copies them to the host CQ
- *    the CPU reaps, and after reaping the CPU launches a kernel that compares the data.
+ *    controller writes into VRAM beside the data, a VRAM payload from the same device heap
+ *    (checked with upcie_gpu_hip_payload_check()); a resident kernel copies the completions to the
+ *    host CQ the CPU reaps, and after reaping the CPU launches a kernel that compares the data.
  * Both compare with the same blocks read beforehand by the CPU into host memory, copied to VRAM;
  * the destination is filled with a marker first, so data that never arrived cannot pass. Only
  * reads: the namespace is not changed.
@@ -191,19 +206,51 @@ __global__ void gq_kernel(struct gq_args a)
 		atomicAdd(&a.bad[1], failed);
 }
 
-static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, uint8_t *dst,
-		    const uint8_t *ref, const uint64_t *iova, unsigned long long *bad)
+/* The payload of part 1: where the provider knows it (`addr`: the CPU address of host memory,
+ * the GPU address of VRAM) and what kernels load (`dev`). */
+struct payload {
+	uint8_t *addr;
+	uint8_t *dev;
+	bool host;
+	const char *what;
+};
+
+/* Why queue `qid` refused the payload, in the terms of the choices on the command line. */
+static void refused(uint16_t qid, bool direct, const struct payload *pl, int err)
+{
+	fprintf(stderr, "gpu_read_hip: %s queue %u refuses a payload in %s: %s\n",
+		direct ? "direct" : "bridged", qid, pl->what, strerror(-err));
+	if (err == -EXDEV)
+		fprintf(stderr, "gpu_read_hip: %s\n",
+			direct
+			    ? "a direct queue completes into VRAM: its payloads are fine-grained "
+			      "or uncached VRAM (--payload fine|uncached)"
+			    : "a bridged queue completes into host memory: its payloads are host "
+			      "memory (--payload host); VRAM payloads need --direct");
+	else if (err == -EOPNOTSUPP)
+		fprintf(stderr, "gpu_read_hip: the runtime does not report this memory as "
+				"fine-grained or uncached VRAM, which GPU code must read payloads "
+				"from\n");
+}
+
+static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct,
+		    const struct payload *pl, const uint8_t *ref, unsigned long long *bad)
 {
 	static struct upcie_nvme_gqp_hip_host gq[MAXQ];
 	struct upcie_nvme_gqp_hip *dq[MAXQ], **qs = NULL;
 	struct upcie_nvme_gqp_hip_cpl *cpl = NULL;
-	uint64_t bytes = (uint64_t)nq * per_q * BS, t0;
+	uint64_t bytes = (uint64_t)nq * per_q * BS, nblk = bytes / BS, t0;
+	uint64_t *iova_h, *iova_d = NULL;
 	unsigned made = 0;
 	struct gq_args a;
 	int err = 0;
 
+	iova_h = (uint64_t *)calloc(nblk, sizeof(*iova_h));
+	if (!iova_h)
+		return -ENOMEM;
 	CK(hipMalloc((void **)&qs, sizeof(dq)));
 	CK(hipMalloc((void **)&cpl, (size_t)MAXQ * QD * sizeof(*cpl)));
+	CK(hipMalloc((void **)&iova_d, nblk * sizeof(*iova_d)));
 	for (unsigned i = 0; i < nq && !err; i++) {
 		struct upcie_nvme_gqp_hip_cfg cfg;
 		uint16_t qid = qid_of(t, i);
@@ -217,7 +264,15 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		err = upcie_nvme_gqp_hip_create(&gq[i], &t->gpu, &cfg);
 		if (err)
 			break;
-		err = queue_add(t, qid, gq[i].sq_iova, gq[i].cq_iova);
+		/* The blocks this queue reads into (the kernel's blk % nq == i), each placed against
+		 * the queue's rules where its PRP is set up; then the controller's side. */
+		for (uint64_t b = i; !err && b < nblk; b += nq)
+			err =
+			    upcie_nvme_gqp_hip_data_iova(&gq[i], pl->addr + b * BS, BS, &iova_h[b]);
+		if (err)
+			refused(qid, direct, pl, err);
+		else
+			err = queue_add(t, qid, gq[i].sq_iova, gq[i].cq_iova);
 		if (err) {
 			upcie_nvme_gqp_hip_destroy(&gq[i]);
 			break;
@@ -226,14 +281,18 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		made++;
 	}
 	if (!err) {
+		put(t, iova_d, iova_h, nblk * sizeof(*iova_d));
 		put(t, qs, dq, nq * sizeof(dq[0]));
-		put(t, dst, t->marker, bytes);
+		if (pl->host)
+			memset(pl->addr, MARKER, bytes); /* before the kernel runs */
+		else
+			put(t, pl->dev, t->marker, bytes);
 		bad[0] = bad[1] = 0;
 		put(t, t->bad_dev, bad, 2 * sizeof(*bad));
 		memset(&a, 0, sizeof(a));
 		a.qs = qs;
-		a.iova = iova;
-		a.dst = dst;
+		a.iova = iova_d;
+		a.dst = pl->dev;
 		a.ref = ref;
 		a.cpl = cpl;
 		a.slba = t->slba;
@@ -247,10 +306,10 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 		CK(hipGetLastError());
 		CK(hipStreamSynchronize(t->s));
 		get(t, bad, t->bad_dev, 2 * sizeof(*bad));
-		printf("GPU-issued (%s): %u queue pairs, %" PRIu64 " 4 KiB Reads into VRAM "
+		printf("GPU-issued (%s): %u queue pairs, %" PRIu64 " 4 KiB Reads into %s "
 		       "(%.1f ms): %llu failed commands, %llu of %" PRIu64
 		       " 16-byte chunks differ\n",
-		       direct ? "direct" : "bridged", nq, (uint64_t)nq * per_q,
+		       direct ? "direct" : "bridged", nq, (uint64_t)nq * per_q, pl->what,
 		       (double)(upcie_time_ns() - t0) / 1e6, bad[1], bad[0], bytes / 16);
 		if (bad[0] || bad[1])
 			err = -EIO;
@@ -258,8 +317,10 @@ static int part_gqp(struct target *t, unsigned nq, uint32_t per_q, bool direct, 
 	for (unsigned i = 0; i < made; i++)
 		if (queue_del(t, qid_of(t, i)))
 			upcie_nvme_gqp_hip_destroy(&gq[i]);
+	CK(hipFree(iova_d));
 	CK(hipFree(cpl));
 	CK(hipFree(qs));
+	free(iova_h);
 	return err;
 }
 
@@ -404,21 +465,26 @@ static int part_mirror(struct target *t, unsigned nq, uint32_t per_q, uint8_t *d
 	return err;
 }
 
+enum payload_kind { PAY_DEFAULT, PAY_HOST, PAY_FINE, PAY_UNCACHED };
+
 int main(int argc, char **argv)
 {
 	static struct target t;
 	struct upcie_nvme_ctrl_opts co;
 	struct upcie_gpu_hip_opts go;
 	struct upcie_pci_bdf bdf;
-	struct upcie_heap_buf dbuf, rbuf;
+	struct upcie_heap_buf vbuf, hbuf;
 	struct upcie_nvme_ioq ioq;
 	struct upcie_dmamem mem;
+	struct payload pl;
 	const char *bdf_s = NULL;
 	static unsigned long long bad[2];
-	uint64_t *iova_h = NULL, *iova_d = NULL, bytes;
+	uint64_t *iova_h = NULL, bytes;
+	uint8_t *ref = NULL;
+	enum payload_kind kind = PAY_DEFAULT;
 	unsigned nq = 4;
 	uint32_t rounds = 8, nsid = 1, per_q;
-	bool direct = false;
+	bool direct = false, have_v = false, have_h = false;
 	int err, e2;
 
 	memset(&co, 0, sizeof(co));
@@ -437,6 +503,12 @@ int main(int argc, char **argv)
 			nq = (unsigned)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--rounds") && v)
 			rounds = (uint32_t)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--payload") && v && !strcmp(v, "host"))
+			kind = PAY_HOST, i++;
+		else if (!strcmp(argv[i], "--payload") && v && !strcmp(v, "fine"))
+			kind = PAY_FINE, i++;
+		else if (!strcmp(argv[i], "--payload") && v && !strcmp(v, "uncached"))
+			kind = PAY_UNCACHED, i++;
 		else if (argv[i][0] != '-' && !bdf_s)
 			bdf_s = argv[i];
 		else
@@ -446,9 +518,12 @@ int main(int argc, char **argv)
 	    rounds > 1024) {
 		fprintf(stderr,
 			"usage: gpu_read_hip [--path uio|type1|iommufd] [--nsid N] [--lba L] "
-			"[--queues 1..16] [--rounds 1..1024] [--direct] BDF\n");
+			"[--queues 1..16] [--rounds 1..1024] [--direct] "
+			"[--payload host|fine|uncached] BDF\n");
 		return 2;
 	}
+	if (kind == PAY_DEFAULT) /* the payload the queue kind takes */
+		kind = direct ? PAY_FINE : PAY_HOST;
 	per_q = QD * rounds;
 	bytes = (uint64_t)nq * per_q * BS;
 	t.marker = (uint8_t *)malloc(bytes);
@@ -480,33 +555,54 @@ int main(int argc, char **argv)
 	printf("%s on the %s path: %s, namespace %u\n", t.c.name,
 	       upcie_nvme_path_name(t.c.dev.path), t.c.mn, nsid);
 
-	/* 2. the GPU provider: device heap (VRAM for the controller) and host heap */
+	/* 2. the GPU provider. The device heap holds VRAM payloads, which GPU code reads after a
+	 * completion: fine-grained or uncached, as the acquire needs (a plain hipMalloc heap
+	 * would be refused by the payload checks). The host heap holds the SQs, the bridged CQs
+	 * and, for a host-memory payload, the payload. */
 	memset(&go, 0, sizeof(go));
-	go.device_heap_size = 2 * bytes + (64 << 20);
-	go.host_heap_size = 64 << 20;
+	go.device_heap_size = bytes + (64 << 20);
+	go.device_heap_flags =
+	    kind == PAY_UNCACHED ? UPCIE_GPU_HIP_HEAP_UNCACHED : UPCIE_GPU_HIP_HEAP_FINEGRAINED;
+	go.host_heap_size = (64 << 20) + (kind == PAY_HOST ? bytes : 0);
 	err = upcie_gpu_hip_open(&t.gpu, &go);
 	if (err) {
-		fprintf(stderr, "gpu_read_hip: GPU provider (needs the dmabuf_import module): %s\n",
-			strerror(-err));
+		fprintf(stderr,
+			"gpu_read_hip: GPU provider with a%s device heap (needs the dmabuf_import "
+			"module): %s\n",
+			kind == PAY_UNCACHED ? "n uncached" : " fine-grained", strerror(-err));
 		upcie_nvme_ctrl_close(&t.c);
 		return 1;
 	}
 	CK(hipStreamCreateWithFlags(&t.s, hipStreamNonBlocking));
 	CK(hipMalloc((void **)&t.bad_dev, sizeof(bad)));
-	memset(&dbuf, 0, sizeof(dbuf));
-	err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &dbuf);
+	/* the reference is no payload: hipMemcpy fills it before any kernel reads it, so
+	 * ordinary (coarse-grained) VRAM does */
+	CK(hipMalloc((void **)&ref, bytes));
+	err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &vbuf);
+	have_v = !err;
+	if (!err && kind == PAY_HOST) {
+		err = upcie_gpu_hip_host_alloc(&t.gpu, bytes, 4096, &hbuf);
+		have_h = !err;
+	}
+	memset(&pl, 0, sizeof(pl));
+	if (have_h) {
+		pl.addr = (uint8_t *)hbuf.vaddr;
+		pl.dev = (uint8_t *)upcie_gpu_hip_host_devptr(&t.gpu, hbuf.vaddr);
+		pl.host = true;
+		pl.what = "host memory";
+	} else if (have_v) {
+		pl.addr = pl.dev = (uint8_t *)vbuf.vaddr;
+		pl.what = kind == PAY_UNCACHED ? "uncached VRAM" : "fine-grained VRAM";
+	}
+	/* part 2's payload: the device heap's VRAM, checked as GPU code will read it after the
+	 * CPU reaped; each 4 KiB block's device address, for the PRPs */
 	if (!err)
-		err = upcie_gpu_hip_alloc(&t.gpu, bytes, 65536, &rbuf);
-	/* each 4 KiB block's device address, for the PRPs */
+		err = upcie_gpu_hip_payload_check(vbuf.vaddr, "the mirrored reads' payload");
 	iova_h = (uint64_t *)calloc(bytes / BS, sizeof(uint64_t));
 	if (!err && !iova_h)
 		err = -ENOMEM;
 	for (uint64_t b = 0; !err && b < bytes / BS; b++)
-		err = upcie_gpu_hip_iova(&t.gpu, (uint8_t *)dbuf.vaddr + b * BS, &iova_h[b]);
-	if (!err) {
-		CK(hipMalloc((void **)&iova_d, bytes / BS * sizeof(uint64_t)));
-		CK(hipMemcpy(iova_d, iova_h, bytes / BS * sizeof(uint64_t), hipMemcpyHostToDevice));
-	}
+		err = upcie_gpu_hip_iova(&t.gpu, (uint8_t *)vbuf.vaddr + b * BS, &iova_h[b]);
 	/* 3. the reference: the blocks as an ordinary CPU queue reads them into host memory */
 	if (!err)
 		err = upcie_nvme_dev_dmamem(&t.c.dev, bytes, &mem);
@@ -517,24 +613,25 @@ int main(int argc, char **argv)
 			upcie_nvme_ioq_delete(&ioq);
 		}
 		if (!err)
-			CK(hipMemcpy(rbuf.vaddr, mem.vaddr, bytes, hipMemcpyHostToDevice));
+			CK(hipMemcpy(ref, mem.vaddr, bytes, hipMemcpyHostToDevice));
 		upcie_dmamem_destroy(&mem);
 	}
 
 	/* 4. the two ways (they exclude each other in a process: one after the other) */
 	if (!err)
-		err = part_gqp(&t, nq, per_q, direct, (uint8_t *)dbuf.vaddr,
-			       (const uint8_t *)rbuf.vaddr, iova_d, bad);
+		err = part_gqp(&t, nq, per_q, direct, &pl, ref, bad);
 	if (!err) {
-		e2 = part_mirror(&t, nq, per_q, (uint8_t *)dbuf.vaddr, (const uint8_t *)rbuf.vaddr,
-				 iova_h, bad);
+		e2 = part_mirror(&t, nq, per_q, (uint8_t *)vbuf.vaddr, ref, iova_h, bad);
 		err = e2;
 	}
 
 	/* 5. the mirror's kernel has exited (last detach): memory can go */
-	if (iova_d)
-		CK(hipFree(iova_d));
 	free(iova_h);
+	if (have_h)
+		upcie_gpu_hip_host_free(&t.gpu, &hbuf);
+	if (have_v)
+		upcie_gpu_hip_free(&t.gpu, &vbuf);
+	CK(hipFree(ref));
 	CK(hipFree(t.bad_dev));
 	free(t.marker);
 	CK(hipStreamDestroy(t.s));
