@@ -18,7 +18,9 @@
  *     MAP_BAR of c0's doorbells into vram's kernel DMA domain while vram's driver changes;
  *  5. threads: MAP/UNMAP into c1 (its own container) while its device is closed and reopened,
  *     its group leaves and rejoins the container (UNSET_CONTAINER), and the device is reset;
- *  6. processes: children mapping with the inherited device and dying.
+ *  6. processes: children mapping with the inherited device and dying;
+ *  7. threads: MAP/TRANSLATE/UNMAP of vram's pages into c0 while vram, the memory's source, is
+ *     removed and rescanned.
  *
  * Usage: t_kmod_race NVME0_BDF NVME1_BDF VRAM_BDF [SECONDS]   (modules loaded as in kmod_iommu;
  * c0 and c1 on vfio-pci, vram unbound (bound to uio_pci_generic where a test needs it); 16
@@ -343,7 +345,7 @@ static void *i_mapper(void *arg)
 			t.owner_fd = owner;
 		}
 		err = upcie_kmod_iommu_map_pa_map(&ictx, &t, &vram, m->iova, m->pages, NPG, 4096, 0,
-						  -1, &h, NULL);
+						  UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL);
 		expect("MAP", err, ok);
 		if (!err) {
 			upcie_kmod_iommu_map_pa_translate(&ictx, m->bdf, t.owner_fd, m->iova + 4096,
@@ -547,9 +549,9 @@ static void test_iommu(void)
 					pages[k] = ma.pages[k] + (uint64_t)i * 2 * MiB;
 				if (upcie_kmod_iommu_map_pa_open(&mine))
 					_exit(1);
-				upcie_kmod_iommu_map_pa_map(&mine, &t, &vram,
-							    IOVA_A + 4 * MiB + (uint64_t)i * MiB,
-							    pages, NPG, 4096, 0, -1, &h, NULL);
+				upcie_kmod_iommu_map_pa_map(
+				    &mine, &t, &vram, IOVA_A + 4 * MiB + (uint64_t)i * MiB, pages,
+				    NPG, 4096, 0, UPCIE_KMOD_IOMMU_RAW_PAGES, &h, NULL);
 				if (i == 3)
 					pause();
 				_exit(0);
@@ -573,6 +575,21 @@ static void test_iommu(void)
 	    "iommu race 6 (processes): 24 children mapping into %s and dying (exit, SIGKILL): "
 	    "their mappings are gone",
 	    n0);
+
+	/* the memory's source goes away and comes back under MAP */
+	atomic_store(&ops, 0);
+	fns[0] = i_mapper, args[0] = &ma;
+	fns[1] = d_remover, args[1] = NULL;
+	race(fns, args, 2);
+	phys = 1;
+	upcie_kmod_iommu_map_pa_translate(&ictx, &c0, d0.fd, IOVA_A + 4096, &phys, NULL);
+	TAP(!atomic_load(&unexpected) && imp_live(&ictx) == base && !phys &&
+		!upcie_pci_func_exists(&vram),
+	    "iommu race 7 (threads): %lu MAP/TRANSLATE/UNMAP of %s's pages into %s while %s, "
+	    "their source, is removed and rescanned: contract kept, nothing left mapped",
+	    atomic_load(&ops), nv, n0, nv);
+	upcie_pci_driver_unbind(&vram);
+	tk_sh("echo > /sys/bus/pci/devices/%s/driver_override", nv);
 out:
 	if (d1fd >= 0)
 		close(d1fd);
