@@ -34,7 +34,10 @@
 #         _data_release() puts the system-scope release (gfx90a buffer_wbl2, gfx940 buffer_wbl2
 #         sc0 sc1, then s_waitcnt vmcnt(0); RDNA s_waitcnt vmcnt(0) and s_waitcnt_vscnt) between
 #         the payload store and the flag store, and _signal() does too (RDNA: the flag stored
-#         with the doorbell sequence)
+#         with the doorbell sequence); a reader that polls its flag with a plain volatile load
+#         (no memory clobber), calls _data_acquire() and then reads the data with a plain load,
+#         nothing stored before it, gets a vector load after the acquire, not a scalar s_load
+#         (the clobber at the end of _data_acquire() is what keeps it so)
 # Then it proves it can fail: the gfx1101 object built with the gate off
 # (-DUPCIE_GPU_HIP_TEST_GATE_OFF, what gating on a specific __gfxNNNN__ macro does on a generic
 # target) must fail the RDNA rules; the gfx1101 object must fail the CDNA rules (instructions
@@ -45,9 +48,12 @@
 # (UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE, _NO_DATA_RELEASE), on a reader whose data sits behind
 # a const __restrict__ parameter (a scalar load, s_load, which no acquire orders) on every
 # target, and on a reader with an agent-scope acquire on gfx90a and gfx940 (RDNA compiles both
-# scopes alike); without __GFX11__ the family is still derived (from
-# __gfx1101__), and without either the build must stop with an error; GFX12 (__GFX12__) must
-# stop the build with the error that says why it is not supported.
+# scopes alike); the volatile-poll reader's rule fails on all four targets built without
+# _data_acquire()'s memory clobber (UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER: an s_load, while
+# the readers that poll with the library's loads still pass) and without _data_acquire();
+# without __GFX11__ the family is still derived (from __gfx1101__), and without either the build
+# must stop with an error; GFX12 (__GFX12__) must stop the build with the error that says why it
+# is not supported.
 # TAP output; one SKIP line when hipcc or llvm-objdump is missing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -338,6 +344,20 @@ dataacq() {
 		END { print (seen && data) ? c + 0 : -1 }' "$2"
 }
 
+# volacq ARCH FILE: for a reader whose flag poll is a plain volatile load (no poll bits, no
+# memory clobber): "s_load" when the data (data[21], 0x54) is read with a scalar load anywhere in
+# the function; -1 when there is no vector load of the flag or no vector load of the data
+# (offset:84) after it; else the system-scope acquire fences between the two
+volacq() {
+	awk '
+		/^s_load_(dword|b32) .*, 0x54$/ { sc = 1 }
+		/^(global|flat)_load_/ && !seen { seen = 1; prev = $0; next }
+		seen && !data && /^(global|flat)_load_(dword|b32) .*offset:84( |$)/ { data = 1 }
+		seen && !data && '"$(acqfence "$1")"' { c++ }
+		{ prev = $0 }
+		END { if (sc) print "s_load"; else print (seen && data) ? c + 0 : -1 }' "$2"
+}
+
 # datarel ARCH FILE: 1 when the system-scope release separates the payload store (offset:84)
 # from the next store (the flag): gfx90a buffer_wbl2, gfx940 buffer_wbl2 sc0 sc1, each then
 # s_waitcnt vmcnt(0); RDNA s_waitcnt vmcnt(0) and s_waitcnt_vscnt null, 0x0; 0 when not; -1
@@ -359,6 +379,7 @@ datarel() {
 rules_data() {
 	local d=$1 arch=$2 t="$tmp/d.$$" c
 	fn "$d" upcie_hipchk_reader >"$t.rd"
+	fn "$d" upcie_hipchk_reader_volatile >"$t.rv"
 	fn "$d" upcie_hipchk_sigwait >"$t.sw"
 	fn "$d" upcie_hipchk_producer >"$t.pr"
 	fn "$d" upcie_hipchk_signal >"$t.sg"
@@ -367,6 +388,12 @@ rules_data() {
 		echo "ok reader: data_acquire (system scope) between its flag poll and the plain data load"
 	else
 		echo "bad reader: data_acquire (system scope) between its flag poll and the plain data load | $c"
+	fi
+	c=$(volacq "$arch" "$t.rv")
+	if [ "$c" != s_load ] && [ "$c" -ge 1 ]; then
+		echo "ok volatile-poll reader: data_acquire, then the plain data load is a vector load (not s_load)"
+	else
+		echo "bad volatile-poll reader: data_acquire, then the plain data load is a vector load (not s_load) | $c"
 	fi
 	c=$(dataacq "$arch" "$t.sw")
 	if [ "$c" -ge 1 ]; then
@@ -506,6 +533,37 @@ for arch in gfx1101 gfx90a gfx940; do
 			out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch"; rules_data "$tmp/ctl.s" "$arch")
 			if grep -q "^bad $rule" <<<"$out"; then
 				ok "self-test: $arch built with $m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
+			else
+				notok "self-test: $arch built with $m fails '$rule'" "$out"
+			fi
+		else
+			notok "self-test: $arch builds with $m" "$(head -10 "$tmp/ctl.co.log")"
+		fi
+	done
+done
+
+# The volatile-poll reader's rule can fail, on every target: built without data_acquire()'s
+# memory clobber (UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER, the fence kept) its data load is a
+# scalar load, while the readers whose poll is the library's (inline assembly that clobbers
+# memory: upcie_hipchk_reader, _sigwait) keep passing; built without data_acquire() at all
+# (UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE) it fails too.
+for arch in gfx1101 gfx1030 gfx90a gfx940; do
+	[ -f "$tmp/$arch.s" ] || continue
+	for m in UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE; do
+		rule="volatile-poll reader: data_acquire, then the plain data load is a vector load"
+		if build "$arch" "$tmp/ctl.co" "-D$m"; then
+			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
+			out=$(rules_data "$tmp/ctl.s" "$arch")
+			if [ "$m" = UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER ]; then
+				if grep -q "^bad $rule.* | s_load\$" <<<"$out" &&
+					grep -q '^ok reader: data_acquire' <<<"$out" &&
+					grep -q '^ok signal_wait: acquire' <<<"$out"; then
+					ok "self-test: $arch built with $m fails '$rule' (s_load); the readers polling with the library's loads still pass"
+				else
+					notok "self-test: $arch built with $m fails '$rule' (s_load), the library-poll readers pass" "$out"
+				fi
+			elif grep -q "^bad $rule" <<<"$out"; then
+				ok "self-test: $arch built with $m fails '$rule' ($(grep "^bad $rule" <<<"$out" | sed 's/.* | //'))"
 			else
 				notok "self-test: $arch built with $m fails '$rule'" "$out"
 			fi

@@ -86,6 +86,21 @@ extern "C" __global__ void upcie_hipchk_reader(const uint32_t *flag, const uint3
 	}
 }
 
+/* A reader that polls a flag of its own with a volatile load (no memory clobber, unlike the
+ * library's poll loads), then acquires, then reads the data with a plain load; nothing is stored
+ * before that load. The clobber at the end of data_acquire() is what keeps it a vector load: the
+ * fence alone leaves clang 15 free to make it a scalar load (s_load). */
+extern "C" __global__ void upcie_hipchk_reader_volatile(const uint32_t *flag, const uint32_t *data,
+							uint32_t *out)
+{
+	if (__builtin_amdgcn_workitem_id_x() == 0 && __builtin_amdgcn_workgroup_id_x() == 0) {
+		while (!*(const volatile uint32_t *)flag) {
+		}
+		upcie_nvme_gqp_hip_data_acquire();
+		*out = data[21];
+	}
+}
+
 /* A reader told by a flag through signal_wait(), then a plain load. */
 extern "C" __global__ void upcie_hipchk_sigwait(const uint32_t *flag, uint32_t v, uint64_t khz,
 						const uint32_t *data, uint32_t *out, int *ret)

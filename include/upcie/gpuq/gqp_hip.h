@@ -67,15 +67,25 @@
  * compiles to s_waitcnt and buffer_wbinvl1_vol alone. The release is the compiler's system-scope
  * release: buffer_wbl2 (gfx940: buffer_wbl2 sc0 sc1) and s_waitcnt on CDNA, the store drain
  * (s_waitcnt vmcnt(0), s_waitcnt_vscnt) on RDNA.
- * Scalar loads: a payload that a device or another thread writes while the kernel runs is read
- * with ordinary vector loads, never through a `const T *__restrict__` kernel parameter nor with
- * __builtin_nontemporal_load() of const memory. With clang 15 both become scalar loads (s_load,
- * through the scalar cache) of a uniform address, issued before the acquire and, in a loop, once
- * before the loop: the compiler takes such memory as unchanging for the whole dispatch, which is
- * where LLVM's memory model uses scalar loads, and no fence orders or invalidates the scalar cache
- * (it is invalidated between dispatches). So no acquire makes such a load fresh.
- * tests/hip/check-disasm.sh keeps a kernel that reads the payload through a const __restrict__
- * parameter, which its data rule must reject.
+ * Scalar loads: a payload that a device or another thread writes while the kernel runs is read with
+ * ordinary vector loads, never through a `const T *__restrict__` kernel parameter. clang 15 makes a
+ * load of a uniform address a scalar load (s_load, through the scalar cache, which no fence orders
+ * or invalidates; it is invalidated between dispatches) where it takes the memory as unchanged
+ * since the dispatch began, which is where LLVM's memory model uses scalar loads: behind const
+ * __restrict__ (stores before it or not; issued before the acquire, memory clobber or not), and for
+ * a plain load or a __builtin_nontemporal_load() of const memory where nothing that may write
+ * memory (a store, a call, inline assembly that clobbers memory) comes before the load in the
+ * kernel. The acquire fence does not count as such a write: a reader that polls its flag with a
+ * volatile load, runs the fence and then reads data[i] gets an s_load after the fence on gfx90a,
+ * gfx940, gfx1030 and gfx1101, and no acquire makes that load fresh. Hence
+ * upcie_nvme_gqp_hip_data_acquire() ends with a compiler memory clobber (an empty asm statement
+ * that clobbers memory) after the fence: the loads after it are vector loads. The library's own
+ * polls (the completion poll load that reap and signal_wait() use) are inline assembly that
+ * clobbers memory, which does the same for the loads after reap's acquire and signal_wait(); the
+ * clobber matters to readers that poll with loads of their own. tests/hip/check-disasm.sh keeps
+ * such a reader (upcie_hipchk_reader_volatile), whose data load must be a vector load and is an
+ * s_load when built without the clobber, and a reader whose payload sits behind a const
+ * __restrict__ parameter, which its data rule must reject.
  *
  * Timeouts: a wait converts its nanoseconds into ticks of the wall clock with `wall_khz`, the
  * rate hipDeviceAttributeWallClockRate reported (kHz; never clock64()), and the core's own timed
@@ -291,9 +301,12 @@ UPCIE_HD static inline void upcie_nvme_gqp_hip_data_release(void)
  * Per thread, any thread. The acquire of a thread that reads data behind a completion (or a
  * producer's data) it learnt of from someone else: after it learnt (a barrier, a flag it polled,
  * a word the CPU wrote) and before its first load of the data, with ordinary vector loads (see
- * "Scalar loads" above). A system-scope acquire fence; on the host a DMA read barrier. It does not
- * make coarse-grained VRAM fresh (see above: payloads are fine-grained or uncached).
- * UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE removes it, for a negative control of
+ * "Scalar loads" above). A system-scope acquire fence, then a compiler memory clobber (see
+ * "Scalar loads" above: without it clang 15 may make a plain uniform load after the fence a
+ * scalar load); on the host a DMA read barrier. It does not make coarse-grained VRAM fresh (see
+ * above: payloads are fine-grained or uncached).
+ * UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE removes both (a reader with no acquire at all), and
+ * UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER the clobber alone, each for a negative control of
  * tests/hip/check-disasm.sh only: never in a build that runs.
  */
 UPCIE_HD static inline void upcie_nvme_gqp_hip_data_acquire(void)
@@ -301,6 +314,9 @@ UPCIE_HD static inline void upcie_nvme_gqp_hip_data_acquire(void)
 #if defined(UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE) /* negative control only */
 #elif defined(UPCIE_NVME_PORT_HIP_DEVICE)
 	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "");
+#if !defined(UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER) /* negative control only */
+	__asm__ __volatile__("" ::: "memory");
+#endif
 #elif defined(UPCIE_NVME_PORT_CUDA_DEVICE)
 	__threadfence_system();
 #else
