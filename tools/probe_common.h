@@ -222,43 +222,6 @@ static inline int probe_memlock_set(uint64_t bytes)
 	return 0;
 }
 
-/* Parse "4096", "64K", "2M", "1G" (binary units). -EINVAL for anything else. */
-static inline int probe_parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s)
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 'K':
-	case 'k':
-		v <<= 10;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		v <<= 20;
-		end++;
-		break;
-	case 'G':
-	case 'g':
-		v <<= 30;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 /*
  * What a dma-buf descriptor says about itself: its size (lseek to the end, which dma-bufs answer
  * with the size the exporter gave the buffer; -errno when refused) and its exporter's name, from

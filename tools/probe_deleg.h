@@ -11,7 +11,8 @@
  * region itself. Reads only: one 32-bit load at a register offset (default 0, the low half of an
  * NVMe controller's CAP); nothing here ever stores to a BAR.
  *
- * A receiver may run as another user: probe_as() handles "--as UID[:GID]" by clearing the
+ * A receiver may run as another user: probe_as_parse() reads "--as UID[:GID]" (strictly, through
+ * tools/opt.h, for every probe that takes it) and probe_as() acts on it by clearing the
  * supplementary groups, changing gid and uid, and executing the program again, so the probe runs
  * as a process that started unprivileged (dumpable, no capabilities) rather than one that
  * dropped privilege on its way, which keeps groups unless cleared and loses the dumpable flag.
@@ -50,6 +51,7 @@
 #include <upcie/vfio/iommufd.h>
 #include <upcie/vfio/type1.h>
 
+#include "opt.h"
 #include "probe_common.h"
 
 enum probe_src {
@@ -584,14 +586,46 @@ static inline int probe_wait_exit(int pid, int timeout_ms)
 }
 
 /*
+ * The value of "--as UID[:GID]": numbers, decimal or 0x hex each (tools/opt.h), each at most
+ * 2^32 - 2 (2^32 - 1 is the kernel's "leave unchanged"); GID defaults to UID. 0 or -EINVAL.
+ */
+static inline int probe_as_ids(const char *v, uint64_t *uid, uint64_t *gid)
+{
+	char buf[64], *colon;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, v, strlen(v) + 1);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon++ = '\0';
+	if (opt_u64_range(buf, 0, UINT32_MAX - 1, uid))
+		return -EINVAL;
+	*gid = *uid;
+	if (colon && opt_u64_range(colon, 0, UINT32_MAX - 1, gid))
+		return -EINVAL;
+	return 0;
+}
+
+/* "UID[:GID]" as probe_as_ids() reads it, into the canonical "UID:GID" probe_as() is given. */
+static inline int probe_as_parse(const char *v, char *out, size_t len)
+{
+	uint64_t uid, gid;
+
+	if (probe_as_ids(v, &uid, &gid))
+		return -EINVAL;
+	snprintf(out, len, "%" PRIu64 ":%" PRIu64, uid, gid);
+	return 0;
+}
+
+/*
  * "--as UID[:GID]" anywhere in argv: become that user and run this program again without the
  * option. Returns 0 when the option is absent, -errno when the change failed (it does not return
  * when it succeeded). The caller reports and exits PROBE_EXIT_CANNOT on failure.
  */
 static inline int probe_as(int argc, char **argv)
 {
-	unsigned long uid, gid;
-	char *end;
+	uint64_t uid, gid;
 	int i;
 
 	for (i = 1; i < argc - 1; i++)
@@ -599,11 +633,7 @@ static inline int probe_as(int argc, char **argv)
 			break;
 	if (i >= argc - 1)
 		return 0;
-	uid = strtoul(argv[i + 1], &end, 10);
-	gid = uid;
-	if (*end == ':')
-		gid = strtoul(end + 1, &end, 10);
-	if (*end || end == argv[i + 1])
+	if (probe_as_ids(argv[i + 1], &uid, &gid))
 		return -EINVAL;
 	memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof(*argv));
 	if (setgroups(0, NULL) || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) ||
@@ -611,6 +641,23 @@ static inline int probe_as(int argc, char **argv)
 		return -errno;
 	execv("/proc/self/exe", argv);
 	return -errno;
+}
+
+/*
+ * Run this program again as the user `as` (canonical, from probe_as_parse()): argv[0..argc) is
+ * what was understood, without --as, with room for three more entries (--as, `as`, NULL). Does not
+ * return when that works; otherwise reports why and returns PROBE_EXIT_CANNOT.
+ */
+static inline int probe_as_rerun(int argc, char **argv, char *as)
+{
+	int err;
+
+	argv[argc++] = (char *)"--as";
+	argv[argc++] = as;
+	argv[argc] = NULL;
+	err = probe_as(argc, argv);
+	fprintf(stderr, "%s: --as %s: %s\n", opt_tool, as, probe_err(err));
+	return PROBE_EXIT_CANNOT;
 }
 
 #endif /* UPCIE_TOOLS_PROBE_DELEG_H */

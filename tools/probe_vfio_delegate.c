@@ -393,32 +393,11 @@ static const struct option deleg_long_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-/* "UID[:GID]", decimal or 0x hex each, into the canonical "UID:GID" probe_as() reads. */
-static int as_parse(const char *v, char *out, size_t len)
-{
-	char buf[64], *colon;
-	uint64_t uid, gid;
-
-	if (strlen(v) >= sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, v, strlen(v) + 1);
-	colon = strchr(buf, ':');
-	if (colon)
-		*colon++ = '\0';
-	if (opt_u64_range(buf, 0, UINT32_MAX - 1, &uid))
-		return -EINVAL;
-	gid = uid;
-	if (colon && opt_u64_range(colon, 0, UINT32_MAX - 1, &gid))
-		return -EINVAL;
-	snprintf(out, len, "%" PRIu64 ":%" PRIu64, uid, gid);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	uint64_t maplen = 4 * PROBE_MiB, v;
 	int64_t memlock = -1;
-	int src = PROBE_SRC_AUTO, withhold = 0, serving, err, c;
+	int src = PROBE_SRC_AUTO, withhold = 0, serving, c;
 	uint32_t bar = 0, off = 0;
 	const char *mode, *sock, *bdf = NULL, *memlock_s = NULL, *map_s = NULL;
 	bool serve_only = false;
@@ -465,7 +444,7 @@ int main(int argc, char **argv)
 			map_s = optarg;
 			break;
 		case DELEG_O_AS:
-			if (as_parse(optarg, as, sizeof(as)))
+			if (probe_as_parse(optarg, as, sizeof(as)))
 				return opt_bad("--as", optarg, "UID or UID:GID, numbers");
 			break;
 		case 'h':
@@ -519,12 +498,7 @@ int main(int argc, char **argv)
 			rerun[n++] = (char *)"--map";
 			rerun[n++] = (char *)map_s;
 		}
-		rerun[n++] = (char *)"--as";
-		rerun[n++] = as;
-		rerun[n] = NULL;
-		err = probe_as(n, rerun);
-		fprintf(stderr, "probe_vfio_delegate: --as %s: %s\n", as, probe_err(err));
-		return PROBE_EXIT_CANNOT;
+		return probe_as_rerun(n, rerun, as);
 	}
 	if (serving)
 		return serve(sock, bdf, src, bar, off, memlock, withhold);
