@@ -946,11 +946,18 @@ build_kmods() { # SLOT : dkms/ modules for the slot's kernel -> $WORK/build/kmod
 	PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/other" modules ||
 		die "building tests/guest/kmod-other for $KV failed (log: $log)"
 	mkdir -p "$out/other"
-	for m in $KMODS tb_barbuf; do
+	for m in $KMODS; do
 		strip --strip-debug -o "$out/other/$m.ko" "$tmp/other/$m.ko"
 	done
+	# test modules (tb_barbuf: an exporter of BAR memory, case kmod_iommu), beside the stand-ins
+	cp -r "$TB_DIR/kmod-test" "$tmp/test"
+	log=$WORK/build/kmod-$KV-test.log
+	rm -f "$log"
+	PATH="${TOOLBIN:+$TOOLBIN:}$PATH" logged "$log" "${KMAKE[@]}" M="$tmp/test" modules ||
+		die "building tests/guest/kmod-test for $KV failed (log: $log)"
+	strip --strip-debug -o "$out/other/tb_barbuf.ko" "$tmp/test/tb_barbuf.ko"
 	rm -rf "$tmp"
-	log "dkms modules for $KV: $(cd "$out" && echo *.ko) (and stand-ins: other/)"
+	log "dkms modules for $KV: $(cd "$out" && echo *.ko) (and stand-ins, test modules: other/)"
 }
 
 cmd_kbuild_env() { # SLOT : print the module build environment of a guest kernel (for scripts)

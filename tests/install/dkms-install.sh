@@ -109,10 +109,14 @@ build_payload() { # -> $RUN/payload.img: the .debs, the stand-in, the control, t
 	local pl=$RUN/payload st=$RUN/stage m pkg ver
 	rm -rf "$pl" "$st"
 	mkdir -p "$pl/control" "$st"
+	# each package has its own version (debian/changelog); "version" is dmabuf_import's, which
+	# the control below is built from
 	ver=$(cd "$REPO_ROOT/dkms/dmabuf_import" && dpkg-parsechangelog -SVersion)
 	echo "$ver" >"$pl/version"
 	for m in dmabuf_import iommu_map_pa; do
 		pkg=upcie-$(echo "$m" | tr _ -)
+		ver=$(cd "$REPO_ROOT/dkms/$m" && dpkg-parsechangelog -SVersion)
+		echo "$ver" >"$pl/version-$pkg"
 		cp -rL "$REPO_ROOT/dkms/$m" "$st/$pkg-$ver"
 		(cd "$st/$pkg-$ver" && logged "$RUN/debs.log" dpkg-buildpackage -us -uc -b) ||
 			die "building $pkg-dkms failed (log: $RUN/debs.log)"

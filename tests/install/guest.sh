@@ -57,7 +57,8 @@ ident() { "$P/t_kmod_ident" "$@"; }
 
 export DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin
 kv=$(uname -r)
-ver=$(cat "$P/version")
+ver=$(cat "$P/version")                 # upcie-dmabuf-import's (the control is built from it)
+pver() { cat "$P/version-$1"; }        # each package's own version
 L=/tmp/tb
 mkdir -p "$L"
 diag "Linux $kv, $(dkms --version), $(dpkg-query -W -f='${Package} ${Version}' "linux-headers-$kv")"
@@ -110,8 +111,9 @@ has "apt removed the other package to do it" "$L/3.log" "The following packages 
 for p in upcie-dmabuf-import upcie-iommu-map-pa; do
 	st=$(status "$p-dkms")
 	check "$p-dkms is configured ($st)" test "$st" = installed
-	dkms status -m "$p" -v "$ver" >"$L/st.log" 2>&1
-	has "dkms status: $p $ver installed for Linux $kv" "$L/st.log" "$p/$ver, $kv, x86_64: installed"
+	dkms status -m "$p" -v "$(pver "$p")" >"$L/st.log" 2>&1
+	has "dkms status: $p $(pver "$p") installed for Linux $kv" "$L/st.log" \
+		"$p/$(pver "$p"), $kv, x86_64: installed"
 done
 st=$(status upcie-experimental-dkms)
 check "the other package is gone ($st)" test "$st" != installed

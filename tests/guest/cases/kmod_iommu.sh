@@ -22,7 +22,7 @@ echo 16 >/proc/sys/vm/nr_hugepages
 tb_modprobe iommu_map_pa || tap_diag "iommu_map_pa did not load"
 tb_modprobe dmabuf_import || tap_diag "dmabuf_import did not load"
 tb_modprobe vgem || tap_diag "vgem did not load"
-# the test exporter of BAR memory (tests/guest/kmod-other/tb_barbuf.c)
+# the test exporter of BAR memory (tests/guest/kmod-test/tb_barbuf.c)
 insmod /lib/tb-other/tb_barbuf.ko || tap_diag "tb_barbuf did not load"
 tb_modprobe nvme uio_pci_generic
 if [ "$TB_IOMMU" = 1 ]; then

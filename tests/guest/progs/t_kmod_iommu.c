@@ -60,7 +60,7 @@
 #include <upcie/vfio/type1.h>
 
 #include "t_kmod.h"
-#include "../kmod-other/tb_barbuf.h"
+#include "../kmod-test/tb_barbuf.h"
 
 #define DEV UPCIE_IOMMU_MAP_PA_DEVICE
 
