@@ -20,10 +20,30 @@
  * the system is using, and for a function whose PCI class is not NVMe unless
  * upcie_bind_any_class=1), upcie_max_xfer=BYTES (bytes per command, 0: the largest block size of
  * the job, bounded by MDTS), upcie_sgl=1 (SGLs instead of PRPs), upcie_gpu=1 (upcie_fio_cuda.so,
- * the build with CUDA, on the uio path: the controller moves the data to and from a twin of
- * fio's buffers in the CUDA device heap, gpu/heap_cuda.h, and the engine copies between the
- * twins, so fio's verification still judges what the controller moved; needs the dmabuf_import
- * module), upcie_gpu_id=N|BDF (the GPU of upcie_gpu=1: CUDA ordinal or PCI address, default 0).
+ * the build with CUDA, on the uio path, needs the dmabuf_import module: see "GPU memory"
+ * below), upcie_gpu_id=N|BDF (the GPU of upcie_gpu=1: CUDA ordinal or PCI address, default 0),
+ * upcie_gpu_copy=auto|1|0 (with upcie_gpu=1: when fio's buffers are copied, below).
+ *
+ * GPU memory (upcie_gpu=1): the controller moves the data peer-to-peer to and from a twin of
+ * fio's buffers in the CUDA device heap (gpu/heap_cuda.h, bus addresses from dmabuf_import);
+ * fio's own buffers are not what the controller reads or writes. Only something that reads
+ * fio's buffers needs the data in them, so the engine copies between a buffer and its twin
+ * (a blocking cuMemcpy in the job's thread) per upcie_gpu_copy: auto (default) when the job
+ * verifies (verify= other than none and null, fio 3.33's td->o.verify: do_verify,
+ * verify_only, verify_backlog and experimental_verify all act through it), 1 always, 0 never
+ * (refused with verification, which would judge buffers the controller never filled; without
+ * copies a Write puts on the media whatever the twin holds, not fio's buffer pattern). A Read's
+ * copy to fio's buffer runs in ->event(), after fio stamped the completion time (io_u.c:
+ * io_u_queued_complete, init_icd, then ios_completed calls ->event() and then verifies), so it
+ * is in none of fio's latencies; a failed copy fails that io_u with EIO. A Write's copy to the
+ * twin runs in ->queue(): fio writes a verifying job's buffer (backend.c: do_io,
+ * populate_verify_io_u) after ->prep() and after stamping the start time (io_u.c: get_io_u),
+ * so no hook before fio's clock starts sees the final bytes; fio 3.33 stamps an asynchronous
+ * engine's issue time after ->queue() returns (ioengines.c: td_io_queue), so this copy is
+ * outside clat but inside slat and lat. Either copy takes time in the job, so bandwidth and
+ * IOPS with copies are not those of the transfer alone. Without copies, the I/O fio times is
+ * the controller's transfer into or out of GPU memory alone. Not run anywhere yet: no machine
+ * here has an NVMe controller and a GPU together; this path is compile-checked only.
  *
  * Metadata and protection information: md_per_io_size=BYTES gives every I/O a slot of a
  * separate metadata buffer (needed where the namespace keeps metadata apart, unless it is
@@ -76,11 +96,19 @@
 /* fio's headers come last: they define short macros (min, max, ...) our headers must not see. */
 #include "fio.h"
 #include "optgroup.h"
+#include "verify.h"
 
 #define UFIO_MAX_NS	 16
 #define UFIO_NAME	 "upcie"
 #define UFIO_STALL_NS	 (30 * UPCIE_NSEC_PER_SEC)
 #define UFIO_DSM_RANGE_B 16u
+
+/* upcie_gpu_copy: when fio's buffers and their GPU twins are copied (upcie_gpu=1) */
+enum ufio_gpu_copy {
+	UFIO_GPU_COPY_NEVER = 0,
+	UFIO_GPU_COPY_ALWAYS = 1,
+	UFIO_GPU_COPY_AUTO = 2, /* when the job verifies */
+};
 
 /* One controller, shared by every job (thread) that names it. */
 struct ufio_ctrl {
@@ -122,7 +150,8 @@ struct ufio_options {
 	unsigned long long max_xfer;
 	unsigned int sgl;
 	unsigned int gpu;
-	char *gpu_id; /* upcie_gpu_id: CUDA ordinal or PCI address; NULL/"": ordinal 0 */
+	char *gpu_id;	       /* upcie_gpu_id: CUDA ordinal or PCI address; NULL/"": ordinal 0 */
+	unsigned int gpu_copy; /* upcie_gpu_copy: enum ufio_gpu_copy */
 	unsigned long long md_per_io_size;
 	unsigned int pi_act;
 	char *pi_chk;
@@ -157,6 +186,7 @@ struct ufio_td {
 	struct upcie_gpu_cuda gpu; /* upcie_gpu=1: the data moves to and from GPU memory */
 	struct upcie_heap_buf gbuf;
 	bool gbuf_live;
+	bool gcopy; /* copy between fio's buffers and gbuf (upcie_gpu_copy) */
 #endif
 };
 
@@ -422,21 +452,37 @@ static int ufio_setup(struct thread_data *td)
 }
 
 #if defined(UPCIE_FIO_CUDA)
-/* Copy between fio's buffer and its GPU twin (synchronous, in the job's thread). */
+/*
+ * Copy between fio's buffer and its GPU twin (synchronous, in the job's thread); outside
+ * fio's latencies for Reads (->event()), inside slat and lat for Writes (->queue()).
+ */
 static int ufio_gpu_copy(struct ufio_td *t, struct io_u *io_u, bool to_gpu)
 {
 	struct upcie_gpu_cuda_ctx_save save;
 	uint64_t off = (uint64_t)((char *)io_u->xfer_buf - (char *)t->buf.vaddr);
 	CUdeviceptr d = (CUdeviceptr)(uintptr_t)t->gbuf.vaddr + off;
+	const char *name = NULL;
 	CUresult r;
 	int err = upcie_gpu_cuda_dev_enter(upcie_gpu_cuda_device(&t->gpu), &save);
 
-	if (err)
+	if (err) {
+		upcie_log(UPCIE_LOG_ERROR,
+			  "upcie: %s at offset %llu: no CUDA context for the copy (%s)",
+			  io_ddir_name(io_u->ddir), io_u->offset, strerror(-err));
 		return err;
+	}
 	r = to_gpu ? cuMemcpyHtoD(d, io_u->xfer_buf, io_u->xfer_buflen)
 		   : cuMemcpyDtoH(io_u->xfer_buf, d, io_u->xfer_buflen);
 	upcie_gpu_cuda_dev_leave(upcie_gpu_cuda_device(&t->gpu), &save);
-	return r == CUDA_SUCCESS ? 0 : -EIO;
+	if (r == CUDA_SUCCESS)
+		return 0;
+	if (cuGetErrorName(r, &name) != CUDA_SUCCESS)
+		name = NULL;
+	upcie_log(UPCIE_LOG_ERROR,
+		  "upcie: %s at offset %llu, %llu bytes: copy %s GPU memory failed (%s, %d)",
+		  io_ddir_name(io_u->ddir), io_u->offset, io_u->xfer_buflen, to_gpu ? "to" : "from",
+		  name ? name : "CUresult", (int)r);
+	return -EIO;
 }
 #endif
 
@@ -510,10 +556,8 @@ static void ufio_req_done(struct upcie_nvme_req *r)
 				    io_u->offset / uf->ns->block_bytes,
 				    io_u->xfer_buflen / uf->ns->block_bytes, false))
 			io_u->error = EILSEQ;
-#if defined(UPCIE_FIO_CUDA)
-		if (t->gbuf_live && io_u->ddir == DDIR_READ && ufio_gpu_copy(t, io_u, false))
-			io_u->error = EIO;
-#endif
+		/* upcie_gpu=1: a Read's data reaches fio's buffer in ufio_event(), outside fio's
+		   latency clock */
 	}
 	iu->busy = false;
 	t->inflight--;
@@ -1011,9 +1055,23 @@ static int ufio_init(struct thread_data *td)
 		t->md_live = true;
 	}
 	if (o->gpu) {
+		/* fio 3.33 verifies (headers written, reads checked) exactly when verify is
+		 * neither none nor null; do_verify, verify_only, verify_backlog and
+		 * experimental_verify act only through it */
+		bool verifies = td->o.verify != VERIFY_NONE && td->o.verify != VERIFY_NULL;
 #if defined(UPCIE_FIO_CUDA)
 		struct upcie_gpu_cuda_opts go;
+		const char *why;
+#endif
 
+		if (o->gpu_copy == UFIO_GPU_COPY_NEVER && verifies) {
+			log_err("upcie: upcie_gpu_copy=0 with verification: fio would verify "
+				"its own buffers, which never hold the data the controller "
+				"moved to and from GPU memory (upcie_gpu_copy=auto or 1, or "
+				"verify=none)\n");
+			return 1;
+		}
+#if defined(UPCIE_FIO_CUDA)
 		/* the device heap is described by bus addresses (dmabuf_import): the controller
 		 * must see those, i.e. the uio path */
 		if (t->c->path != UPCIE_NVME_PATH_UIO) {
@@ -1040,6 +1098,17 @@ static int ufio_init(struct thread_data *td)
 			td_verror(td, -err, "upcie GPU provider");
 			return 1;
 		}
+		t->gcopy = o->gpu_copy == UFIO_GPU_COPY_ALWAYS ||
+			   (o->gpu_copy == UFIO_GPU_COPY_AUTO && verifies);
+		if (!t->gcopy)
+			why = "off";
+		else if (o->gpu_copy == UFIO_GPU_COPY_AUTO)
+			why = "on (the job verifies)";
+		else
+			why = "on (upcie_gpu_copy=1)";
+		log_info("upcie: job %s: data in GPU memory (upcie_gpu_id=%s), copies to and from "
+			 "fio's buffers %s\n",
+			 td->o.name, o->gpu_id && *o->gpu_id ? o->gpu_id : "0", why);
 #else
 		log_err("upcie: upcie_gpu=1: this engine was built without CUDA "
 			"(upcie_fio_cuda.so has it)\n");
@@ -1199,7 +1268,10 @@ static enum fio_q_status ufio_queue(struct thread_data *td, struct io_u *io_u)
 		if (t->gbuf_live) {
 			seg.mem = upcie_gpu_cuda_heap(&t->gpu)->mem;
 			seg.off = t->gbuf.off + off;
-			if (io_u->ddir == DDIR_WRITE && ufio_gpu_copy(t, io_u, true)) {
+			/* fio's final bytes (populate_verify_io_u runs after ->prep()): the copy
+			 * counts in fio's slat and lat, not in clat (issue time stamped after
+			 * ->queue() returns) */
+			if (t->gcopy && io_u->ddir == DDIR_WRITE && ufio_gpu_copy(t, io_u, true)) {
 				err = -EIO;
 				break;
 			}
@@ -1324,11 +1396,22 @@ static int ufio_getevents(struct thread_data *td, unsigned int min, unsigned int
 	return (int)t->nevents;
 }
 
+/*
+ * fio calls this for each completed io_u after it stamped the completion time (io_u.c:
+ * io_u_queued_complete, init_icd) and before it verifies that io_u (ios_completed,
+ * io_completed): a Read's copy from GPU memory goes here, outside fio's latencies.
+ */
 static struct io_u *ufio_event(struct thread_data *td, int ev)
 {
 	struct ufio_td *t = (struct ufio_td *)td->io_ops_data;
+	struct io_u *io_u = t->events[ev];
 
-	return t->events[ev];
+#if defined(UPCIE_FIO_CUDA)
+	if (t->gcopy && t->gbuf_live && io_u->ddir == DDIR_READ && !io_u->error &&
+	    ufio_gpu_copy(t, io_u, false))
+		io_u->error = EIO;
+#endif
+	return io_u;
 }
 
 static int ufio_commit(struct thread_data *td)
@@ -1457,6 +1540,35 @@ static struct fio_option ufio_options_list[] = {
 	    .type = FIO_OPT_STR_STORE,
 	    .off1 = offsetof(struct ufio_options, gpu_id),
 	    .help = "with upcie_gpu=1: the GPU, a CUDA ordinal or a PCI address (default 0)",
+	    .category = FIO_OPT_C_ENGINE,
+	    .group = FIO_OPT_G_INVALID,
+	},
+	{
+	    .name = "upcie_gpu_copy",
+	    .lname = "upcie GPU copies",
+	    .type = FIO_OPT_STR,
+	    .off1 = offsetof(struct ufio_options, gpu_copy),
+	    .def = "auto",
+	    .help = "with upcie_gpu=1: copy between fio's buffers and GPU memory (outside fio's "
+		    "clat): auto (when the job verifies), 1 (always) or 0 (never)",
+	    .posval =
+		{
+		    {
+			.ival = "auto",
+			.oval = UFIO_GPU_COPY_AUTO,
+			.help = "copy when the job verifies",
+		    },
+		    {
+			.ival = "1",
+			.oval = UFIO_GPU_COPY_ALWAYS,
+			.help = "always copy",
+		    },
+		    {
+			.ival = "0",
+			.oval = UFIO_GPU_COPY_NEVER,
+			.help = "never copy (refused with verification)",
+		    },
+		},
 	    .category = FIO_OPT_C_ENGINE,
 	    .group = FIO_OPT_G_INVALID,
 	},

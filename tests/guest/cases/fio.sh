@@ -16,7 +16,8 @@
 # PI type 1 c1n5 (a block rewritten without valid PI must fail the pi_chk read) with the
 # application tag (apptag, pi_chk=APPTAG: a read expecting another tag must fail with the
 # controller's application tag check), md_per_io_size with upcie_md_verify on c1n2 (changed
-# metadata must fail it). The engine's refusals are checked too.
+# metadata must fail it). The engine's refusals are checked too (upcie_gpu_copy=0 with
+# verification among them: this engine has no CUDA, upcie_gpu=1 itself is refused).
 #
 # configs: A B C
 # timeout: 600
@@ -264,6 +265,15 @@ fio_fails "upcie_bind_any_class=1 without upcie_bind=1 is refused, naming upcie_
 fio_fails "upcie_bind=1 on the ivshmem function (not NVMe) is refused, naming upcie_bind_any_class" \
 	'upcie_bind_any_class=1 to bind it anyway' --thread=1 --upcie_bind=1 --name=nonvme \
 	--filename="$(echo "$TB_VRAM_BDF" | tr ':' '.')/1" --rw=read --bs=4k --size=64k
+# upcie_gpu: this engine is the build without CUDA; upcie_gpu_copy=0 with verification is refused
+# before anything else about the GPU (naming upcie_gpu_copy), upcie_gpu=1 otherwise for want of
+# CUDA, as before upcie_gpu_copy existed
+fio_fails "upcie_gpu=1 upcie_gpu_copy=0 with verify=crc32c is refused, naming upcie_gpu_copy" \
+	'upcie_gpu_copy=0 with verification' --thread=1 --upcie_gpu=1 --upcie_gpu_copy=0 \
+	--verify=crc32c --name=gc0 --filename="$C0/1" --rw=read --bs=4k --size=64k
+fio_fails "upcie_gpu=1 upcie_gpu_copy=0 without verification: refused by the engine without CUDA" \
+	'upcie_gpu=1: this engine was built without CUDA' --thread=1 --upcie_gpu=1 \
+	--upcie_gpu_copy=0 --name=gnc --filename="$C0/1" --rw=read --bs=4k --size=64k
 fio_fails "a file name that is no PCI address is refused with an example" \
 	"0000.01.00.0/1" --thread=1 --name=bad --filename=nvme0 \
 	--rw=read --bs=4k --size=64k
