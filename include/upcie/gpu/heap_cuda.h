@@ -443,9 +443,8 @@ static inline void upcie_gpu_cuda_hheap_close_(struct upcie_gpu_cuda_proc *p)
 /* Tear down everything; called with the lock held, in the heap's context. */
 static inline void upcie_gpu_cuda_proc_fini_(struct upcie_gpu_cuda_proc *p)
 {
-	struct upcie_gpu_cuda_ctx_save save;
+	struct upcie_gpu_cuda_ctx_save save = { 0 };
 	bool entered = p->dev.live && !upcie_gpu_cuda_dev_enter(&p->dev, &save);
-
 	bool stuck;
 
 	if (p->mirror_fini)
