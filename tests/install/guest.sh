@@ -81,7 +81,7 @@ for m in dmabuf_import iommu_map_pa; do
 done
 
 # --- 2. upcie's packages while the other one is installed ----------------------------------------
-ours="$P/upcie-dmabuf-import-dkms_${ver}_all.deb $P/upcie-iommu-map-pa-dkms_${ver}_all.deb"
+ours="$P/upcie-dmabuf-import-dkms_$(pver upcie-dmabuf-import)_all.deb $P/upcie-iommu-map-pa-dkms_$(pver upcie-iommu-map-pa)_all.deb"
 # shellcheck disable=SC2086
 dpkg -i $ours >"$L/2a.log" 2>&1
 check "dpkg -i of upcie's packages fails" test $? != 0
