@@ -372,7 +372,7 @@ UPCIE_HD static inline int upcie_nvme_cmd_zone_report(struct upcie_nvme_sqe *sqe
  * completion says where the data went (upcie_nvme_zone_append_lba()). Flags as for
  * upcie_nvme_cmd_write(), plus UPCIE_NVME_ZA_PIREMAP; the application tag goes to CDW15
  * (upcie_nvme_cdw15_apptag()). The transfer may not exceed the controller's Zone Append Size
- * Limit (ZASL; upcie_nvme_ns_zone_append_max() in nvme/ns.h reads it).
+ * Limit (ZASL; upcie_nvme_ns_zone_append_max() in nvme/ctrl_ns.h reads it).
  */
 UPCIE_HD static inline int upcie_nvme_cmd_zone_append(struct upcie_nvme_sqe *sqe, uint32_t nsid,
 						      uint64_t zslba, uint32_t nlb, uint32_t flags)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Namespaces of an NVMe controller as the controller sees them: struct upcie_nvme_ns, the checked
- * parse of Identify Namespace, the I/O command set, and revalidation.
+ * parse of Identify Namespace, the I/O command set, revalidation, and what the controller says
+ * of a zoned namespace's Zone Append limit (upcie_nvme_ns_zone_append_max()).
  *
  * The controller keeps one record per namespace ID that was opened (upcie_nvme_ns_open()): the
  * geometry last read (size, LBA format, metadata, protection, command set, zone size) and a
@@ -488,6 +489,48 @@ static inline void upcie_nvme_ns_recs_free_(struct upcie_nvme_ctrl *c)
 	free(c->nsrec);
 	c->nsrec = NULL;
 	c->nnsrec = c->nsrec_cap = 0;
+}
+
+/*
+ * The largest Zone Append zoned namespace `ns` takes, in bytes of data transfer, into *bytes:
+ * the controller's Zone Append Size Limit (ZASL, zoned Identify Controller: CNS 06h, CSI 02h;
+ * 2^ZASL minimum memory pages), bounded by MDTS (c->max_xfer); ZASL 0 means MDTS, and no
+ * MDTS either gives UINT64_MAX. Asks the controller each time (an admin command): call it at
+ * setup. Returns 0; -EINVAL for a NULL argument; -EOPNOTSUPP when `ns` is not zoned; -EIO
+ * (status logged), -ENOMEM, -ESTALE / -ENODEV for a namespace that changed or went.
+ */
+static inline int upcie_nvme_ns_zone_append_max(const struct upcie_nvme_ns *ns, uint64_t *bytes)
+{
+	struct upcie_nvme_id_ctrl_zns *z;
+	struct upcie_nvme_ctrl *c;
+	unsigned shift;
+	uint64_t max;
+	int err;
+
+	if (!ns || !ns->ctrl || !bytes)
+		return UPCIE_FAIL(-EINVAL, "nvme: zone append limit: NULL argument");
+	c = ns->ctrl;
+	if (!ns->zoned)
+		return UPCIE_FAIL(-EOPNOTSUPP,
+				  "nvme %s: namespace %u is not zoned: it has no Zone Append",
+				  c->name, ns->nsid);
+	err = upcie_nvme_ns_check_(ns);
+	if (err)
+		return err;
+	z = (struct upcie_nvme_id_ctrl_zns *)malloc(sizeof(*z));
+	if (!z)
+		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
+	err = upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_CTRL, 0, UPCIE_NVME_CSI_ZNS, z);
+	if (err) {
+		free(z);
+		return UPCIE_FAIL(err, "nvme %s: zoned Identify Controller (ZASL) failed", c->name);
+	}
+	/* device data: a shift beyond 64 bits is no limit of its own, MDTS still bounds it */
+	shift = upcie_nvme_cap_mpsmin_shift(c->cap) + z->zasl;
+	max = z->zasl && shift < 64 ? UINT64_C(1) << shift : UINT64_MAX;
+	free(z);
+	*bytes = max < c->max_xfer ? max : c->max_xfer;
+	return 0;
 }
 
 #endif /* UPCIE_NVME_CTRL_NS_H */

@@ -27,7 +27,7 @@
  * command sets are refused. Zone Append (io.opc UPCIE_NVME_ZNS_APPEND) names a zone, not an
  * LBA: the controller writes at the zone's write pointer and the completion says where
  * (upcie_nvme_req_append_lba()); it is one command, never split, within the Zone Append Size
- * Limit (upcie_nvme_ns_zone_append_max()).
+ * Limit (upcie_nvme_ns_zone_append_max(), nvme/ctrl_ns.h).
  *
  * Requests (struct upcie_nvme_req, caller-allocated) complete once, through their callback,
  * when every command of theirs did: err 0, -EIO (the first error status in req->cqe:
@@ -154,48 +154,6 @@ static inline void upcie_nvme_ns_close(struct upcie_nvme_ns *ns)
 {
 	if (ns)
 		memset(ns, 0, sizeof(*ns));
-}
-
-/*
- * The largest Zone Append zoned namespace `ns` takes, in bytes of data transfer, into *bytes:
- * the controller's Zone Append Size Limit (ZASL, zoned Identify Controller: CNS 06h, CSI 02h;
- * 2^ZASL minimum memory pages), bounded by MDTS (c->max_xfer); ZASL 0 means MDTS, and no
- * MDTS either gives UINT64_MAX. Asks the controller each time (an admin command): call it at
- * setup. Returns 0; -EINVAL for a NULL argument; -EOPNOTSUPP when `ns` is not zoned; -EIO
- * (status logged), -ENOMEM, -ESTALE / -ENODEV for a namespace that changed or went.
- */
-static inline int upcie_nvme_ns_zone_append_max(const struct upcie_nvme_ns *ns, uint64_t *bytes)
-{
-	struct upcie_nvme_id_ctrl_zns *z;
-	struct upcie_nvme_ctrl *c;
-	unsigned shift;
-	uint64_t max;
-	int err;
-
-	if (!ns || !ns->ctrl || !bytes)
-		return UPCIE_FAIL(-EINVAL, "nvme: zone append limit: NULL argument");
-	c = ns->ctrl;
-	if (!ns->zoned)
-		return UPCIE_FAIL(-EOPNOTSUPP,
-				  "nvme %s: namespace %u is not zoned: it has no Zone Append",
-				  c->name, ns->nsid);
-	err = upcie_nvme_ns_check_(ns);
-	if (err)
-		return err;
-	z = (struct upcie_nvme_id_ctrl_zns *)malloc(sizeof(*z));
-	if (!z)
-		return UPCIE_FAIL(-ENOMEM, "nvme: out of memory");
-	err = upcie_nvme_ctrl_identify_csi(c, UPCIE_NVME_CNS_CS_CTRL, 0, UPCIE_NVME_CSI_ZNS, z);
-	if (err) {
-		free(z);
-		return UPCIE_FAIL(err, "nvme %s: zoned Identify Controller (ZASL) failed", c->name);
-	}
-	/* device data: a shift beyond 64 bits is no limit of its own, MDTS still bounds it */
-	shift = upcie_nvme_cap_mpsmin_shift(c->cap) + z->zasl;
-	max = z->zasl && shift < 64 ? UINT64_C(1) << shift : UINT64_MAX;
-	free(z);
-	*bytes = max < c->max_xfer ? max : c->max_xfer;
-	return 0;
 }
 
 /* Start a request on `q` for `ns` (NULL: a command of no namespace): no commands yet, one
