@@ -35,6 +35,16 @@ static void add_namespaces(struct rig *r)
 	r->cm.nn = 32;
 }
 
+/* The rig with every namespace of add_namespaces() in the model, started, controller up. */
+static void rig_up_nsm(struct rig *r)
+{
+	rig_setup(r);
+	add_namespaces(r);
+	rig_use_nsm(r);
+	rig_start(r);
+	rig_ctrl(r, NULL);
+}
+
 static void t_list_and_open(void)
 {
 	struct upcie_nvme_ns ns;
@@ -322,11 +332,7 @@ static void t_pi(void)
 	int err;
 
 	memset(&cqe, 0, sizeof(cqe)); /* the sync calls fill it only once they submitted */
-	rig_setup(&r);
-	add_namespaces(&r);
-	rig_use_nsm(&r);
-	rig_start(&r);
-	rig_ctrl(&r, NULL);
+	rig_up_nsm(&r);
 	upcie_nvme_ns_open(&ns5, &r.c, 5);
 	upcie_nvme_ns_open(&ns7, &r.c, 7);
 	upcie_nvme_ns_open(&ns14, &r.c, 14);
@@ -459,11 +465,7 @@ static void t_zoned(void)
 	struct rig r;
 	int err;
 
-	rig_setup(&r);
-	add_namespaces(&r);
-	rig_use_nsm(&r);
-	rig_start(&r);
-	rig_ctrl(&r, NULL);
+	rig_up_nsm(&r);
 	upcie_nvme_ns_open(&ns, &r.c, 9);
 	upcie_nvme_ioq_create(&q, &r.c, NULL);
 	m = nvme_nsm_find(&r.nsm, 9);
@@ -556,11 +558,7 @@ static void t_apptag(void)
 	struct rig r;
 	int err;
 
-	rig_setup(&r);
-	add_namespaces(&r);
-	rig_use_nsm(&r);
-	rig_start(&r);
-	rig_ctrl(&r, NULL);
+	rig_up_nsm(&r);
 	upcie_nvme_ns_open(&ns5, &r.c, 5);
 	upcie_nvme_ns_open(&ns12, &r.c, 12);
 	err = upcie_nvme_ioq_create(&q, &r.c, NULL);
