@@ -511,6 +511,17 @@ done
 # without reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), without the mirror's acquire or with
 # its tag stored plainly, every target must fail that rule (rules keyed on the poll load fail
 # with it); a consumer with no reap must fail the consumer rule.
+
+# A negative-control build of the kernels for ARCH with test macro MACRO, disassembled into
+# $tmp/ctl.s; a build that fails is reported (not ok) and answers 1.
+ctl_disasm() { # ARCH MACRO
+	if ! build "$1" "$tmp/ctl.co" "-D$2"; then
+		notok "self-test: $1 builds with $2" "$(head -10 "$tmp/ctl.co.log")"
+		return 1
+	fi
+	disasm "$tmp/ctl.co" >"$tmp/ctl.s"
+}
+
 for arch in gfx1101 gfx90a gfx940; do
 	[ -f "$tmp/$arch.s" ] || continue
 	fn "$tmp/$arch.s" upcie_hipchk_consume_bare >"$tmp/bare.s"
@@ -528,16 +539,12 @@ for arch in gfx1101 gfx90a gfx940; do
 		NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE:"signal_wait: acquire" \
 		NVME_GQP_HIP_TEST_NO_DATA_RELEASE:"data_release: system-scope release"; do
 		m=UPCIE_${ctl%%:*} rule=${ctl#*:}
-		if build "$arch" "$tmp/ctl.co" "-D$m"; then
-			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
-			out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch"; rules_data "$tmp/ctl.s" "$arch")
-			if grep -q "^bad $rule" <<<"$out"; then
-				ok "self-test: $arch built with $m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
-			else
-				notok "self-test: $arch built with $m fails '$rule'" "$out"
-			fi
+		ctl_disasm "$arch" "$m" || continue
+		out=$(rules_poll "$tmp/ctl.s" "$arch"; rules_mirror "$tmp/ctl.s" "$arch"; rules_data "$tmp/ctl.s" "$arch")
+		if grep -q "^bad $rule" <<<"$out"; then
+			ok "self-test: $arch built with $m fails '$rule' ($(grep -c '^bad' <<<"$out") rules fail)"
 		else
-			notok "self-test: $arch builds with $m" "$(head -10 "$tmp/ctl.co.log")"
+			notok "self-test: $arch built with $m fails '$rule'" "$out"
 		fi
 	done
 done
@@ -551,24 +558,20 @@ for arch in gfx1101 gfx1030 gfx90a gfx940; do
 	[ -f "$tmp/$arch.s" ] || continue
 	for m in UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER UPCIE_NVME_GQP_HIP_TEST_NO_DATA_ACQUIRE; do
 		rule="volatile-poll reader: data_acquire, then the plain data load is a vector load"
-		if build "$arch" "$tmp/ctl.co" "-D$m"; then
-			disasm "$tmp/ctl.co" >"$tmp/ctl.s"
-			out=$(rules_data "$tmp/ctl.s" "$arch")
-			if [ "$m" = UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER ]; then
-				if grep -q "^bad $rule.* | s_load\$" <<<"$out" &&
-					grep -q '^ok reader: data_acquire' <<<"$out" &&
-					grep -q '^ok signal_wait: acquire' <<<"$out"; then
-					ok "self-test: $arch built with $m fails '$rule' (s_load); the readers polling with the library's loads still pass"
-				else
-					notok "self-test: $arch built with $m fails '$rule' (s_load), the library-poll readers pass" "$out"
-				fi
-			elif grep -q "^bad $rule" <<<"$out"; then
-				ok "self-test: $arch built with $m fails '$rule' ($(grep "^bad $rule" <<<"$out" | sed 's/.* | //'))"
+		ctl_disasm "$arch" "$m" || continue
+		out=$(rules_data "$tmp/ctl.s" "$arch")
+		if [ "$m" = UPCIE_NVME_GQP_HIP_TEST_NO_ACQUIRE_CLOBBER ]; then
+			if grep -q "^bad $rule.* | s_load\$" <<<"$out" &&
+				grep -q '^ok reader: data_acquire' <<<"$out" &&
+				grep -q '^ok signal_wait: acquire' <<<"$out"; then
+				ok "self-test: $arch built with $m fails '$rule' (s_load); the readers polling with the library's loads still pass"
 			else
-				notok "self-test: $arch built with $m fails '$rule'" "$out"
+				notok "self-test: $arch built with $m fails '$rule' (s_load), the library-poll readers pass" "$out"
 			fi
+		elif grep -q "^bad $rule" <<<"$out"; then
+			ok "self-test: $arch built with $m fails '$rule' ($(grep "^bad $rule" <<<"$out" | sed 's/.* | //'))"
 		else
-			notok "self-test: $arch builds with $m" "$(head -10 "$tmp/ctl.co.log")"
+			notok "self-test: $arch built with $m fails '$rule'" "$out"
 		fi
 	done
 done
