@@ -507,11 +507,6 @@ for t in "gfx1101 11 rdna" "gfx1030 10 rdna" "gfx90a 9 cdna" "gfx940 9 cdna"; do
 	fi
 done
 
-# The poll and mirror rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN),
-# without reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), without the mirror's acquire or with
-# its tag stored plainly, every target must fail that rule (rules keyed on the poll load fail
-# with it); a consumer with no reap must fail the consumer rule.
-
 # A negative-control build of the kernels for ARCH with test macro MACRO, disassembled into
 # $tmp/ctl.s; a build that fails is reported (not ok) and answers 1.
 ctl_disasm() { # ARCH MACRO
@@ -521,6 +516,11 @@ ctl_disasm() { # ARCH MACRO
 	fi
 	disasm "$tmp/ctl.co" >"$tmp/ctl.s"
 }
+
+# The poll and mirror rules can fail: built without the bits (UPCIE_GPU_HIP_TEST_POLL_PLAIN),
+# without reap's acquire (UPCIE_GPU_HIP_TEST_NO_ACQUIRE), without the mirror's acquire or with
+# its tag stored plainly, every target must fail that rule (rules keyed on the poll load fail
+# with it); a consumer with no reap must fail the consumer rule.
 
 for arch in gfx1101 gfx90a gfx940; do
 	[ -f "$tmp/$arch.s" ] || continue
